@@ -1,0 +1,85 @@
+#pragma once
+
+#include <memest/dtype.hpp>
+#include <memest/model.hpp>
+#include <memest/optimizer.hpp>
+#include <memest/precision.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace memest {
+
+/// How attention is computed: eager keeps the s x s scores; sdpa/flash keep the output and a
+/// log-sum-exp per row.
+enum class Attention { eager, sdpa, flash };
+/// Activation recomputation: none; selective (attention core recomputed, Korthikanti et al.
+/// 2022); full (each layer keeps only its input and is recomputed in backward).
+enum class Recompute { none, selective, full };
+
+std::span<const std::string_view> attention_names();
+Attention parse_attention(std::string_view text);
+std::string_view attention_name(Attention a);
+std::span<const std::string_view> recompute_names();
+Recompute parse_recompute(std::string_view text);
+std::string_view recompute_name(Recompute r);
+
+/// The training loop around the model.
+struct TrainingSpec {
+  std::uint64_t micro_batch = 0;      ///< sequences per forward pass; 0 = not given
+  std::uint64_t seq_len = 0;          ///< tokens per sequence; 0 = not given
+  std::uint64_t grad_accum = 1;       ///< micro-batches per optimizer step
+  Attention attention = Attention::eager;
+  Recompute recompute = Recompute::none;
+  std::optional<double> dropout;      ///< overrides every dropout probability of the config
+  bool grads_set_to_none = true;      ///< zero_grad(set_to_none=True): no grads between steps
+};
+
+/// Everything an estimate depends on. Plain values: loading and validation happen before.
+struct RunSpec {
+  ModelSpec model;
+  PrecisionPolicy precision;
+  OptimizerSpec optimizer;
+  TrainingSpec training;
+};
+
+/// One category of memory. Keys are stable (JSON): params, working_copies, master_weights,
+/// grads, grad_accum, optimizer_states, optimizer_step, activations.
+struct Category {
+  std::string key;
+  std::string label;                   ///< for people: "parameters", "optimizer states"
+  std::optional<Dtype> dtype;          ///< absent when mixed (optimizer states) or unused
+  std::uint64_t elements = 0;          ///< elements the bytes are spread over
+  std::optional<std::uint64_t> bytes;  ///< absent when not estimated (see `basis`)
+  std::string basis;                   ///< how the bytes follow, or why they are not estimated
+  bool on_device = true;               ///< false for host memory (PyTorch's step counters)
+
+  /// bytes / elements, 0 when unused or not estimated.
+  double bytes_per_element() const;
+};
+
+/// The result: bytes per category for one device holding the whole model (no sharding yet).
+struct Estimate {
+  std::uint64_t params = 0;        ///< all parameters
+  std::uint64_t trainable = 0;     ///< parameters that get gradients and optimizer states
+  std::uint64_t active = 0;        ///< parameters used per token (MoE)
+  std::optional<std::uint64_t> tensors;  ///< parameter tensors, when the inventory knows them
+  std::vector<Category> categories;
+  /// Sum of the estimated device categories. Until the peak model exists this is what the
+  /// total means; `total_complete` is false when a category (activations) is not estimated.
+  std::uint64_t total_bytes = 0;
+  bool total_complete = false;
+  std::vector<std::string> assumptions;  ///< what was assumed for lack of information
+
+  /// The category with this key; throws std::out_of_range if there is none.
+  const Category& at(std::string_view key) const;
+};
+
+/// Computes the memory of one training step. Pure: no I/O. Throws Error on overflow.
+Estimate estimate(const RunSpec& run);
+
+}  // namespace memest

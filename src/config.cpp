@@ -1,0 +1,190 @@
+#include <memest/config.hpp>
+#include <memest/error.hpp>
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+
+namespace memest {
+namespace {
+
+// Calls parse(value) and prefixes any Error with the setting's origin.
+template <typename T, typename Parse>
+auto parse_setting(const Setting<T>& s, Parse parse) {
+  try {
+    return parse(s.value);
+  } catch (const Error& e) {
+    rethrow_with_context(e, s.where);
+  }
+}
+
+template <typename T>
+void take(std::optional<T>& base, const std::optional<T>& over) {
+  if (over) base = over;
+}
+
+std::string where_of(const std::optional<Setting<std::string>>& s) { return s ? s->where : ""; }
+
+bool flag(const std::optional<Setting<bool>>& s) { return s && s->value; }
+
+std::uint64_t parse_positive(std::string_view text, std::string_view what) {
+  std::uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || v == 0) {
+    throw Error(fmt::format("expected a positive whole number of {}, got \"{}\"", what, text));
+  }
+  return v;
+}
+
+double parse_probability(std::string_view text) {
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v) || v < 0 ||
+      v >= 1) {
+    throw Error(fmt::format("expected a probability in [0, 1), got \"{}\"", text));
+  }
+  return v;
+}
+
+ModelSpec resolve_model(const RunOptions& o) {
+  const int given = (o.params ? 1 : 0) + (o.model ? 1 : 0) + (o.config ? 1 : 0);
+  if (given == 0) {
+    throw Error("no model given: pass --params N (e.g. 7B), --model NAME or --config PATH");
+  }
+  if (given > 1) {
+    std::vector<std::string> names;
+    for (const auto* s : {&o.params, &o.model, &o.config}) {
+      if (*s) names.push_back(fmt::format("{} \"{}\"", (*s)->where, (*s)->value));
+    }
+    throw Error(fmt::format("conflicting model settings: {} (give exactly one)",
+                            fmt::join(names, " and ")));
+  }
+  if (o.params) return model_from_count(parse_setting(*o.params, parse_count));
+  const auto& s = o.model ? *o.model : *o.config;
+  throw Error(fmt::format("{}: model presets and config.json files are not supported yet",
+                          s.where));
+}
+
+OptimizerSpec resolve_optimizer(const RunOptions& o) {
+  OptimizerSpec spec;
+  if (o.optimizer) spec.kind = parse_setting(*o.optimizer, parse_optimizer);
+  const auto name = optimizer_name(spec.kind);
+  auto option = [&](const std::optional<Setting<bool>>& s, std::initializer_list<OptimizerKind> ok,
+                    std::string_view accepted) {
+    if (!s) return false;
+    bool fits = false;
+    for (auto k : ok) fits = fits || k == spec.kind;
+    if (!fits) {
+      throw Error(fmt::format("{}: applies only to optimizer {}, got optimizer \"{}\"", s->where,
+                              accepted, name));
+    }
+    return s->value;
+  };
+  using K = OptimizerKind;
+  spec.nesterov = option(o.nesterov, {K::sgd_momentum}, "sgd-momentum");
+  spec.amsgrad = option(o.amsgrad, {K::adam, K::adamw}, "adam or adamw");
+  spec.momentum = option(o.rmsprop_momentum, {K::rmsprop}, "rmsprop");
+  spec.centered = option(o.centered, {K::rmsprop}, "rmsprop");
+  spec.first_moment = option(o.first_moment, {K::adafactor}, "adafactor");
+  spec.step_on_device = flag(o.fused_optimizer);
+  return spec;
+}
+
+PrecisionPolicy resolve_precision(const RunOptions& o) {
+  std::string name = "fp32";
+  if (o.precision) name = o.precision->value;
+  if (flag(o.amp)) {
+    if (o.precision && o.precision->value != "amp") {
+      throw Error(fmt::format("{} conflicts with {} \"{}\" ({} is short for --precision amp)",
+                              o.amp->where, o.precision->where, o.precision->value, o.amp->where));
+    }
+    name = "amp";
+  }
+  PrecisionPolicy policy = o.precision ? parse_setting(*o.precision, precision_preset)
+                                       : precision_preset(name);
+  PrecisionOverrides ov;
+  auto dtype = [](const std::optional<Setting<std::string>>& s, std::optional<Dtype>& out) {
+    if (s) out = parse_setting(*s, parse_dtype);
+  };
+  auto optional_dtype = [](const std::optional<Setting<std::string>>& s,
+                           std::optional<std::optional<Dtype>>& out) {
+    if (s) out = parse_setting(*s, parse_optional_dtype);
+  };
+  dtype(o.param_dtype, ov.param);
+  dtype(o.grad_dtype, ov.grad);
+  dtype(o.state_dtype, ov.state);
+  dtype(o.activation_dtype, ov.activation);
+  optional_dtype(o.master_dtype, ov.master);
+  optional_dtype(o.working_dtype, ov.working);
+  optional_dtype(o.grad_accum_dtype, ov.grad_accum);
+  return apply_overrides(std::move(policy), ov);
+}
+
+TrainingSpec resolve_training(const RunOptions& o) {
+  TrainingSpec t;
+  auto positive = [](const std::optional<Setting<std::string>>& s, std::string_view what,
+                     std::uint64_t fallback) {
+    if (!s) return fallback;
+    return parse_setting(*s, [&](std::string_view v) { return parse_positive(v, what); });
+  };
+  t.micro_batch = positive(o.batch, "sequences", 0);
+  t.seq_len = positive(o.seq, "tokens", 0);
+  t.grad_accum = positive(o.grad_accum, "micro-batches", 1);
+  if (o.attention) t.attention = parse_setting(*o.attention, parse_attention);
+  if (o.recompute) t.recompute = parse_setting(*o.recompute, parse_recompute);
+  if (o.dropout) t.dropout = parse_setting(*o.dropout, parse_probability);
+  if ((t.micro_batch == 0) != (t.seq_len == 0)) {
+    const auto& missing = t.micro_batch == 0 ? "--batch" : "--seq";
+    const auto given = t.micro_batch == 0 ? where_of(o.seq) : where_of(o.batch);
+    throw Error(fmt::format("{} needs {} as well (activations depend on both)", given, missing));
+  }
+  return t;
+}
+
+}  // namespace
+
+void merge(RunOptions& b, const RunOptions& o) {
+  take(b.params, o.params);
+  take(b.model, o.model);
+  take(b.config, o.config);
+  if (o.params || o.model || o.config) {  // a model given later replaces the earlier one
+    if (!o.params) b.params.reset();
+    if (!o.model) b.model.reset();
+    if (!o.config) b.config.reset();
+  }
+  take(b.optimizer, o.optimizer);
+  take(b.nesterov, o.nesterov);
+  take(b.amsgrad, o.amsgrad);
+  take(b.rmsprop_momentum, o.rmsprop_momentum);
+  take(b.centered, o.centered);
+  take(b.first_moment, o.first_moment);
+  take(b.fused_optimizer, o.fused_optimizer);
+  take(b.precision, o.precision);
+  take(b.amp, o.amp);
+  take(b.param_dtype, o.param_dtype);
+  take(b.grad_dtype, o.grad_dtype);
+  take(b.state_dtype, o.state_dtype);
+  take(b.activation_dtype, o.activation_dtype);
+  take(b.master_dtype, o.master_dtype);
+  take(b.working_dtype, o.working_dtype);
+  take(b.grad_accum_dtype, o.grad_accum_dtype);
+  take(b.batch, o.batch);
+  take(b.seq, o.seq);
+  take(b.grad_accum, o.grad_accum);
+  take(b.attention, o.attention);
+  take(b.recompute, o.recompute);
+  take(b.dropout, o.dropout);
+}
+
+RunSpec resolve(const RunOptions& options) {
+  RunSpec run;
+  run.model = resolve_model(options);
+  run.optimizer = resolve_optimizer(options);
+  run.precision = resolve_precision(options);
+  run.training = resolve_training(options);
+  return run;
+}
+
+}  // namespace memest

@@ -1,0 +1,153 @@
+#include <memest/error.hpp>
+#include <memest/estimate.hpp>
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <array>
+#include <stdexcept>
+
+namespace memest {
+namespace {
+
+constexpr std::array<std::string_view, 3> kAttentionNames = {"eager", "sdpa", "flash"};
+constexpr std::array<std::string_view, 3> kRecomputeNames = {"none", "selective", "full"};
+
+template <typename Enum, std::size_t N>
+Enum parse_name(const std::array<std::string_view, N>& names, std::string_view text,
+                std::string_view what) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == text) return static_cast<Enum>(i);
+  }
+  throw Error(fmt::format("unknown {} \"{}\" (expected one of: {})", what, text,
+                          fmt::join(names, ", ")));
+}
+
+std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
+  return fmt::format("{} B x {} {}", bytes_per_element(d), format_count(elements), what);
+}
+
+Category dtype_category(std::string key, std::string label, std::optional<Dtype> dtype,
+                        std::uint64_t elements, std::string_view what) {
+  Category c{std::move(key), std::move(label), dtype, elements, 0, "not used by this policy"};
+  if (dtype && elements > 0) {
+    c.bytes = bytes_for(*dtype, elements);
+    c.basis = basis(*dtype, elements, what);
+  } else if (dtype) {
+    c.basis = fmt::format("no {}", what);
+  }
+  if (!dtype) c.elements = 0;
+  return c;
+}
+
+Category optimizer_states(const OptimizerBytes& ob, std::uint64_t trainable, Dtype state_dtype) {
+  Category c{"optimizer_states", "optimizer states", state_dtype, trainable, ob.state_bytes, ""};
+  if (ob.states.empty()) {
+    c.basis = "no state";
+    c.dtype.reset();
+    return c;
+  }
+  std::vector<std::string> parts;
+  for (const auto& s : ob.states) {
+    parts.push_back(fmt::format("{} ({})", s.name, s.formula));
+    if (s.dtype != state_dtype) c.dtype.reset();  // mixed dtypes (adam8bit)
+  }
+  c.basis = fmt::format("{}", fmt::join(parts, " + "));
+  return c;
+}
+
+Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
+                       std::optional<std::uint64_t> tensors) {
+  Category c{"optimizer_step", "optimizer step counters", Dtype::fp32, 0, ob.step_bytes, ""};
+  c.on_device = spec.step_on_device;
+  if (!ob.step_counted) {
+    c.bytes.reset();
+    c.dtype = Dtype::fp32;
+    c.basis = "a 4 B step tensor per parameter tensor; tensors unknown for a bare --params count";
+  } else if (ob.step_bytes == 0) {
+    c.dtype.reset();
+    c.basis = "none for this optimizer";
+  } else {
+    c.elements = tensors.value_or(0);
+    c.basis = fmt::format("4 B x {} trainable tensors, in {} memory", ob.step_bytes / 4,
+                          c.on_device ? "device" : "host");
+  }
+  return c;
+}
+
+}  // namespace
+
+std::span<const std::string_view> attention_names() { return kAttentionNames; }
+Attention parse_attention(std::string_view t) {
+  return parse_name<Attention>(kAttentionNames, t, "attention implementation");
+}
+std::string_view attention_name(Attention a) { return kAttentionNames[static_cast<std::size_t>(a)]; }
+std::span<const std::string_view> recompute_names() { return kRecomputeNames; }
+Recompute parse_recompute(std::string_view t) {
+  return parse_name<Recompute>(kRecomputeNames, t, "recompute policy");
+}
+std::string_view recompute_name(Recompute r) { return kRecomputeNames[static_cast<std::size_t>(r)]; }
+
+double Category::bytes_per_element() const {
+  if (!bytes || elements == 0) return 0.0;
+  return static_cast<double>(*bytes) / static_cast<double>(elements);
+}
+
+const Category& Estimate::at(std::string_view key) const {
+  for (const auto& c : categories) {
+    if (c.key == key) return c;
+  }
+  throw std::out_of_range(fmt::format("no category \"{}\"", key));
+}
+
+Estimate estimate(const RunSpec& run) {
+  const auto& inv = run.model.inventory;
+  const auto& p = run.precision;
+  Estimate e;
+  e.params = parameter_count(inv);
+  e.trainable = trainable_count(inv);
+  e.active = run.model.active_params != 0 ? run.model.active_params : e.params;
+  if (inv.shapes_known) e.tensors = tensor_count(inv);
+
+  // Autocast copies only the weights that feed a matmul, and only trainable or frozen alike:
+  // the copy is made whenever the op runs.
+  const std::uint64_t matmul = matmul_weight_count(inv, false);
+  auto& cats = e.categories;
+  cats.push_back(dtype_category("params", "parameters", p.param, e.params, "params"));
+  cats.push_back(dtype_category("working_copies", "autocast weight copies", p.working, matmul,
+                                "matmul weights"));
+  cats.push_back(dtype_category("master_weights", "master weights", p.master, e.trainable,
+                                "trainable params"));
+  cats.push_back(dtype_category("grads", "gradients", p.grad, e.trainable, "trainable params"));
+  cats.push_back(dtype_category("grad_accum", "grad accumulation buffer", p.grad_accum,
+                                e.trainable, "trainable params"));
+
+  const OptimizerBytes ob = optimizer_bytes(run.optimizer, inv, p.state);
+  cats.push_back(optimizer_states(ob, e.trainable, p.state));
+  cats.push_back(step_counters(ob, run.optimizer, inv.shapes_known
+                                                      ? std::optional(trainable_tensor_count(inv))
+                                                      : std::nullopt));
+  for (const auto& a : ob.assumptions) e.assumptions.push_back(a);
+
+  Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
+  act.basis = "not estimated: needs an architecture (--model or --config) and --batch and --seq";
+  cats.push_back(act);
+
+  if (!inv.shapes_known && p.working) {
+    e.assumptions.push_back(
+        "bare parameter count: every parameter is taken as a matmul weight for autocast copies");
+  }
+
+  e.total_complete = true;
+  for (const auto& c : cats) {
+    if (!c.on_device) continue;
+    if (c.bytes) {
+      e.total_bytes = checked_add(e.total_bytes, *c.bytes);
+    } else {
+      e.total_complete = false;
+    }
+  }
+  return e;
+}
+
+}  // namespace memest

@@ -1,0 +1,135 @@
+#include <memest/report.hpp>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#ifndef MEMEST_VERSION
+#define MEMEST_VERSION "0.0.0"
+#endif
+
+namespace memest {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string dtype_or_dash(const std::optional<Dtype>& d) {
+  return d ? std::string(dtype_name(*d)) : "-";
+}
+
+std::string per_element(const Category& c) {
+  if (!c.bytes || c.elements == 0) return "-";
+  return fmt::format("{:.2f}", c.bytes_per_element());
+}
+
+std::string size_cell(const Category& c, Unit unit) {
+  if (!c.bytes) return "not estimated";
+  if (*c.bytes == 0) return "-";
+  return format_bytes(*c.bytes, unit);
+}
+
+std::string model_line(const RunSpec& run, const Estimate& e) {
+  std::string line = fmt::format("model      {}: {} parameters", run.model.name,
+                                 format_count(e.params));
+  if (e.trainable != e.params) line += fmt::format(", {} trainable", format_count(e.trainable));
+  if (e.active != e.params) line += fmt::format(", {} active per token", format_count(e.active));
+  return line;
+}
+
+ordered_json optional_dtype(const std::optional<Dtype>& d) {
+  return d ? ordered_json(dtype_name(*d)) : ordered_json(nullptr);
+}
+
+ordered_json precision_json(const PrecisionPolicy& p) {
+  return {{"name", p.name},
+          {"param_dtype", dtype_name(p.param)},
+          {"working_copy_dtype", optional_dtype(p.working)},
+          {"master_dtype", optional_dtype(p.master)},
+          {"grad_dtype", dtype_name(p.grad)},
+          {"grad_accum_dtype", optional_dtype(p.grad_accum)},
+          {"state_dtype", dtype_name(p.state)},
+          {"activation_dtype", dtype_name(p.activation)},
+          {"autocast", p.autocast}};
+}
+
+ordered_json optimizer_json(const OptimizerSpec& o) {
+  ordered_json j = {{"name", optimizer_name(o.kind)}};
+  if (o.kind == OptimizerKind::sgd_momentum) j["nesterov"] = o.nesterov;
+  if (o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw) j["amsgrad"] = o.amsgrad;
+  if (o.kind == OptimizerKind::rmsprop) {
+    j["momentum"] = o.momentum;
+    j["centered"] = o.centered;
+  }
+  if (o.kind == OptimizerKind::adafactor) j["first_moment"] = o.first_moment;
+  return j;
+}
+
+ordered_json training_json(const TrainingSpec& t) {
+  auto zero_null = [](std::uint64_t v) { return v ? ordered_json(v) : ordered_json(nullptr); };
+  return {{"micro_batch", zero_null(t.micro_batch)},
+          {"seq_len", zero_null(t.seq_len)},
+          {"grad_accum", t.grad_accum},
+          {"attention", attention_name(t.attention)},
+          {"recompute", recompute_name(t.recompute)},
+          {"dropout", t.dropout ? ordered_json(*t.dropout) : ordered_json(nullptr)}};
+}
+
+}  // namespace
+
+std::string_view version() { return MEMEST_VERSION; }
+
+std::string render_table(const RunSpec& run, const Estimate& e, const ReportOptions& options) {
+  std::string out;
+  out += model_line(run, e) + "\n";
+  out += fmt::format("optimizer  {}\n", optimizer_name(run.optimizer.kind));
+  out += fmt::format("precision  {}: {}\n\n", run.precision.name, run.precision.summary);
+  out += fmt::format("{:<26} {:<9} {:>7} {:>16}  {}\n", "category", "dtype", "B/elem", "size",
+                     "basis");
+  for (const auto& c : e.categories) {
+    std::string size = size_cell(c, options.unit);
+    if (!c.on_device && c.bytes && *c.bytes > 0) size += " (host)";
+    out += fmt::format("{:<26} {:<9} {:>7} {:>16}  {}\n", c.label, dtype_or_dash(c.dtype),
+                       per_element(c), size, c.basis);
+  }
+  const char* what = e.total_complete ? "total (sum of the rows above)"
+                                      : "total (sum of the rows above, without activations)";
+  out += fmt::format("{:<44} {:>16}\n", what, format_bytes(e.total_bytes, options.unit));
+  for (const auto& a : e.assumptions) out += fmt::format("assumed: {}\n", a);
+  return out;
+}
+
+std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptions& options) {
+  ordered_json j;
+  j["schema_version"] = kJsonSchemaVersion;
+  j["memest_version"] = version();
+  j["inputs"] = {{"model", {{"name", run.model.name},
+                            {"architecture", run.model.arch ? ordered_json(run.model.arch->model_type)
+                                                            : ordered_json(nullptr)}}},
+                 {"precision", precision_json(run.precision)},
+                 {"optimizer", optimizer_json(run.optimizer)},
+                 {"training", training_json(run.training)}};
+  j["parameters"] = {{"total", e.params},
+                     {"trainable", e.trainable},
+                     {"active", e.active},
+                     {"tensors", e.tensors ? ordered_json(*e.tensors) : ordered_json(nullptr)}};
+  ordered_json cats = ordered_json::object();
+  for (const auto& c : e.categories) {
+    cats[c.key] = {{"label", c.label},
+                   {"dtype", optional_dtype(c.dtype)},
+                   {"elements", c.elements},
+                   {"bytes_per_element", c.bytes_per_element()},
+                   {"bytes", c.bytes ? ordered_json(*c.bytes) : ordered_json(nullptr)},
+                   {"location", c.on_device ? "device" : "host"},
+                   {"basis", c.basis}};
+  }
+  j["categories"] = cats;
+  j["total"] = {{"bytes", e.total_bytes},
+                {"method", "sum"},
+                {"complete", e.total_complete},
+                {"formatted", format_bytes(e.total_bytes, options.unit)}};
+  j["units"] = unit_label(options.unit);
+  j["assumptions"] = e.assumptions;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace memest

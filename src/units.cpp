@@ -1,0 +1,232 @@
+#include <memest/error.hpp>
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cctype>
+#include <optional>
+
+namespace memest {
+namespace {
+
+__extension__ using u128 = unsigned __int128;
+
+constexpr std::uint64_t kMax = UINT64_MAX;
+
+// A decimal number parsed exactly: value = mantissa * 10^exponent. Doubles would turn
+// 6.7B into 6699999999.999, so the digits are kept as an integer.
+struct Decimal {
+  u128 mantissa = 0;
+  int exponent = 0;
+};
+
+std::string quoted(std::string_view text) { return fmt::format("\"{}\"", text); }
+
+// Reads "[digits][.digits][e[+-]digits]" from the front of `text`; returns the rest in `rest`.
+std::optional<Decimal> parse_decimal(std::string_view text, std::string_view& rest) {
+  Decimal d;
+  std::size_t i = 0;
+  bool any_digit = false;
+  bool dot = false;
+  for (; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '.' && !dot) {
+      dot = true;
+      continue;
+    }
+    if (!std::isdigit(static_cast<unsigned char>(c))) break;
+    any_digit = true;
+    if (d.mantissa > (u128{1} << 100)) {  // more digits than matter: drop them, scale instead
+      if (!dot) ++d.exponent;
+      continue;
+    }
+    d.mantissa = d.mantissa * 10 + static_cast<unsigned>(c - '0');
+    if (dot) --d.exponent;
+  }
+  if (!any_digit) return std::nullopt;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E') && i + 1 < text.size()) {
+    std::size_t j = i + 1;
+    bool negative = false;
+    if (text[j] == '+' || text[j] == '-') negative = text[j++] == '-';
+    int exp = 0;
+    std::size_t start = j;
+    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j])) && exp < 1000) {
+      exp = exp * 10 + (text[j++] - '0');
+    }
+    if (j > start) {
+      d.exponent += negative ? -exp : exp;
+      i = j;
+    }
+  }
+  rest = text.substr(i);
+  return d;
+}
+
+// mantissa * 10^exponent * multiplier, rounded down; nullopt on overflow. `exact` reports
+// whether nothing was rounded away.
+std::optional<std::uint64_t> scale(Decimal d, std::uint64_t multiplier, bool& exact) {
+  exact = true;
+  if (d.mantissa == 0) return 0;
+  u128 value = d.mantissa;
+  int e = d.exponent;
+  for (; e > 0; --e) {
+    if (value > u128{kMax} * 10) return std::nullopt;
+    value *= 10;
+  }
+  if (value > u128{kMax} * 10) return std::nullopt;  // bounded before multiplying below
+  u128 divisor = 1;
+  for (; e < 0; ++e) {
+    if (divisor > u128{kMax}) {  // 10^-20 and smaller of anything we accept is zero
+      exact = false;
+      return 0;
+    }
+    divisor *= 10;
+  }
+  // value < 2^68 and multiplier < 2^41 here, so the product fits in 128 bits.
+  if (value > (u128{1} << 86) || multiplier > (std::uint64_t{1} << 41)) return std::nullopt;
+  u128 product = value * multiplier;
+  u128 result = product / divisor;
+  exact = product % divisor == 0;
+  if (result > kMax) return std::nullopt;
+  return static_cast<std::uint64_t>(result);
+}
+
+struct UnitInfo {
+  std::string_view name;
+  std::string_view label;
+  std::uint64_t bytes;
+};
+
+constexpr std::array<UnitInfo, 9> kUnits = {{
+    {"bytes", "B", 1},
+    {"kB", "kB", 1'000},
+    {"KiB", "KiB", 1ULL << 10},
+    {"MB", "MB", 1'000'000},
+    {"MiB", "MiB", 1ULL << 20},
+    {"GB", "GB", 1'000'000'000},
+    {"GiB", "GiB", 1ULL << 30},
+    {"TB", "TB", 1'000'000'000'000},
+    {"TiB", "TiB", 1ULL << 40},
+}};
+
+constexpr std::array<std::string_view, 9> kUnitNames = {"bytes", "kB", "KiB", "MB", "MiB",
+                                                        "GB",    "GiB", "TB",  "TiB"};
+
+std::string joined_unit_names() { return fmt::format("{}", fmt::join(kUnitNames, ", ")); }
+
+}  // namespace
+
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) {
+    throw Error("size overflow: the estimate exceeds 2^64 bytes (18.4 EB); check the inputs");
+  }
+  return r;
+}
+
+std::uint64_t checked_add(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) {
+    throw Error("size overflow: the estimate exceeds 2^64 bytes (18.4 EB); check the inputs");
+  }
+  return r;
+}
+
+std::span<const std::string_view> unit_names() { return kUnitNames; }
+
+Unit parse_unit(std::string_view text) {
+  for (std::size_t i = 0; i < kUnits.size(); ++i) {
+    if (kUnits[i].name == text) return static_cast<Unit>(i);
+  }
+  throw Error(
+      fmt::format("unknown unit {} (expected one of: {})", quoted(text), joined_unit_names()));
+}
+
+std::string_view unit_label(Unit unit) { return kUnits[static_cast<std::size_t>(unit)].label; }
+
+std::uint64_t unit_bytes(Unit unit) { return kUnits[static_cast<std::size_t>(unit)].bytes; }
+
+std::uint64_t parse_count(std::string_view text) {
+  const auto fail = [&](std::string_view why) -> Error {
+    return Error(fmt::format(
+        "{} {} (expected a positive whole count such as 7B, 6.7B, 125M, 1.3e9 or 6738415616)", why,
+        quoted(text)));
+  };
+  std::string_view rest;
+  auto d = parse_decimal(text, rest);
+  if (!d) throw fail("not a count:");
+  std::uint64_t multiplier = 1;
+  if (rest == "k" || rest == "K") {
+    multiplier = 1'000;
+  } else if (rest == "M") {
+    multiplier = 1'000'000;
+  } else if (rest == "B" || rest == "G") {
+    multiplier = 1'000'000'000;
+  } else if (rest == "T") {
+    multiplier = 1'000'000'000'000;
+  } else if (!rest.empty()) {
+    throw fail("not a count:");
+  }
+  bool exact = true;
+  auto value = scale(*d, multiplier, exact);
+  if (!value) throw fail("count too large:");
+  if (!exact) throw fail("not a whole number:");
+  if (*value == 0) throw fail("count must be positive, got");
+  return *value;
+}
+
+std::uint64_t parse_bytes(std::string_view text) {
+  const auto fail = [&](std::string_view why) -> Error {
+    return Error(fmt::format("{} {} (expected a size such as 80GiB, 80GB, 512MiB or 1000000)", why,
+                             quoted(text)));
+  };
+  std::string_view rest;
+  auto d = parse_decimal(text, rest);
+  if (!d) throw fail("not a size:");
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  std::uint64_t multiplier = 1;
+  if (!rest.empty() && rest != "B" && rest != "bytes") {
+    bool found = false;
+    for (const auto& u : kUnits) {
+      if (u.label == rest || (u.name == "kB" && rest == "KB")) {
+        multiplier = u.bytes;
+        found = true;
+      }
+    }
+    if (!found) throw fail("unknown size unit in");
+  }
+  bool exact = true;
+  auto value = scale(*d, multiplier, exact);
+  if (!value) throw fail("size too large:");
+  if (*value == 0) throw fail("size must be positive, got");
+  return *value;
+}
+
+std::string format_bytes(std::uint64_t bytes, Unit unit) {
+  if (unit == Unit::bytes) return format_count(bytes) + " B";
+  const double value = static_cast<double>(bytes) / static_cast<double>(unit_bytes(unit));
+  return fmt::format("{:.2f} {}", value, unit_label(unit));
+}
+
+std::string format_count(std::uint64_t count) {
+  std::string digits = std::to_string(count);
+  std::string out;
+  const std::size_t n = digits.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0 && (n - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string format_count_short(std::uint64_t count) {
+  const double c = static_cast<double>(count);
+  if (count >= 1'000'000'000'000) return fmt::format("{:.2f}T", c / 1e12);
+  if (count >= 1'000'000'000) return fmt::format("{:.2f}B", c / 1e9);
+  if (count >= 1'000'000) return fmt::format("{:.2f}M", c / 1e6);
+  if (count >= 1'000) return fmt::format("{:.2f}k", c / 1e3);
+  return std::to_string(count);
+}
+
+}  // namespace memest

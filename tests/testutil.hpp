@@ -1,0 +1,54 @@
+#pragma once
+
+#include "cli/cli.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace memest::test {
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline std::string data_path(const std::string& rel) {
+  return std::string(MEMEST_TEST_DATA) + "/" + rel;
+}
+
+/// Result of running the CLI in-process.
+struct CliResult {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+inline CliResult run_cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "memest");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  int code = memest::cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+/// Compares `actual` with tests/golden/<name>; MEMEST_UPDATE_GOLDEN=1 rewrites the file.
+inline void expect_golden(const std::string& name, const std::string& actual) {
+  const std::string path = data_path("golden/" + name);
+  if (const char* u = std::getenv("MEMEST_UPDATE_GOLDEN"); u && std::string(u) == "1") {
+    std::ofstream(path, std::ios::binary) << actual;
+    return;
+  }
+  INFO("golden file " << path << " (MEMEST_UPDATE_GOLDEN=1 rewrites it)");
+  REQUIRE(actual == read_file(path));
+}
+
+}  // namespace memest::test
