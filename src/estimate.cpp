@@ -47,10 +47,19 @@ Category optimizer_states(const OptimizerBytes& ob, std::uint64_t trainable, Dty
     c.dtype.reset();
     return c;
   }
-  std::vector<std::string> parts;
+  // States of the same shape read better as one term: "exp_avg + exp_avg_sq: 2 x 4 B x N".
+  std::vector<std::string> names, parts;
+  bool same = true;
   for (const auto& s : ob.states) {
+    names.push_back(s.name);
     parts.push_back(fmt::format("{} ({})", s.name, s.formula));
+    same = same && s.formula == ob.states.front().formula;
     if (s.dtype != state_dtype) c.dtype.reset();  // mixed dtypes (adam8bit)
+  }
+  if (same && ob.states.size() > 1) {
+    c.basis = fmt::format("{}: {} x {}", fmt::join(names, " + "), names.size(),
+                          ob.states.front().formula);
+    return c;
   }
   c.basis = fmt::format("{}", fmt::join(parts, " + "));
   return c;
@@ -63,7 +72,7 @@ Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
   if (!ob.step_counted) {
     c.bytes.reset();
     c.dtype = Dtype::fp32;
-    c.basis = "a 4 B step tensor per parameter tensor; tensors unknown for a bare --params count";
+    c.basis = "4 B per parameter tensor; tensor count unknown for a bare --params count";
   } else if (ob.step_bytes == 0) {
     c.dtype.reset();
     c.basis = "none for this optimizer";

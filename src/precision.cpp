@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <string>
+#include <vector>
 
 namespace memest {
 namespace {
@@ -16,18 +18,18 @@ constexpr std::array<std::string_view, 9> kNames = {
 // run in half precision on copies of the weights, which autograd keeps for backward.
 PrecisionPolicy autocast(std::string name, Dtype half, std::string_view summary) {
   return {std::move(name), Dtype::fp32, half, std::nullopt, Dtype::fp32, std::nullopt,
-          Dtype::fp32,     half,        true, summary};
+          Dtype::fp32,     half,        true, std::string(summary)};
 }
 
 // Master-weight mixed precision (Apex O2, DeepSpeed fp16/bf16, Megatron): half-precision model
 // and grads, fp32 master weights and fp32 optimizer states owned by the optimizer.
 PrecisionPolicy master_weights(std::string name, Dtype half, Dtype grad, std::string_view summary) {
   return {std::move(name), half,  std::nullopt, Dtype::fp32, grad, std::nullopt,
-          Dtype::fp32,     half,  false,        summary};
+          Dtype::fp32,     half,  false,        std::string(summary)};
 }
 
 PrecisionPolicy pure(std::string name, Dtype d, std::string_view summary) {
-  return {std::move(name), d, std::nullopt, std::nullopt, d, std::nullopt, d, d, false, summary};
+  return {std::move(name), d, std::nullopt, std::nullopt, d, std::nullopt, d, d, false, std::string(summary)};
 }
 
 }  // namespace
@@ -78,6 +80,19 @@ PrecisionPolicy apply_overrides(PrecisionPolicy policy, const PrecisionOverrides
   if (o.master) policy.master = *o.master;
   if (o.working) policy.working = *o.working;
   if (o.grad_accum) policy.grad_accum = *o.grad_accum;
+  // The preset's summary no longer holds; say what was changed instead.
+  std::vector<std::string> changed;
+  auto note = [&](const char* what, const auto& given, const std::optional<Dtype>& now) {
+    if (given) changed.push_back(fmt::format("{} {}", what, now ? dtype_name(*now) : "none"));
+  };
+  note("param", o.param, policy.param);
+  note("working copy", o.working, policy.working);
+  note("master", o.master, policy.master);
+  note("grad", o.grad, policy.grad);
+  note("grad accumulation", o.grad_accum, policy.grad_accum);
+  note("state", o.state, policy.state);
+  note("activation", o.activation, policy.activation);
+  policy.summary = fmt::format("preset {} with {}", policy.name, fmt::join(changed, ", "));
   policy.name += "+overrides";
   return policy;
 }

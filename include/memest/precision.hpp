@@ -21,7 +21,7 @@ struct PrecisionPolicy {
   Dtype state = Dtype::fp32;         ///< optimizer states (momentum, variance, ...)
   Dtype activation = Dtype::fp32;    ///< dtype of matmul outputs, so of most saved activations
   bool autocast = false;             ///< ops run under torch.autocast (norms, softmax, loss in fp32)
-  std::string_view summary;          ///< one line: which framework setting this is
+  std::string summary;               ///< one line: which framework setting this is
 };
 
 /// Preset names, in display order: fp32, amp, amp-bf16, mixed, mixed-bf16, mixed-fp32grad,

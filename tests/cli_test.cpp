@@ -1,0 +1,108 @@
+#include "testutil.hpp"
+
+#include <nlohmann/json.hpp>
+
+using memest::test::expect_golden;
+using memest::test::run_cli;
+
+TEST_CASE("golden output of the seed's examples", "[cli]") {
+  auto [name, args] = GENERATE(table<std::string, std::vector<std::string>>({
+      {"seed_fp32.txt", {"--params", "7B", "--optimizer", "adamw"}},
+      {"seed_amp.txt", {"--params", "7B", "--optimizer", "adamw", "--amp"}},
+      {"seed_mixed.txt", {"--params", "7B", "--optimizer", "adamw", "--precision", "mixed"}},
+      {"seed_bf16.txt", {"--params", "7B", "--optimizer", "adamw", "--precision", "bf16"}},
+      {"seed_article.txt", {"--params", "7B", "--optimizer", "adamw", "--precision", "mixed",
+                            "--grad-dtype", "fp16", "--state-dtype", "fp16"}},
+      {"seed_amp.json", {"--params", "7B", "--optimizer", "adamw", "--amp", "--format", "json"}},
+      {"seed_fp32_gib.txt", {"--params", "7B", "--units", "GiB"}},
+  }));
+  CAPTURE(name);
+  auto r = run_cli(args);
+  REQUIRE(r.err.empty());
+  REQUIRE(r.code == 0);
+  expect_golden(name, r.out);
+}
+
+TEST_CASE("JSON carries exact integer bytes under stable keys", "[cli]") {
+  auto r = run_cli({"--params", "7B", "--optimizer", "adamw", "--format", "json"});
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["schema_version"] == 1);
+  REQUIRE(j["categories"]["params"]["bytes"] == 28'000'000'000ULL);
+  REQUIRE(j["categories"]["grads"]["bytes"] == 28'000'000'000ULL);
+  REQUIRE(j["categories"]["optimizer_states"]["bytes"] == 56'000'000'000ULL);
+  REQUIRE(j["categories"]["activations"]["bytes"].is_null());
+  REQUIRE(j["total"]["bytes"] == 112'000'000'000ULL);
+  REQUIRE(j["inputs"]["optimizer"]["name"] == "adamw");
+  REQUIRE(j["parameters"]["total"] == 7'000'000'000ULL);
+}
+
+TEST_CASE("bad input: one line naming the flag, the value and what is accepted; exit 2",
+          "[cli][errors]") {
+  auto [args, message] = GENERATE(table<std::vector<std::string>, std::string>({
+      {{"--params", "7B", "--optimizer", "adamw8"},
+       "memest: error: --optimizer: unknown optimizer \"adamw8\" (expected one of: sgd, "
+       "sgd-momentum, adam, adamw, adagrad, rmsprop, lion, adafactor, adam8bit)"},
+      {{"--params", "7B", "--param-dtype", "fp64"},
+       "memest: error: --param-dtype: unknown dtype \"fp64\" (expected one of: fp32, fp16, bf16, "
+       "fp8_e4m3, fp8_e5m2, int8, int4, nf4)"},
+      {{"--params", "7B", "--precision", "apex"},
+       "memest: error: --precision: unknown precision policy \"apex\" (expected one of: fp32, amp, "
+       "amp-bf16, mixed, mixed-bf16, mixed-fp32grad, mixed-bf16-fp32grad, bf16, fp16)"},
+      {{"--params", "7B", "--units", "gigabytes"},
+       "memest: error: --units: unknown unit \"gigabytes\" (expected one of: bytes, kB, KiB, MB, "
+       "MiB, GB, GiB, TB, TiB)"},
+      {{"--params", "-7B"},
+       "memest: error: --params: not a count: \"-7B\" (expected a positive whole count such as 7B, "
+       "6.7B, 125M, 1.3e9 or 6738415616)"},
+      {{"--params", "0"},
+       "memest: error: --params: count must be positive, got \"0\" (expected a positive whole "
+       "count such as 7B, 6.7B, 125M, 1.3e9 or 6738415616)"},
+      {{"--params", "1.5"},
+       "memest: error: --params: not a whole number: \"1.5\" (expected a positive whole count "
+       "such as 7B, 6.7B, 125M, 1.3e9 or 6738415616)"},
+      {{"--params", "nan"},
+       "memest: error: --params: not a count: \"nan\" (expected a positive whole count such as "
+       "7B, 6.7B, 125M, 1.3e9 or 6738415616)"},
+      {{"--params", "1e25"},
+       "memest: error: --params: count too large: \"1e25\" (expected a positive whole count such "
+       "as 7B, 6.7B, 125M, 1.3e9 or 6738415616)"},
+      {{"--params", "10000000000000000000"},
+       "memest: error: size overflow: the estimate exceeds 2^64 bytes (18.4 EB); check the inputs"},
+      {{"--params", "7B", "--amp", "--precision", "bf16"},
+       "memest: error: --amp conflicts with --precision \"bf16\" (--amp is short for --precision "
+       "amp)"},
+      {{"--params", "7B", "--nesterov"},
+       "memest: error: --nesterov: applies only to optimizer sgd-momentum, got optimizer "
+       "\"adamw\""},
+      {{"--params", "7B", "--format", "yaml"},
+       "memest: error: --format: unknown format \"yaml\" (expected one of: table, json)"},
+      {{"--optimizer", "adamw"},
+       "memest: error: no model given: pass --params N (e.g. 7B), --model NAME or --config PATH"},
+      {{"--params", "7B", "--batch", "4"},
+       "memest: error: --batch needs --seq as well (activations depend on both)"},
+      {{"--params", "7B", "--batch", "four", "--seq", "8"},
+       "memest: error: --batch: expected a positive whole number of sequences, got \"four\""},
+      {{"--params", "7B", "--dropout", "1.5"},
+       "memest: error: --dropout: expected a probability in [0, 1), got \"1.5\""},
+      {{"--params", "7B", "--bogus"},
+       "memest: error: The following argument was not expected: --bogus (see memest --help)"},
+      {{"--params"},
+       "memest: error: --params: 1 required COUNT missing (see memest --help)"},
+  }));
+  CAPTURE(args);
+  auto r = run_cli(args);
+  REQUIRE(r.code == 2);
+  REQUIRE(r.out.empty());
+  REQUIRE(r.err == message + "\n");
+}
+
+TEST_CASE("--help and --version exit 0", "[cli]") {
+  auto h = run_cli({"--help"});
+  REQUIRE(h.code == 0);
+  REQUIRE_THAT(h.out, Catch::Contains("--params") && Catch::Contains("Examples:") &&
+                          Catch::Contains("Exit codes"));
+  auto v = run_cli({"--version"});
+  REQUIRE(v.code == 0);
+  REQUIRE_THAT(v.out, Catch::StartsWith("memest "));
+}
