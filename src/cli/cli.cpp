@@ -33,10 +33,13 @@ class Binder {
  public:
   explicit Binder(CLI::App& app) : app_(app) {}
 
+  /// Flags added from now on are listed under this heading in --help.
+  void group(std::string name) { group_ = std::move(name); }
+
   void text(const std::string& flag, std::optional<Setting<std::string>>& target,
             const std::string& help, const std::string& type = "TEXT") {
     auto& storage = texts_.emplace_back();
-    auto* opt = app_.add_option(flag, storage, help)->type_name(type);
+    auto* opt = app_.add_option(flag, storage, help)->type_name(type)->group(group_);
     collect_.push_back([opt, &storage, &target, flag] {
       if (opt->count() > 0) target = Setting<std::string>{storage, flag};
     });
@@ -44,7 +47,7 @@ class Binder {
 
   void boolean(const std::string& flag, std::optional<Setting<bool>>& target,
                const std::string& help) {
-    auto* opt = app_.add_flag(flag, help);
+    auto* opt = app_.add_flag(flag, help)->group(group_);
     collect_.push_back([opt, &target, flag] {
       if (opt->count() > 0) target = Setting<bool>{true, flag};
     });
@@ -56,6 +59,7 @@ class Binder {
 
  private:
   CLI::App& app_;
+  std::string group_ = "Options";
   std::deque<std::string> texts_;
   std::vector<std::function<void()>> collect_;
 };
@@ -65,9 +69,11 @@ std::string joined(std::span<const std::string_view> names) {
 }
 
 void add_run_flags(Binder& b, RunOptions& o) {
+  b.group("Model (one of)");
   b.text("--params", o.params, "Parameter count: 7B, 6.7B, 125M, 1.3e9, 6738415616", "COUNT");
   b.text("--model", o.model, "A model preset (see 'memest models')", "NAME");
   b.text("--config", o.config, "A Hugging Face config.json", "PATH");
+  b.group("Optimizer");
   b.text("--optimizer", o.optimizer, "Optimizer: " + joined(optimizer_names()) + " (default adamw)",
          "NAME");
   b.boolean("--nesterov", o.nesterov, "sgd-momentum: Nesterov momentum (same state)");
@@ -77,6 +83,7 @@ void add_run_flags(Binder& b, RunOptions& o) {
   b.boolean("--first-moment", o.first_moment, "adafactor: keep exp_avg (beta1 set)");
   b.boolean("--fused-optimizer", o.fused_optimizer,
             "fused/capturable optimizer: step counters in device memory");
+  b.group("Precision");
   b.text("--precision", o.precision, "Precision policy: " + joined(precision_names()) +
          " (default fp32)", "NAME");
   b.boolean("--amp", o.amp, "Short for --precision amp (torch.autocast fp16)");
@@ -89,6 +96,7 @@ void add_run_flags(Binder& b, RunOptions& o) {
   b.text("--working-dtype", o.working_dtype, "Dtype of autocast weight copies, or none", "DTYPE");
   b.text("--grad-accum-dtype", o.grad_accum_dtype,
          "Dtype of a separate gradient accumulation buffer, or none", "DTYPE");
+  b.group("Training");
   b.text("--batch", o.batch, "Micro-batch size (sequences per forward pass)", "N");
   b.text("--seq", o.seq, "Sequence length in tokens", "N");
   b.text("--grad-accum", o.grad_accum, "Micro-batches per optimizer step (default 1)", "N");
@@ -104,9 +112,11 @@ struct OutputFlags {
 
 void add_output_flags(CLI::App& app, OutputFlags& f) {
   app.add_option("--units", f.units, "Units of the table: " + joined(unit_names()) + " (default GB)")
-      ->type_name("UNIT");
+      ->type_name("UNIT")
+      ->group("Output");
   app.add_option("--format", f.format, "Output format: table, json (default table)")
-      ->type_name("FORMAT");
+      ->type_name("FORMAT")
+      ->group("Output");
 }
 
 ReportOptions report_options(const OutputFlags& f) {
