@@ -76,9 +76,12 @@ TEST_CASE("each policy follows its mechanism on several counts and optimizers", 
                                    {"bf16", 2, 0, 0, 2, 2},
                                    {"fp16", 2, 0, 0, 2, 2}}));
   auto n = GENERATE(as<std::uint64_t>{}, 125'000'000, 6'738'415'616, 70'553'706'496);
-  auto [opt, states] = GENERATE(table<OptimizerKind, std::uint64_t>(
-      {{OptimizerKind::sgd, 0}, {OptimizerKind::sgd_momentum, 1}, {OptimizerKind::adamw, 2},
-       {OptimizerKind::adagrad, 1}, {OptimizerKind::lion, 1}}));
+  auto [opt, states] =
+      GENERATE(table<OptimizerKind, std::uint64_t>({{OptimizerKind::sgd, 0},
+                                                    {OptimizerKind::sgd_momentum, 1},
+                                                    {OptimizerKind::adamw, 2},
+                                                    {OptimizerKind::adagrad, 1},
+                                                    {OptimizerKind::lion, 1}}));
   CAPTURE(row.policy, n, optimizer_name(opt));
   auto e = estimate(bare(n, row.policy, opt));
   REQUIRE(bytes(e, "params") == row.param * n);
@@ -86,13 +89,20 @@ TEST_CASE("each policy follows its mechanism on several counts and optimizers", 
   REQUIRE(bytes(e, "master_weights") == row.master * n);
   REQUIRE(bytes(e, "grads") == row.grad * n);
   REQUIRE(bytes(e, "optimizer_states") == states * row.state * n);
-  REQUIRE(e.total_bytes == (row.param + row.working + row.master + row.grad + states * row.state) * n);
+  REQUIRE(e.total_bytes ==
+          (row.param + row.working + row.master + row.grad + states * row.state) * n);
 }
 
 TEST_CASE("step counters are host memory unless the optimizer is fused", "[estimate]") {
   RunSpec r;
   r.model.name = "two tensors";
-  r.model.inventory.groups.push_back({"w", Role::mlp, 10, 10, 3, true, true});
+  r.model.inventory.groups.push_back({.name = "w",
+                                      .role = Role::mlp,
+                                      .rows = 10,
+                                      .cols = 10,
+                                      .count = 3,
+                                      .matmul = true,
+                                      .trainable = true});
   r.precision = precision_preset("fp32");
   r.optimizer.kind = OptimizerKind::adam;
   auto e = estimate(r);
@@ -105,8 +115,20 @@ TEST_CASE("step counters are host memory unless the optimizer is fused", "[estim
 
 TEST_CASE("frozen parameters get no gradients and no optimizer state", "[estimate]") {
   RunSpec r;
-  r.model.inventory.groups.push_back({"frozen", Role::embedding, 100, 10, 1, false, false});
-  r.model.inventory.groups.push_back({"trained", Role::mlp, 10, 10, 1, true, true});
+  r.model.inventory.groups.push_back({.name = "frozen",
+                                      .role = Role::embedding,
+                                      .rows = 100,
+                                      .cols = 10,
+                                      .count = 1,
+                                      .matmul = false,
+                                      .trainable = false});
+  r.model.inventory.groups.push_back({.name = "trained",
+                                      .role = Role::mlp,
+                                      .rows = 10,
+                                      .cols = 10,
+                                      .count = 1,
+                                      .matmul = true,
+                                      .trainable = true});
   r.precision = precision_preset("mixed-bf16");
   r.optimizer.kind = OptimizerKind::adamw;
   auto e = estimate(r);
