@@ -20,12 +20,6 @@ auto parse_setting(const Setting<T>& s, Parse parse) {
   }
 }
 
-template <typename T>
-void take(std::optional<T>& base, const std::optional<T>& over) {
-  if (over) base = over;
-}
-
-std::string where_of(const std::optional<Setting<std::string>>& s) { return s ? s->where : ""; }
 
 bool flag(const std::optional<Setting<bool>>& s) { return s && s->value; }
 
@@ -63,8 +57,8 @@ ModelSpec resolve_model(const RunOptions& o) {
   }
   if (o.params) return model_from_count(parse_setting(*o.params, parse_count));
   const auto& s = o.model ? *o.model : *o.config;
-  throw Error(fmt::format("{}: model presets and config.json files are not supported yet",
-                          s.where));
+  throw Error(
+      fmt::format("{}: model presets and config.json files are not supported yet", s.where));
 }
 
 OptimizerSpec resolve_optimizer(const RunOptions& o) {
@@ -102,8 +96,8 @@ PrecisionPolicy resolve_precision(const RunOptions& o) {
     }
     name = "amp";
   }
-  PrecisionPolicy policy = o.precision ? parse_setting(*o.precision, precision_preset)
-                                       : precision_preset(name);
+  PrecisionPolicy policy =
+      o.precision ? parse_setting(*o.precision, precision_preset) : precision_preset(name);
   PrecisionOverrides ov;
   auto dtype = [](const std::optional<Setting<std::string>>& s, std::optional<Dtype>& out) {
     if (s) out = parse_setting(*s, parse_dtype);
@@ -122,23 +116,53 @@ PrecisionPolicy resolve_precision(const RunOptions& o) {
   return apply_overrides(std::move(policy), ov);
 }
 
-TrainingSpec resolve_training(const RunOptions& o) {
+// Collects the Error of each independent check, so that one run reports every problem.
+class Problems {
+ public:
+  template <typename F>
+  void attempt(F f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      messages_.emplace_back(e.what());
+    }
+  }
+  void throw_if_any() const {
+    if (!messages_.empty()) throw Error(fmt::format("{}", fmt::join(messages_, "\n")));
+  }
+
+ private:
+  std::vector<std::string> messages_;
+};
+
+TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
   TrainingSpec t;
-  auto positive = [](const std::optional<Setting<std::string>>& s, std::string_view what,
-                     std::uint64_t fallback) {
-    if (!s) return fallback;
-    return parse_setting(*s, [&](std::string_view v) { return parse_positive(v, what); });
+  auto positive = [&](const TextSetting& s, std::string_view what, std::uint64_t& out) {
+    if (!s) return;
+    problems.attempt([&] {
+      out = parse_setting(*s, [&](std::string_view v) { return parse_positive(v, what); });
+    });
   };
-  t.micro_batch = positive(o.batch, "sequences", 0);
-  t.seq_len = positive(o.seq, "tokens", 0);
-  t.grad_accum = positive(o.grad_accum, "micro-batches", 1);
-  if (o.attention) t.attention = parse_setting(*o.attention, parse_attention);
-  if (o.recompute) t.recompute = parse_setting(*o.recompute, parse_recompute);
-  if (o.dropout) t.dropout = parse_setting(*o.dropout, parse_probability);
-  if ((t.micro_batch == 0) != (t.seq_len == 0)) {
-    const auto& missing = t.micro_batch == 0 ? "--batch" : "--seq";
-    const auto given = t.micro_batch == 0 ? where_of(o.seq) : where_of(o.batch);
-    throw Error(fmt::format("{} needs {} as well (activations depend on both)", given, missing));
+  positive(o.batch, "sequences", t.micro_batch);
+  positive(o.seq, "tokens", t.seq_len);
+  positive(o.grad_accum, "micro-batches", t.grad_accum);
+  problems.attempt([&] {
+    if (o.attention) t.attention = parse_setting(*o.attention, parse_attention);
+  });
+  problems.attempt([&] {
+    if (o.recompute) t.recompute = parse_setting(*o.recompute, parse_recompute);
+  });
+  problems.attempt([&] {
+    if (o.dropout) t.dropout = parse_setting(*o.dropout, parse_probability);
+  });
+  if (o.batch.has_value() != o.seq.has_value()) {
+    const auto& given = o.batch ? o.batch->where : o.seq->where;
+    problems.attempt([&] {
+      const bool flag_given = given.starts_with("--");
+      const char* other = o.batch ? (flag_given ? "--seq" : "/training/seq_len")
+                                  : (flag_given ? "--batch" : "/training/micro_batch");
+      throw Error(fmt::format("{} needs {} as well (activations depend on both)", given, other));
+    });
   }
   return t;
 }
@@ -146,44 +170,25 @@ TrainingSpec resolve_training(const RunOptions& o) {
 }  // namespace
 
 void merge(RunOptions& b, const RunOptions& o) {
-  take(b.params, o.params);
-  take(b.model, o.model);
-  take(b.config, o.config);
   if (o.params || o.model || o.config) {  // a model given later replaces the earlier one
-    if (!o.params) b.params.reset();
-    if (!o.model) b.model.reset();
-    if (!o.config) b.config.reset();
+    b.params.reset();
+    b.model.reset();
+    b.config.reset();
   }
-  take(b.optimizer, o.optimizer);
-  take(b.nesterov, o.nesterov);
-  take(b.amsgrad, o.amsgrad);
-  take(b.rmsprop_momentum, o.rmsprop_momentum);
-  take(b.centered, o.centered);
-  take(b.first_moment, o.first_moment);
-  take(b.fused_optimizer, o.fused_optimizer);
-  take(b.precision, o.precision);
-  take(b.amp, o.amp);
-  take(b.param_dtype, o.param_dtype);
-  take(b.grad_dtype, o.grad_dtype);
-  take(b.state_dtype, o.state_dtype);
-  take(b.activation_dtype, o.activation_dtype);
-  take(b.master_dtype, o.master_dtype);
-  take(b.working_dtype, o.working_dtype);
-  take(b.grad_accum_dtype, o.grad_accum_dtype);
-  take(b.batch, o.batch);
-  take(b.seq, o.seq);
-  take(b.grad_accum, o.grad_accum);
-  take(b.attention, o.attention);
-  take(b.recompute, o.recompute);
-  take(b.dropout, o.dropout);
+  for (const auto& info : run_option_table()) {
+    if (info.text && o.*info.text) b.*info.text = o.*info.text;
+    if (info.boolean && o.*info.boolean) b.*info.boolean = o.*info.boolean;
+  }
 }
 
 RunSpec resolve(const RunOptions& options) {
   RunSpec run;
-  run.model = resolve_model(options);
-  run.optimizer = resolve_optimizer(options);
-  run.precision = resolve_precision(options);
-  run.training = resolve_training(options);
+  Problems problems;
+  problems.attempt([&] { run.model = resolve_model(options); });
+  problems.attempt([&] { run.optimizer = resolve_optimizer(options); });
+  problems.attempt([&] { run.precision = resolve_precision(options); });
+  run.training = resolve_training(options, problems);
+  problems.throw_if_any();
   return run;
 }
 

@@ -1,9 +1,12 @@
+#include "testutil.hpp"
+
 #include <memest/error.hpp>
 #include <memest/estimate.hpp>
 
 #include <catch2/catch.hpp>
 
 using namespace memest;
+namespace test = memest::test;
 
 namespace {
 
@@ -96,13 +99,7 @@ TEST_CASE("each policy follows its mechanism on several counts and optimizers", 
 TEST_CASE("step counters are host memory unless the optimizer is fused", "[estimate]") {
   RunSpec r;
   r.model.name = "two tensors";
-  r.model.inventory.groups.push_back({.name = "w",
-                                      .role = Role::mlp,
-                                      .rows = 10,
-                                      .cols = 10,
-                                      .count = 3,
-                                      .matmul = true,
-                                      .trainable = true});
+  r.model.inventory.groups.push_back(test::group("w", Role::mlp, 10, 10, 3, true, true));
   r.precision = precision_preset("fp32");
   r.optimizer.kind = OptimizerKind::adam;
   auto e = estimate(r);
@@ -115,20 +112,9 @@ TEST_CASE("step counters are host memory unless the optimizer is fused", "[estim
 
 TEST_CASE("frozen parameters get no gradients and no optimizer state", "[estimate]") {
   RunSpec r;
-  r.model.inventory.groups.push_back({.name = "frozen",
-                                      .role = Role::embedding,
-                                      .rows = 100,
-                                      .cols = 10,
-                                      .count = 1,
-                                      .matmul = false,
-                                      .trainable = false});
-  r.model.inventory.groups.push_back({.name = "trained",
-                                      .role = Role::mlp,
-                                      .rows = 10,
-                                      .cols = 10,
-                                      .count = 1,
-                                      .matmul = true,
-                                      .trainable = true});
+  r.model.inventory.groups.push_back(
+      test::group("frozen", Role::embedding, 100, 10, 1, false, false));
+  r.model.inventory.groups.push_back(test::group("trained", Role::mlp, 10, 10, 1, true, true));
   r.precision = precision_preset("mixed-bf16");
   r.optimizer.kind = OptimizerKind::adamw;
   auto e = estimate(r);

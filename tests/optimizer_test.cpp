@@ -1,28 +1,19 @@
+#include "testutil.hpp"
+
 #include <memest/error.hpp>
 #include <memest/optimizer.hpp>
 
 #include <catch2/catch.hpp>
 
 using namespace memest;
+namespace test = memest::test;
 
 namespace {
 // Two tensors: a 1000x500 matrix and a 500-vector, all trainable.
 Inventory small_model() {
   Inventory inv;
-  inv.groups.push_back({.name = "w",
-                        .role = Role::mlp,
-                        .rows = 1000,
-                        .cols = 500,
-                        .count = 1,
-                        .matmul = true,
-                        .trainable = true});
-  inv.groups.push_back({.name = "b",
-                        .role = Role::mlp,
-                        .rows = 1,
-                        .cols = 500,
-                        .count = 1,
-                        .matmul = false,
-                        .trainable = true});
+  inv.groups.push_back(test::group("w", Role::mlp, 1000, 500, 1, true, true));
+  inv.groups.push_back(test::group("b", Role::mlp, 1, 500, 1, false, true));
   return inv;
 }
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include "cli/cli.hpp"
 
+#include <memest/model.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -22,6 +24,20 @@ inline std::string read_file(const std::string& path) {
 
 inline std::string data_path(const std::string& rel) {
   return std::string(MEMEST_TEST_DATA) + "/" + rel;
+}
+
+/// A trainable-or-frozen group of `count` rows x cols tensors, for hand-built inventories.
+inline TensorGroup group(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,
+                         std::uint64_t count, bool matmul, bool trainable) {
+  TensorGroup g;
+  g.name = std::move(name);
+  g.role = role;
+  g.rows = rows;
+  g.cols = cols;
+  g.count = count;
+  g.matmul = matmul;
+  g.trainable = trainable;
+  return g;
 }
 
 /// Result of running the CLI in-process.

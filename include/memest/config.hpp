@@ -16,32 +16,69 @@ struct Setting {
   std::string where;
 };
 
-/// What the user asked for, before validation: flags and config files both fill this, and
-/// flags override a file. Text values are parsed by resolve(), which names `where` on error.
+using TextSetting = std::optional<Setting<std::string>>;
+using FlagSetting = std::optional<Setting<bool>>;
+
+/// What the user asked for, before validation: flags and run config files both fill this (see
+/// run_option_table), and flags override a file. Text values are parsed by resolve(), which names
+/// `where` on error.
 struct RunOptions {
-  // model: exactly one of these
-  std::optional<Setting<std::string>> params;       ///< "7B", "6738415616"
-  std::optional<Setting<std::string>> model;        ///< a preset name (configs/models)
-  std::optional<Setting<std::string>> config;       ///< path to a Hugging Face config.json
+  // model: exactly one of params, model, config
+  TextSetting params;  ///< "7B", "6738415616"
+  TextSetting model;   ///< a preset name (configs/models)
+  TextSetting config;  ///< path to a Hugging Face config.json
+  TextSetting freeze;  ///< comma-separated roles to freeze
+  TextSetting lora_rank, lora_targets;
+  FlagSetting qlora, double_quant;
   // optimizer
-  std::optional<Setting<std::string>> optimizer;    ///< default adamw
-  std::optional<Setting<bool>> nesterov, amsgrad, rmsprop_momentum, centered, first_moment,
-      fused_optimizer;
+  TextSetting optimizer;  ///< default adamw
+  FlagSetting nesterov, amsgrad, rmsprop_momentum, centered, first_moment, fused_optimizer;
   // precision
-  std::optional<Setting<std::string>> precision;    ///< preset name; default fp32
-  std::optional<Setting<bool>> amp;                 ///< short for precision amp
-  std::optional<Setting<std::string>> param_dtype, grad_dtype, state_dtype, activation_dtype,
-      master_dtype, working_dtype, grad_accum_dtype;
+  TextSetting precision;  ///< preset name; default fp32
+  FlagSetting amp;        ///< short for precision amp
+  TextSetting param_dtype, grad_dtype, state_dtype, activation_dtype, master_dtype, working_dtype,
+      grad_accum_dtype;
   // training
-  std::optional<Setting<std::string>> batch, seq, grad_accum, attention, recompute, dropout;
+  TextSetting batch, seq, grad_accum, attention, recompute, dropout;
+  // hardware
+  TextSetting gpu, budget, reserve;
 };
 
-/// Copies every setting present in `overrides` over `base`.
+/// One run option, spelled as a flag and as a run-config key; the CLI and the config loader are
+/// both generated from the same table, so every flag has a key and every key a flag.
+struct RunOptionInfo {
+  std::string flag;       ///< "--batch"
+  std::string section;    ///< "training"
+  std::string key;        ///< "micro_batch": the JSON pointer is /section/key
+  std::string type_name;  ///< "N", "NAME", ... for --help
+  std::string help;
+  TextSetting RunOptions::*text = nullptr;     ///< set for valued options
+  FlagSetting RunOptions::*boolean = nullptr;  ///< set for on/off options
+  bool json_number = false;                    ///< the key also takes a JSON number
+};
+
+/// Every run option, grouped by section in display order: model, optimizer, precision,
+/// training, hardware.
+const std::vector<RunOptionInfo>& run_option_table();
+
+/// Copies every setting present in `overrides` over `base`. A model given in `overrides`
+/// replaces the base's model, whichever way it was given.
 void merge(RunOptions& base, const RunOptions& overrides);
+
+/// Parses a run config (JSON, comments allowed). Checks keys and JSON types; values are checked
+/// by resolve(). A relative `model.config` path is taken relative to the file. Throws Error
+/// with one line per problem, each `<source>: <pointer>: <problem>`, all problems at once.
+RunOptions parse_run_config(std::string_view json_text, const std::string& source);
+
+/// Reads and parses a run config file; `<path>: cannot open file: <reason>` if unreadable.
+RunOptions load_run_config(const std::string& path);
 
 /// Validates and turns options into a RunSpec: parses counts and names, loads the model, applies
 /// precision overrides. Throws Error naming the setting's `where`, the value and what is
 /// accepted, e.g. `--optimizer: unknown optimizer "adamw8" (expected one of: ...)`.
 RunSpec resolve(const RunOptions& options);
+
+/// Reads a whole file; throws Error `<path>: cannot open file: <reason>`.
+std::string read_text_file(const std::string& path);
 
 }  // namespace memest

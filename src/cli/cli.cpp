@@ -8,8 +8,10 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <cctype>
 #include <deque>
 #include <functional>
+#include <sstream>
 #include <string>
 
 namespace memest::cli {
@@ -27,30 +29,29 @@ Examples:
 Exit codes: 0 ok, 1 a check failed, 2 invalid input, 3 internal error.
 Units: GB = 10^9 bytes, GiB = 2^30 bytes.)";
 
-// Binds flags to RunOptions: each flag writes into stable storage, and after parsing the ones
-// that were given become Settings that remember the flag's name for error messages.
+// Binds the run option table to flags: each flag writes into stable storage, and after parsing
+// the ones that were given become Settings that remember the flag's name for error messages.
 class Binder {
  public:
-  explicit Binder(CLI::App& app) : app_(app) {}
-
-  /// Flags added from now on are listed under this heading in --help.
-  void group(std::string name) { group_ = std::move(name); }
-
-  void text(const std::string& flag, std::optional<Setting<std::string>>& target,
-            const std::string& help, const std::string& type = "TEXT") {
-    auto& storage = texts_.emplace_back();
-    auto* opt = app_.add_option(flag, storage, help)->type_name(type)->group(group_);
-    collect_.push_back([opt, &storage, &target, flag] {
-      if (opt->count() > 0) target = Setting<std::string>{storage, flag};
-    });
-  }
-
-  void boolean(const std::string& flag, std::optional<Setting<bool>>& target,
-               const std::string& help) {
-    auto* opt = app_.add_flag(flag, help)->group(group_);
-    collect_.push_back([opt, &target, flag] {
-      if (opt->count() > 0) target = Setting<bool>{true, flag};
-    });
+  void bind(CLI::App& app, RunOptions& options) {
+    for (const auto& info : run_option_table()) {
+      const std::string group = section_heading(info.section);
+      if (info.boolean) {
+        auto* opt = app.add_flag(info.flag, info.help)->group(group);
+        auto* target = &(options.*info.boolean);
+        collect_.push_back([opt, target, flag = info.flag] {
+          if (opt->count() > 0) *target = Setting<bool>{true, flag};
+        });
+        continue;
+      }
+      auto& storage = texts_.emplace_back();
+      auto* opt =
+          app.add_option(info.flag, storage, info.help)->type_name(info.type_name)->group(group);
+      auto* target = &(options.*info.text);
+      collect_.push_back([opt, &storage, target, flag = info.flag] {
+        if (opt->count() > 0) *target = Setting<std::string>{storage, flag};
+      });
+    }
   }
 
   void collect() {
@@ -58,8 +59,13 @@ class Binder {
   }
 
  private:
-  CLI::App& app_;
-  std::string group_ = "Options";
+  static std::string section_heading(const std::string& section) {
+    if (section == "model") return "Model (--params, --model or --config)";
+    std::string h = section;
+    h[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(h[0])));
+    return h;
+  }
+
   std::deque<std::string> texts_;
   std::vector<std::function<void()>> collect_;
 };
@@ -68,50 +74,18 @@ std::string joined(std::span<const std::string_view> names) {
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
-void add_run_flags(Binder& b, RunOptions& o) {
-  b.group("Model (one of)");
-  b.text("--params", o.params, "Parameter count: 7B, 6.7B, 125M, 1.3e9, 6738415616", "COUNT");
-  b.text("--model", o.model, "A model preset (see 'memest models')", "NAME");
-  b.text("--config", o.config, "A Hugging Face config.json", "PATH");
-  b.group("Optimizer");
-  b.text("--optimizer", o.optimizer, "Optimizer: " + joined(optimizer_names()) + " (default adamw)",
-         "NAME");
-  b.boolean("--nesterov", o.nesterov, "sgd-momentum: Nesterov momentum (same state)");
-  b.boolean("--amsgrad", o.amsgrad, "adam/adamw: keep max_exp_avg_sq");
-  b.boolean("--rmsprop-momentum", o.rmsprop_momentum, "rmsprop: keep a momentum buffer");
-  b.boolean("--centered", o.centered, "rmsprop: keep grad_avg (centered)");
-  b.boolean("--first-moment", o.first_moment, "adafactor: keep exp_avg (beta1 set)");
-  b.boolean("--fused-optimizer", o.fused_optimizer,
-            "fused/capturable optimizer: step counters in device memory");
-  b.group("Precision");
-  b.text("--precision", o.precision, "Precision policy: " + joined(precision_names()) +
-         " (default fp32)", "NAME");
-  b.boolean("--amp", o.amp, "Short for --precision amp (torch.autocast fp16)");
-  const std::string dtypes = joined(dtype_names());
-  b.text("--param-dtype", o.param_dtype, "Dtype of stored parameters: " + dtypes, "DTYPE");
-  b.text("--grad-dtype", o.grad_dtype, "Dtype of gradients", "DTYPE");
-  b.text("--master-dtype", o.master_dtype, "Dtype of master weights, or none", "DTYPE");
-  b.text("--state-dtype", o.state_dtype, "Dtype of optimizer states", "DTYPE");
-  b.text("--activation-dtype", o.activation_dtype, "Dtype of activations", "DTYPE");
-  b.text("--working-dtype", o.working_dtype, "Dtype of autocast weight copies, or none", "DTYPE");
-  b.text("--grad-accum-dtype", o.grad_accum_dtype,
-         "Dtype of a separate gradient accumulation buffer, or none", "DTYPE");
-  b.group("Training");
-  b.text("--batch", o.batch, "Micro-batch size (sequences per forward pass)", "N");
-  b.text("--seq", o.seq, "Sequence length in tokens", "N");
-  b.text("--grad-accum", o.grad_accum, "Micro-batches per optimizer step (default 1)", "N");
-  b.text("--attention", o.attention, "Attention: " + joined(attention_names()), "NAME");
-  b.text("--recompute", o.recompute, "Activation recompute: " + joined(recompute_names()), "NAME");
-  b.text("--dropout", o.dropout, "Override every dropout probability", "P");
-}
-
 struct OutputFlags {
+  std::string file;
   std::string units = "GB";
   std::string format = "table";
 };
 
 void add_output_flags(CLI::App& app, OutputFlags& f) {
-  app.add_option("--units", f.units, "Units of the table: " + joined(unit_names()) + " (default GB)")
+  app.add_option("--file", f.file, "A run config (JSON); flags override its settings")
+      ->type_name("PATH")
+      ->group("Run config");
+  app.add_option("--units", f.units,
+                 "Units of the table: " + joined(unit_names()) + " (default GB)")
       ->type_name("UNIT")
       ->group("Output");
   app.add_option("--format", f.format, "Output format: table, json (default table)")
@@ -127,14 +101,17 @@ ReportOptions report_options(const OutputFlags& f) {
     rethrow_with_context(e, "--units");
   }
   if (f.format != "table" && f.format != "json") {
-    throw Error(fmt::format("--format: unknown format \"{}\" (expected one of: table, json)",
-                            f.format));
+    throw Error(
+        fmt::format("--format: unknown format \"{}\" (expected one of: table, json)", f.format));
   }
   return r;
 }
 
-int run_estimate(const RunOptions& options, const OutputFlags& flags, std::ostream& out) {
+int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::ostream& out) {
   const ReportOptions report = report_options(flags);
+  RunOptions options;
+  if (!flags.file.empty()) options = load_run_config(flags.file);
+  merge(options, flag_options);
   const RunSpec spec = resolve(options);
   const Estimate est = estimate(spec);
   if (flags.format == "json") {
@@ -145,6 +122,12 @@ int run_estimate(const RunOptions& options, const OutputFlags& flags, std::ostre
   return kExitOk;
 }
 
+// An Error may carry several problems, one per line (a run config's); each gets the prefix.
+void print_error(std::ostream& err, const Error& e) {
+  std::istringstream lines(e.what());
+  for (std::string line; std::getline(lines, line);) fmt::print(err, "memest: error: {}\n", line);
+}
+
 }  // namespace
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -153,8 +136,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   app.set_version_flag("--version", fmt::format("memest {}", version()));
   RunOptions options;
   OutputFlags output;
-  Binder binder(app);
-  add_run_flags(binder, options);
+  Binder binder;
+  binder.bind(app, options);
   add_output_flags(app, output);
 
   try {
@@ -173,7 +156,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     binder.collect();
     return run_estimate(options, output, out);
   } catch (const Error& e) {
-    fmt::print(err, "memest: error: {}\n", e.what());
+    print_error(err, e);
     return kExitInvalidInput;
   } catch (const std::exception& e) {
     fmt::print(err, "memest: internal error: {} (please report)\n", e.what());
