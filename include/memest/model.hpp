@@ -1,5 +1,7 @@
 #pragma once
 
+#include <memest/dtype.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -29,6 +31,15 @@ struct TensorGroup {
   std::uint64_t count = 1;  ///< how many tensors of this shape (one per layer, per expert, ...)
   bool matmul = false;      ///< fed to a matmul: autocast casts it, LoRA can target it
   bool trainable = true;
+  /// Stored dtype when it differs from the precision policy's parameter dtype (QLoRA's nf4 base).
+  std::optional<Dtype> storage;
+  /// Quantization constants (absmax scales): stored, but not parameters, so excluded from
+  /// parameter_count, tensor_count and every other count; included in parameter_bytes.
+  bool quant_state = false;
+  /// The module a matmul weight (and its bias) belongs to, as LoRA targets it: "q", "k", "v",
+  /// "o", "qkv" and "kv" (fused), "gate", "up", "down", "gate_up" (fused); "router", "pooler",
+  /// "proj", "lm_head" for the other matmuls; empty for embeddings and norms.
+  std::string kind;
 
   /// rows * cols: elements of one tensor.
   std::uint64_t tensor_elements() const;
@@ -54,18 +65,23 @@ std::uint64_t tensor_count(const Inventory& inventory);
 std::uint64_t trainable_tensor_count(const Inventory& inventory);
 /// Elements of matmul weights (all, or only the trainable ones).
 std::uint64_t matmul_weight_count(const Inventory& inventory, bool trainable_only);
+/// Bytes the stored parameters take: each group in its `storage` dtype, else `default_dtype`,
+/// quant_state groups included; 4-bit tensors round up to a whole byte per tensor.
+std::uint64_t parameter_bytes(const Inventory& inventory, Dtype default_dtype);
 
 /// The architecture facts that decide parameter shapes and activations. Read from a Hugging
-/// Face config.json (config.hpp) or given inline; absent for a bare parameter count.
+/// Face config.json (hf_config.hpp) or given inline; absent for a bare parameter count. The
+/// defaults past `experts_per_token` describe a pre-norm Llama-style decoder, so an inline
+/// architecture that sets only the basic fields gets that layout.
 struct Architecture {
-  std::string model_type;               ///< HF model_type: "llama", "gpt2", ...
+  std::string model_type;               ///< family: "llama", "gpt2", ... ("falcon" for RefinedWeb*)
   std::uint64_t vocab_size = 0;
   std::uint64_t hidden_size = 0;
-  std::uint64_t num_layers = 0;
+  std::uint64_t num_layers = 0;         ///< decoder layers; the encoder's for encoder-decoders
   std::uint64_t num_heads = 0;
   std::uint64_t num_kv_heads = 0;       ///< = num_heads without GQA/MQA
   std::uint64_t head_dim = 0;           ///< = hidden_size / num_heads unless the config says
-  std::uint64_t intermediate_size = 0;  ///< MLP width (per expert for MoE)
+  std::uint64_t intermediate_size = 0;  ///< MLP width (dense layers; per expert for Mixtral)
   std::uint64_t max_positions = 0;      ///< rows of a learned position table, 0 if none
   bool gated_mlp = false;               ///< gate, up and down projections (SwiGLU)
   bool rms_norm = false;                ///< RMSNorm (weight only) instead of LayerNorm
@@ -77,7 +93,60 @@ struct Architecture {
   double embd_dropout = 0.0;            ///< dropout after the embeddings
   std::uint64_t num_experts = 0;        ///< MoE routed experts per MoE layer, 0 for dense
   std::uint64_t experts_per_token = 0;  ///< MoE top-k
+
+  // Norms.
+  std::uint64_t norms_per_layer = 2;  ///< per (encoder) layer: 2 pre-norm, 1 parallel, 4 Gemma-2
+  bool norm_affine = true;            ///< norms have a weight (false: OLMo's parameter-free norm)
+  bool norm_bias = true;              ///< LayerNorms also have a bias (never RMSNorm)
+  bool final_norm = true;             ///< a norm after the last layer (of each stack)
+  bool embedding_norm = false;        ///< a norm right after the embeddings (BERT)
+  bool qk_norm = false;               ///< norms of head_dim on queries and keys (Phi qk_layernorm)
+
+  // Biases and heads.
+  bool qkv_bias = false;       ///< q, k and v projections have biases
+  bool attn_out_bias = false;  ///< the attention output projection has a bias
+  bool mlp_bias = false;       ///< every MLP projection has a bias
+  bool lm_head = true;         ///< an output projection exists (false: an encoder's base model)
+  bool lm_head_bias = false;   ///< the output projection has a bias (GPT-J, Phi)
+  bool pooler = false;         ///< BERT pooler: a dense hidden x hidden layer with bias
+
+  // Tensor layout (decides the tensor count, not the parameter count).
+  bool fused_qkv = false;      ///< one tensor for q, k and v (GPT-2 c_attn, NeoX, Falcon, Phi-3)
+  bool fused_gate_up = false;  ///< one tensor for gate and up (Phi-3)
+
+  // Embeddings.
+  std::uint64_t embedding_dim = 0;    ///< token embedding width when not hidden_size (OPT
+                                      ///< word_embed_proj_dim): adds project_in and project_out
+  std::uint64_t type_vocab_size = 0;  ///< rows of the token-type table (BERT), 0 for none
+
+  // Mixture of experts.
+  std::uint64_t moe_layers = 0;             ///< layers with a MoE block; the rest are dense
+  std::uint64_t moe_intermediate_size = 0;  ///< width of one routed expert
+  std::uint64_t shared_expert_size = 0;     ///< width of the always-active shared MLP, 0 if none
+  std::uint64_t num_shared_experts = 0;     ///< shared experts fused into that width
+  bool shared_expert_gate = false;          ///< Linear(hidden, 1) gate on it (Qwen2-MoE)
+
+  // Multi-head latent attention (DeepSeek-V2); kv_lora_rank > 0 turns it on.
+  std::uint64_t q_lora_rank = 0;       ///< 0: one q_proj, else q_a_proj, q_a_layernorm, q_b_proj
+  std::uint64_t kv_lora_rank = 0;      ///< width of the compressed key/value latent
+  std::uint64_t qk_nope_head_dim = 0;  ///< per-head query/key width without rotary
+  std::uint64_t qk_rope_head_dim = 0;  ///< per-head query/key rotary width (key part shared)
+  std::uint64_t v_head_dim = 0;        ///< per-head value width
+
+  // Encoder-decoder (T5).
+  std::uint64_t num_decoder_layers = 0;          ///< 0 for decoder-only and encoder-only models
+  std::uint64_t relative_attention_buckets = 0;  ///< T5 relative bias (buckets x heads), first
+                                                 ///< layer of each stack
 };
+
+/// The parameter tensors of an architecture, grouped per kind with count = number of layers
+/// (or layers x experts), in Hugging Face module order and naming. Tied embeddings appear once.
+/// Every group is trainable; matmul is set on Linear weights and the lm_head.
+Inventory build_inventory(const Architecture& arch);
+
+/// Parameters used per token: the total minus the routed experts a token skips
+/// ((num_experts - experts_per_token) experts in each MoE layer); the total for dense models.
+std::uint64_t active_parameter_count(const Architecture& arch, const Inventory& inventory);
 
 /// A model as memest sees it: a name, its inventory and, when known, its architecture.
 struct ModelSpec {
