@@ -1,5 +1,6 @@
 #include <memest/config.hpp>
 #include <memest/error.hpp>
+#include <memest/hf_config.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -56,9 +57,12 @@ ModelSpec resolve_model(const RunOptions& o) {
                             fmt::join(names, " and ")));
   }
   if (o.params) return model_from_count(parse_setting(*o.params, parse_count));
-  const auto& s = o.model ? *o.model : *o.config;
-  throw Error(
-      fmt::format("{}: model presets and config.json files are not supported yet", s.where));
+  if (o.model) {
+    return parse_setting(*o.model, [](std::string_view name) { return load_model_preset(name); });
+  }
+  // load_hf_config names the file itself; a flag adds nothing, a run config names its key.
+  if (o.config->where.starts_with("--")) return load_hf_config(o.config->value);
+  return parse_setting(*o.config, [](const std::string& path) { return load_hf_config(path); });
 }
 
 OptimizerSpec resolve_optimizer(const RunOptions& o) {
@@ -114,6 +118,34 @@ PrecisionPolicy resolve_precision(const RunOptions& o) {
   optional_dtype(o.working_dtype, ov.working);
   optional_dtype(o.grad_accum_dtype, ov.grad_accum);
   return apply_overrides(std::move(policy), ov);
+}
+
+std::optional<Budget> resolve_budget(const RunOptions& o) {
+  if (o.gpu && o.budget) {
+    throw Error(fmt::format("{} \"{}\" conflicts with {} \"{}\" (give a GPU or a budget)",
+                            o.gpu->where, o.gpu->value, o.budget->where, o.budget->value));
+  }
+  std::optional<std::uint64_t> reserve;
+  if (o.reserve) {
+    reserve = parse_setting(*o.reserve, [](std::string_view v) {
+      return v == "0" ? std::uint64_t{0} : parse_bytes(v);
+    });
+  }
+  if (o.gpu) {
+    const Gpu& g = parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& {
+      return find_gpu(v);
+    });
+    return Budget{g.capacity, reserve.value_or(kDefaultReserve), std::string(g.name)};
+  }
+  if (o.budget) {
+    const auto bytes = parse_setting(*o.budget, parse_bytes);
+    return Budget{bytes, reserve.value_or(0), fmt::format("budget {}", o.budget->value)};
+  }
+  if (o.reserve) {
+    throw Error(fmt::format("{} needs --gpu or --budget (a reserve is taken from a device's memory)",
+                            o.reserve->where));
+  }
+  return std::nullopt;
 }
 
 // Collects the Error of each independent check, so that one run reports every problem.
@@ -188,6 +220,7 @@ RunSpec resolve(const RunOptions& options) {
   problems.attempt([&] { run.optimizer = resolve_optimizer(options); });
   problems.attempt([&] { run.precision = resolve_precision(options); });
   run.training = resolve_training(options, problems);
+  problems.attempt([&] { run.budget = resolve_budget(options); });
   problems.throw_if_any();
   return run;
 }

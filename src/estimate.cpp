@@ -139,7 +139,9 @@ Estimate estimate(const RunSpec& run) {
   for (const auto& a : ob.assumptions) e.assumptions.push_back(a);
 
   Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
-  act.basis = "not estimated: needs an architecture (--model or --config) and --batch and --seq";
+  act.basis = run.model.arch ? "not estimated: needs --batch and --seq"
+                             : "not estimated: needs an architecture (--model or --config) and "
+                               "--batch and --seq";
   cats.push_back(act);
 
   if (!inv.shapes_known && p.working) {

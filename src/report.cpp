@@ -25,6 +25,8 @@ std::string per_element(const Category& c) {
 std::string size_cell(const Category& c, Unit unit) {
   if (!c.bytes) return "not estimated";
   if (*c.bytes == 0) return "-";
+  // A few bytes (step counters) would print as 0.00 GB; show them exactly instead.
+  if (*c.bytes * 100 < unit_bytes(unit)) return format_bytes(*c.bytes, Unit::bytes);
   return format_bytes(*c.bytes, unit);
 }
 

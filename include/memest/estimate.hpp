@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memest/dtype.hpp>
+#include <memest/hardware.hpp>
 #include <memest/model.hpp>
 #include <memest/optimizer.hpp>
 #include <memest/precision.hpp>
@@ -45,6 +46,7 @@ struct RunSpec {
   PrecisionPolicy precision;
   OptimizerSpec optimizer;
   TrainingSpec training;
+  std::optional<Budget> budget;  ///< the device memory to check against, when given
 };
 
 /// One category of memory. Keys are stable (JSON): params, working_copies, master_weights,

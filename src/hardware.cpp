@@ -1,0 +1,68 @@
+#include <memest/error.hpp>
+#include <memest/hardware.hpp>
+#include <memest/suggest.hpp>
+
+#include <fmt/format.h>
+
+namespace memest {
+namespace {
+
+constexpr std::uint64_t MiB = 1ULL << 20;
+constexpr std::uint64_t GiB = 1ULL << 30;
+constexpr std::uint64_t GB = 1'000'000'000ULL;
+
+}  // namespace
+
+const std::vector<Gpu>& gpu_presets() {
+  // NVML totals (what nvidia-smi and torch.cuda report) as published in Modal's "Why does an
+  // NVIDIA H100 80GB card offer 85.52 GB?" table; the others are datasheet sizes, where a
+  // vendor's "GB" of HBM is GiB for NVIDIA and AMD parts and GB for Intel Gaudi.
+  static const std::vector<Gpu> gpus = {
+      {"t4", "NVIDIA T4 16GB", 15'360 * MiB, "nvml"},
+      {"v100-16gb", "NVIDIA V100 16GB", 16 * GiB, "datasheet"},
+      {"v100-32gb", "NVIDIA V100 32GB", 32 * GiB, "datasheet"},
+      {"a10", "NVIDIA A10/A10G 24GB", 23'028 * MiB, "nvml"},
+      {"l4", "NVIDIA L4 24GB", 23'034 * MiB, "nvml"},
+      {"rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24 * GiB, "datasheet"},
+      {"rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24 * GiB, "datasheet"},
+      {"a100-40gb", "NVIDIA A100 40GB", 40'960 * MiB, "nvml"},
+      {"l40s", "NVIDIA L40S 48GB", 46'068 * MiB, "nvml"},
+      {"a100-80gb", "NVIDIA A100 80GB", 81'920 * MiB, "nvml"},
+      {"h100-80gb", "NVIDIA H100 80GB (SXM/PCIe)", 81'559 * MiB, "nvml"},
+      {"h100-nvl-94gb", "NVIDIA H100 NVL 94GB", 94 * GiB, "datasheet"},
+      {"h200-141gb", "NVIDIA H200 141GB", 143'771 * MiB, "nvml"},
+      {"b200-192gb", "NVIDIA B200 192GB", 192 * GiB, "datasheet"},
+      {"mi250x", "AMD Instinct MI250X, one GCD (64 GB of the card's 128 GB)", 64 * GiB,
+       "datasheet"},
+      {"mi300x", "AMD Instinct MI300X 192GB", 192 * GiB, "datasheet"},
+      {"gaudi2", "Intel Gaudi 2 96GB", 96 * GB, "datasheet"},
+      {"gaudi3", "Intel Gaudi 3 128GB", 128 * GB, "datasheet"},
+  };
+  return gpus;
+}
+
+const Gpu& find_gpu(std::string_view name) {
+  std::vector<std::string_view> names;
+  for (const auto& g : gpu_presets()) {
+    if (g.name == name) return g;
+    names.push_back(g.name);
+  }
+  std::string hint = did_you_mean(name, names);
+  throw Error(fmt::format("unknown GPU \"{}\"{} (expected one of: {})", name, hint,
+                          fmt::join(names, ", ")));
+}
+
+BudgetCheck check_budget(std::uint64_t need, const Budget& budget) {
+  BudgetCheck c;
+  c.need = need;
+  c.usable = budget.usable();
+  c.fits = need <= c.usable;
+  if (c.fits) {
+    c.headroom = c.usable - need;
+  } else {
+    c.over = need - c.usable;
+  }
+  return c;
+}
+
+}  // namespace memest
