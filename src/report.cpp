@@ -134,4 +134,52 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   return j.dump(2) + "\n";
 }
 
+std::string render_models_table(const std::vector<PresetInfo>& presets) {
+  std::string out = fmt::format("{:<26} {:<12} {:>18} {:>18}\n", "model", "family", "parameters",
+                                "active per token");
+  for (const auto& p : presets) {
+    out += fmt::format("{:<26} {:<12} {:>18} {:>18}\n", p.name, p.family, format_count(p.params),
+                       format_count(p.active_params));
+  }
+  return out;
+}
+
+std::string render_models_json(const std::vector<PresetInfo>& presets) {
+  ordered_json list = ordered_json::array();
+  for (const auto& p : presets) {
+    list.push_back({{"name", p.name},
+                    {"family", p.family},
+                    {"params", p.params},
+                    {"active_params", p.active_params}});
+  }
+  ordered_json j = {{"schema_version", kJsonSchemaVersion}, {"models", list}};
+  return j.dump(2) + "\n";
+}
+
+std::string render_gpus_table(const std::vector<Gpu>& gpus, Unit unit) {
+  std::string out = fmt::format("{:<14} {:>12} {:>12}  {:<9}  {}\n", "gpu", "capacity", "", "source",
+                                "device");
+  for (const auto& g : gpus) {
+    out += fmt::format("{:<14} {:>12} {:>12}  {:<9}  {}\n", g.name, format_bytes(g.capacity, unit),
+                       format_bytes(g.capacity, Unit::GiB), g.source, g.label);
+  }
+  out += fmt::format("default reserve {} per device for the CUDA context and workspaces (--reserve)\n",
+                     format_bytes(kDefaultReserve, Unit::GiB));
+  return out;
+}
+
+std::string render_gpus_json(const std::vector<Gpu>& gpus) {
+  ordered_json list = ordered_json::array();
+  for (const auto& g : gpus) {
+    list.push_back({{"name", g.name},
+                    {"label", g.label},
+                    {"capacity_bytes", g.capacity},
+                    {"source", g.source}});
+  }
+  ordered_json j = {{"schema_version", kJsonSchemaVersion},
+                    {"default_reserve_bytes", kDefaultReserve},
+                    {"gpus", list}};
+  return j.dump(2) + "\n";
+}
+
 }  // namespace memest

@@ -1,9 +1,12 @@
 #pragma once
 
 #include <memest/estimate.hpp>
+#include <memest/hardware.hpp>
+#include <memest/hf_config.hpp>
 #include <memest/units.hpp>
 
 #include <string>
+#include <vector>
 
 namespace memest {
 
@@ -25,5 +28,15 @@ std::string render_table(const RunSpec& run, const Estimate& est, const ReportOp
 /// JSON with stable snake_case keys, integer byte counts, the inputs echoed back and
 /// `schema_version`. Categories not estimated have `"bytes": null`. Ends with a newline.
 std::string render_json(const RunSpec& run, const Estimate& est, const ReportOptions& options);
+
+/// The model presets as a table: name, family, parameters, active parameters.
+std::string render_models_table(const std::vector<PresetInfo>& presets);
+/// The model presets as JSON: {"schema_version", "models": [{name, family, params, active_params}]}.
+std::string render_models_json(const std::vector<PresetInfo>& presets);
+
+/// The GPU presets as a table: name, capacity in `unit` and GiB, source, label.
+std::string render_gpus_table(const std::vector<Gpu>& gpus, Unit unit);
+/// The GPU presets as JSON: {"schema_version", "default_reserve_bytes", "gpus": [...]}.
+std::string render_gpus_json(const std::vector<Gpu>& gpus);
 
 }  // namespace memest

@@ -107,6 +107,20 @@ ReportOptions report_options(const OutputFlags& f) {
   return r;
 }
 
+int run_models(const OutputFlags& flags, std::ostream& out) {
+  report_options(flags);  // validates --format and --units
+  const auto presets = model_presets();
+  out << (flags.format == "json" ? render_models_json(presets) : render_models_table(presets));
+  return kExitOk;
+}
+
+int run_gpus(const OutputFlags& flags, std::ostream& out) {
+  const auto report = report_options(flags);
+  out << (flags.format == "json" ? render_gpus_json(gpu_presets())
+                                 : render_gpus_table(gpu_presets(), report.unit));
+  return kExitOk;
+}
+
 int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::ostream& out) {
   const ReportOptions report = report_options(flags);
   RunOptions options;
@@ -139,6 +153,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   Binder binder;
   binder.bind(app, options);
   add_output_flags(app, output);
+  app.require_subcommand(0, 1);
+  auto* models = app.add_subcommand("models", "List the model presets with their parameter counts");
+  auto* gpus = app.add_subcommand("gpus", "List the GPU presets with their memory");
+  for (auto* sub : {models, gpus}) sub->fallthrough();
 
   try {
     app.parse(argc, argv);
@@ -154,6 +172,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   }
   try {
     binder.collect();
+    if (models->parsed()) return run_models(output, out);
+    if (gpus->parsed()) return run_gpus(output, out);
     return run_estimate(options, output, out);
   } catch (const Error& e) {
     print_error(err, e);
