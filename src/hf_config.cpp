@@ -520,7 +520,16 @@ ModelSpec load_model_preset(std::string_view name) {
       best_distance = d;
     }
   }
-  if (!best.empty() && best_distance <= std::max<std::size_t>(2, name.size() / 4)) {
+  const bool close = !best.empty() && best_distance <= std::max<std::size_t>(2, name.size() / 4);
+  if (!close) {
+    // "mistral-7b" -> "mistral-7b-v0.1": a name that begins a preset's name is a short form.
+    std::vector<std::string_view> longer;
+    for (const auto& entry : presets) {
+      if (!name.empty() && entry.first.starts_with(name)) longer.push_back(entry.first);
+    }
+    if (!longer.empty()) best = *std::min_element(longer.begin(), longer.end());
+  }
+  if (close || (!best.empty() && !name.empty() && best.starts_with(name))) {
     throw Error(fmt::format(
         "unknown model preset \"{}\" (did you mean \"{}\"?; see 'memest models')", name, best));
   }

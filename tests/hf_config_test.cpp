@@ -238,3 +238,39 @@ TEST_CASE("comments are allowed and a missing file is named", "[hf_config]") {
   REQUIRE_THROWS_WITH(load_hf_config("no/such/config.json"),
                       "no/such/config.json: cannot open file: No such file or directory");
 }
+
+TEST_CASE("presets are the shipped config.json files with their exact counts", "[hf_config]") {
+  const auto expected =
+      nlohmann::json::parse(test::read_file(test::data_path("data/model_counts.json")));
+  const std::vector<PresetInfo> presets = model_presets();
+  REQUIRE(presets.size() >= 18);
+  REQUIRE(std::is_sorted(presets.begin(), presets.end(),
+                         [](const auto& a, const auto& b) { return a.name < b.name; }));
+  for (const PresetInfo& p : presets) {
+    INFO("preset " << p.name);
+    // Every preset is a copy of a zoo config under the same name.
+    REQUIRE(expected.contains(p.name));
+    CHECK(p.params == expected.at(p.name).at("params").get<std::uint64_t>());
+    const ModelSpec m = load_model_preset(p.name);
+    CHECK(m.name == p.name);
+    CHECK(m.arch->model_type == p.family);
+    CHECK(m.active_params == p.active_params);
+  }
+  const auto mixtral = std::find_if(presets.begin(), presets.end(),
+                                    [](const auto& p) { return p.name == "mixtral-8x7b"; });
+  REQUIRE(mixtral != presets.end());
+  CHECK(mixtral->params == 46702792704);
+  CHECK(mixtral->active_params == 12879925248);
+}
+
+TEST_CASE("an unknown preset suggests the closest name", "[hf_config]") {
+  auto [name, message] = GENERATE(table<std::string, std::string>({
+      {"llama2-7b",
+       "unknown model preset \"llama2-7b\" (did you mean \"llama-2-7b\"?; see 'memest models')"},
+      {"mistral-7b",
+       "unknown model preset \"mistral-7b\" (did you mean \"mistral-7b-v0.1\"?; see 'memest "
+       "models')"},
+      {"bloom-176b", "unknown model preset \"bloom-176b\" (see 'memest models')"},
+  }));
+  REQUIRE_THROWS_WITH(load_model_preset(name), message);
+}
