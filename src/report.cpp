@@ -182,4 +182,68 @@ std::string render_gpus_json(const std::vector<Gpu>& gpus) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+std::string_view status_name(CheckStatus s) {
+  switch (s) {
+    case CheckStatus::fits:
+      return "fits";
+    case CheckStatus::over:
+      return "over";
+    case CheckStatus::invalid:
+      return "invalid";
+  }
+  return "invalid";
+}
+
+}  // namespace
+
+std::string render_check_table(const std::vector<CheckResult>& results, Unit unit) {
+  std::string out;
+  std::size_t counts[3] = {0, 0, 0};
+  for (const auto& r : results) {
+    ++counts[static_cast<std::size_t>(r.status)];
+    if (r.status == CheckStatus::invalid) {
+      for (std::string_view p : r.problems) {
+        if (p.starts_with(r.file + ": ")) p.remove_prefix(r.file.size() + 2);  // named already
+        out += fmt::format("{}: invalid: {}\n", r.file, p);
+      }
+      continue;
+    }
+    const auto& c = *r.check;
+    const std::string verdict = c.fits ? fmt::format("fits, headroom {}", format_bytes(c.headroom, unit))
+                                       : fmt::format("over by {}", format_bytes(c.over, unit));
+    out += fmt::format("{}: {}: needs {} of {} usable on {}{}\n", r.file, verdict,
+                       format_bytes(c.need, unit), format_bytes(c.usable, unit), r.budget->source,
+                       r.activations_estimated ? "" : " (activations not estimated)");
+  }
+  out += fmt::format("{} fit, {} over, {} invalid\n", counts[0], counts[1], counts[2]);
+  return out;
+}
+
+std::string render_check_json(const std::vector<CheckResult>& results) {
+  ordered_json list = ordered_json::array();
+  std::size_t counts[3] = {0, 0, 0};
+  for (const auto& r : results) {
+    ++counts[static_cast<std::size_t>(r.status)];
+    ordered_json j = {{"file", r.file}, {"status", status_name(r.status)}};
+    if (r.check) {
+      j["need_bytes"] = r.check->need;
+      j["usable_bytes"] = r.check->usable;
+      j["headroom_bytes"] = r.check->headroom;
+      j["over_bytes"] = r.check->over;
+      j["budget"] = {{"source", r.budget->source},
+                     {"capacity_bytes", r.budget->capacity},
+                     {"reserve_bytes", r.budget->reserve}};
+      j["activations_estimated"] = r.activations_estimated;
+    }
+    j["problems"] = r.problems;
+    list.push_back(j);
+  }
+  ordered_json j = {{"schema_version", kJsonSchemaVersion},
+                    {"results", list},
+                    {"summary", {{"fits", counts[0]}, {"over", counts[1]}, {"invalid", counts[2]}}}};
+  return j.dump(2) + "\n";
+}
+
 }  // namespace memest

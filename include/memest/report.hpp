@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memest/check.hpp>
 #include <memest/estimate.hpp>
 #include <memest/hardware.hpp>
 #include <memest/hf_config.hpp>
@@ -38,5 +39,11 @@ std::string render_models_json(const std::vector<PresetInfo>& presets);
 std::string render_gpus_table(const std::vector<Gpu>& gpus, Unit unit);
 /// The GPU presets as JSON: {"schema_version", "default_reserve_bytes", "gpus": [...]}.
 std::string render_gpus_json(const std::vector<Gpu>& gpus);
+
+/// One line per checked file: "fits, headroom X", "over by X" or "invalid: reason" (one line
+/// per problem), then a summary line.
+std::string render_check_table(const std::vector<CheckResult>& results, Unit unit);
+/// The check results as JSON with exact bytes and a summary of counts per status.
+std::string render_check_json(const std::vector<CheckResult>& results);
 
 }  // namespace memest

@@ -121,6 +121,22 @@ int run_gpus(const OutputFlags& flags, std::ostream& out) {
   return kExitOk;
 }
 
+int run_check(const std::vector<std::string>& files, const RunOptions& overrides,
+              const OutputFlags& flags, std::ostream& out) {
+  const auto report = report_options(flags);
+  if (!flags.file.empty()) throw Error("--file: not used by check (pass the files as arguments)");
+  std::vector<CheckResult> results;
+  for (const auto& f : files) results.push_back(check_run_file(f, overrides));
+  out << (flags.format == "json" ? render_check_json(results)
+                                 : render_check_table(results, report.unit));
+  int code = kExitOk;
+  for (const auto& r : results) {
+    if (r.status == CheckStatus::invalid) return kExitInvalidInput;
+    if (r.status == CheckStatus::over) code = kExitCheckFailed;
+  }
+  return code;
+}
+
 int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::ostream& out) {
   const ReportOptions report = report_options(flags);
   RunOptions options;
@@ -156,7 +172,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   app.require_subcommand(0, 1);
   auto* models = app.add_subcommand("models", "List the model presets with their parameter counts");
   auto* gpus = app.add_subcommand("gpus", "List the GPU presets with their memory");
-  for (auto* sub : {models, gpus}) sub->fallthrough();
+  auto* check = app.add_subcommand(
+      "check", "Check run config files against their budgets: exit 0 all fit, 1 some over, 2 some invalid");
+  std::vector<std::string> check_files;
+  check->add_option("files", check_files, "Run config files (JSON)")->required()->type_name("FILE");
+  for (auto* sub : {models, gpus, check}) sub->fallthrough();
 
   try {
     app.parse(argc, argv);
@@ -174,6 +194,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     binder.collect();
     if (models->parsed()) return run_models(output, out);
     if (gpus->parsed()) return run_gpus(output, out);
+    if (check->parsed()) return run_check(check_files, options, output, out);
     return run_estimate(options, output, out);
   } catch (const Error& e) {
     print_error(err, e);

@@ -1,0 +1,34 @@
+#include <memest/check.hpp>
+#include <memest/error.hpp>
+
+#include <sstream>
+
+namespace memest {
+
+std::uint64_t bytes_needed(const Estimate& estimate) { return estimate.total_bytes; }
+
+CheckResult check_run_file(const std::string& path, const RunOptions& overrides) {
+  CheckResult result;
+  result.file = path;
+  try {
+    RunOptions options = load_run_config(path);
+    merge(options, overrides);
+    const RunSpec run = resolve(options);
+    if (!run.budget) {
+      throw Error(path + ": /hardware: no budget: set hardware.gpu (see 'memest gpus') or "
+                         "hardware.budget");
+    }
+    const Estimate est = estimate(run);
+    result.budget = run.budget;
+    result.check = check_budget(bytes_needed(est), *run.budget);
+    result.activations_estimated = est.at("activations").bytes.has_value();
+    result.status = result.check->fits ? CheckStatus::fits : CheckStatus::over;
+  } catch (const Error& e) {
+    std::istringstream lines(e.what());
+    for (std::string line; std::getline(lines, line);) result.problems.push_back(line);
+    result.status = CheckStatus::invalid;
+  }
+  return result;
+}
+
+}  // namespace memest
