@@ -12,7 +12,7 @@
 namespace memest {
 namespace {
 
-constexpr std::array<std::string_view, 8> kTargets = {"q",  "k",    "v",    "o",
+constexpr std::array<std::string_view, 8> kTargets = {"q",    "k",  "v",    "o",
                                                       "gate", "up", "down", "all-linear"};
 
 // Whether LoRA adapts this matmul weight. A fused module is adapted once when any of its parts
@@ -81,7 +81,8 @@ void apply_lora(ModelSpec& model, const LoraSpec& spec) {
   }
   if (spec.rank == 0) throw Error("LoRA rank: expected a positive integer, got 0");
   if (spec.targets.empty()) {
-    throw Error(fmt::format("LoRA targets: expected at least one of: {}", fmt::join(kTargets, ", ")));
+    throw Error(
+        fmt::format("LoRA targets: expected at least one of: {}", fmt::join(kTargets, ", ")));
   }
   std::set<std::string, std::less<>> targets;
   for (const auto& t : spec.targets) {
@@ -124,10 +125,11 @@ void apply_lora(ModelSpec& model, const LoraSpec& spec) {
   }
   if (adapter_active == 0) {
     std::vector<std::string> names(targets.begin(), targets.end());
-    throw Error(fmt::format(
-        "LoRA targets \"{}\" match no module of this {} model (its modules: {}; expected one of: {})",
-        fmt::join(names, ","), model.arch->model_type, fmt::join(kinds, ", "),
-        fmt::join(kTargets, ", ")));
+    throw Error(
+        fmt::format("LoRA targets \"{}\" match no module of this {} model (its modules: {}; "
+                    "expected one of: {})",
+                    fmt::join(names, ","), model.arch->model_type, fmt::join(kinds, ", "),
+                    fmt::join(kTargets, ", ")));
   }
   inv.groups.insert(inv.groups.end(), added.begin(), added.end());
   model.active_params = checked_add(model.active_params, adapter_active);

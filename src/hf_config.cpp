@@ -26,21 +26,27 @@ namespace {
 using nlohmann::json;
 
 constexpr std::array<std::string_view, 19> kModelTypes = {
-    "bert",  "deepseek_v2", "falcon", "gemma", "gemma2",    "gpt2",    "gpt_neox",
-    "gptj",  "llama",       "mistral", "mixtral", "olmo",   "opt",     "phi",
-    "phi3",  "qwen2",       "qwen2_moe", "roberta", "t5"};
+    "bert", "deepseek_v2", "falcon",    "gemma",   "gemma2", "gpt2", "gpt_neox",
+    "gptj", "llama",       "mistral",   "mixtral", "olmo",   "opt",  "phi",
+    "phi3", "qwen2",       "qwen2_moe", "roberta", "t5"};
 
 // "string \"32\"", "number -2", "boolean true", "null", "array", "object".
 std::string describe(const json& v) {
   switch (v.type()) {
-    case json::value_t::string: return "string " + v.dump();
-    case json::value_t::boolean: return "boolean " + v.dump();
+    case json::value_t::string:
+      return "string " + v.dump();
+    case json::value_t::boolean:
+      return "boolean " + v.dump();
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float: return "number " + v.dump();
-    case json::value_t::null: return "null";
-    case json::value_t::array: return "array";
-    default: return "object";
+    case json::value_t::number_float:
+      return "number " + v.dump();
+    case json::value_t::null:
+      return "null";
+    case json::value_t::array:
+      return "array";
+    default:
+      return "object";
   }
 }
 
@@ -62,10 +68,11 @@ class Reader {
                                         bool allow_zero = false) const {
     const auto [key, v] = find(keys);
     if (v == nullptr) return std::nullopt;
-    const bool ok = v->is_number_unsigned() || (v->is_number_integer() && v->get<std::int64_t>() >= 0);
+    const bool ok =
+        v->is_number_unsigned() || (v->is_number_integer() && v->get<std::int64_t>() >= 0);
     if (!ok || (!allow_zero && v->get<std::uint64_t>() == 0)) {
-      fail(key, fmt::format("expected a {} integer, got {}", allow_zero ? "non-negative" : "positive",
-                            describe(*v)));
+      fail(key, fmt::format("expected a {} integer, got {}",
+                            allow_zero ? "non-negative" : "positive", describe(*v)));
     }
     return v->get<std::uint64_t>();
   }
@@ -120,7 +127,8 @@ class Reader {
   }
 
  private:
-  std::pair<std::string_view, const json*> find(std::initializer_list<std::string_view> keys) const {
+  std::pair<std::string_view, const json*> find(
+      std::initializer_list<std::string_view> keys) const {
     for (std::string_view k : keys) {
       const auto it = root_.find(k);
       if (it != root_.end() && !it->is_null()) return {k, &*it};
@@ -251,8 +259,8 @@ void read_opt(const Reader& r, Architecture& a) {
   a.embedding_dim = r.uint({"word_embed_proj_dim"}, a.hidden_size);
   a.qkv_bias = a.attn_out_bias = a.mlp_bias = r.boolean({"enable_bias"}, true);
   a.norm_affine = r.boolean({"layer_norm_elementwise_affine"}, true);
-  a.final_norm = r.boolean({"do_layer_norm_before"}, true) &&
-                 !r.boolean({"_remove_final_layer_norm"}, false);
+  a.final_norm =
+      r.boolean({"do_layer_norm_before"}, true) && !r.boolean({"_remove_final_layer_norm"}, false);
   a.activation = r.string({"activation_function"}, "relu");
   a.attn_dropout = r.probability({"attention_dropout"}, 0.0);
   a.resid_dropout = r.probability({"dropout"}, 0.1);
@@ -402,8 +410,9 @@ void check(const Reader& r, Architecture& a, bool head_dim_given) {
   }
   if (a.num_kv_heads == 0) a.num_kv_heads = a.num_heads;
   if (a.num_heads % a.num_kv_heads != 0) {
-    r.fail("num_key_value_heads", fmt::format("expected a divisor of num_attention_heads {}, got number {}",
-                                              a.num_heads, a.num_kv_heads));
+    r.fail("num_key_value_heads",
+           fmt::format("expected a divisor of num_attention_heads {}, got number {}", a.num_heads,
+                       a.num_kv_heads));
   }
   if (a.num_experts > 0 && a.experts_per_token > a.num_experts) {
     r.fail("num_experts_per_tok",
@@ -413,14 +422,15 @@ void check(const Reader& r, Architecture& a, bool head_dim_given) {
 }
 
 std::string model_name(const json& root, const std::string& source) {
-  if (const auto it = root.find("_name_or_path"); it != root.end() && it->is_string() &&
-                                                   !it->get<std::string>().empty()) {
+  if (const auto it = root.find("_name_or_path");
+      it != root.end() && it->is_string() && !it->get<std::string>().empty()) {
     return it->get<std::string>();
   }
   // "models/llama/config.json" -> "llama"; "llama-2-7b.json" -> "llama-2-7b".
   std::string s = source;
   if (s.ends_with(".json")) s.resize(s.size() - 5);
-  std::string stem = s.substr(s.find_last_of('/') == std::string::npos ? 0 : s.find_last_of('/') + 1);
+  std::string stem =
+      s.substr(s.find_last_of('/') == std::string::npos ? 0 : s.find_last_of('/') + 1);
   if (stem == "config" && s.find('/') != std::string::npos) {
     const std::string dir = s.substr(0, s.find_last_of('/'));
     stem = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
@@ -453,14 +463,15 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& source)
     root = json::parse(json_text, nullptr, true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
     std::string what = e.what();
-    if (const auto p = what.find("] "); what.starts_with("[json.exception") && p != std::string::npos) {
+    if (const auto p = what.find("] ");
+        what.starts_with("[json.exception") && p != std::string::npos) {
       what = what.substr(p + 2);
     }
     throw Error(fmt::format("{}: invalid JSON: {}", source, what));
   }
   if (!root.is_object()) {
-    throw Error(fmt::format("{}: expected a JSON object (a config.json), got {}", source,
-                            describe(root)));
+    throw Error(
+        fmt::format("{}: expected a JSON object (a config.json), got {}", source, describe(root)));
   }
   const Reader r(root, source);
   if (!r.has("model_type") || r.is_null("model_type")) r.fail("model_type", "missing required key");
@@ -494,8 +505,8 @@ std::vector<PresetInfo> model_presets() {
   std::vector<PresetInfo> out;
   for (const auto& [name, text] : detail::embedded_model_presets()) {
     const ModelSpec m = parse_hf_config(text, fmt::format("model preset \"{}\"", name));
-    out.push_back({std::string(name), m.arch->model_type, parameter_count(m.inventory),
-                   m.active_params});
+    out.push_back(
+        {std::string(name), m.arch->model_type, parameter_count(m.inventory), m.active_params});
   }
   std::sort(out.begin(), out.end(),
             [](const PresetInfo& x, const PresetInfo& y) { return x.name < y.name; });

@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,8 +37,8 @@ Role parse_role(std::string_view text) {
   for (std::size_t i = 0; i < kRoleNames.size(); ++i) {
     if (kRoleNames[i] == text) return static_cast<Role>(i);
   }
-  throw Error(fmt::format("unknown role \"{}\" (expected one of: {})", text,
-                          fmt::join(kRoleNames, ", ")));
+  throw Error(
+      fmt::format("unknown role \"{}\" (expected one of: {})", text, fmt::join(kRoleNames, ", ")));
 }
 
 std::uint64_t TensorGroup::tensor_elements() const { return checked_mul(rows, cols); }
@@ -46,23 +46,27 @@ std::uint64_t TensorGroup::tensor_elements() const { return checked_mul(rows, co
 std::uint64_t TensorGroup::elements() const { return checked_mul(tensor_elements(), count); }
 
 std::uint64_t parameter_count(const Inventory& inv) {
-  return sum_groups(inv, [](const TensorGroup& g) { return !g.quant_state; },
-                    [](const TensorGroup& g) { return g.elements(); });
+  return sum_groups(
+      inv, [](const TensorGroup& g) { return !g.quant_state; },
+      [](const TensorGroup& g) { return g.elements(); });
 }
 
 std::uint64_t trainable_count(const Inventory& inv) {
-  return sum_groups(inv, [](const TensorGroup& g) { return g.trainable && !g.quant_state; },
-                    [](const TensorGroup& g) { return g.elements(); });
+  return sum_groups(
+      inv, [](const TensorGroup& g) { return g.trainable && !g.quant_state; },
+      [](const TensorGroup& g) { return g.elements(); });
 }
 
 std::uint64_t tensor_count(const Inventory& inv) {
-  return sum_groups(inv, [](const TensorGroup& g) { return !g.quant_state; },
-                    [](const TensorGroup& g) { return g.count; });
+  return sum_groups(
+      inv, [](const TensorGroup& g) { return !g.quant_state; },
+      [](const TensorGroup& g) { return g.count; });
 }
 
 std::uint64_t trainable_tensor_count(const Inventory& inv) {
-  return sum_groups(inv, [](const TensorGroup& g) { return g.trainable && !g.quant_state; },
-                    [](const TensorGroup& g) { return g.count; });
+  return sum_groups(
+      inv, [](const TensorGroup& g) { return g.trainable && !g.quant_state; },
+      [](const TensorGroup& g) { return g.count; });
 }
 
 std::uint64_t matmul_weight_count(const Inventory& inv, bool trainable_only) {
@@ -76,9 +80,12 @@ std::uint64_t matmul_weight_count(const Inventory& inv, bool trainable_only) {
 
 std::uint64_t parameter_bytes(const Inventory& inv, Dtype default_dtype) {
   // Per tensor, because a 4-bit tensor with an odd element count still takes a whole last byte.
-  return sum_groups(inv, [](const TensorGroup&) { return true; }, [&](const TensorGroup& g) {
-    return checked_mul(bytes_for(g.storage.value_or(default_dtype), g.tensor_elements()), g.count);
-  });
+  return sum_groups(
+      inv, [](const TensorGroup&) { return true; },
+      [&](const TensorGroup& g) {
+        return checked_mul(bytes_for(g.storage.value_or(default_dtype), g.tensor_elements()),
+                           g.count);
+      });
 }
 
 ModelSpec model_from_count(std::uint64_t params) {
@@ -201,8 +208,8 @@ class Builder {
  public:
   explicit Builder(const Architecture& a) : a_(a) {}
 
-  void add(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,
-           std::uint64_t count, bool matmul) {
+  void add(std::string name, Role role, std::uint64_t rows, std::uint64_t cols, std::uint64_t count,
+           bool matmul) {
     if (count == 0 || rows == 0 || cols == 0) return;
     TensorGroup g;
     g.name = std::move(name);
@@ -282,8 +289,8 @@ void build_encoder_decoder(const Architecture& a, Builder& b) {
     std::uint64_t layers;
     bool cross;
   };
-  for (const Stack& s : {Stack{"encoder.", a.num_layers, false},
-                         Stack{"decoder.", a.num_decoder_layers, true}}) {
+  for (const Stack& s :
+       {Stack{"encoder.", a.num_layers, false}, Stack{"decoder.", a.num_decoder_layers, true}}) {
     if (s.layers == 0) continue;
     const std::string block = s.prefix + "block.*.";
     auto attention = [&](const std::string& m) {
@@ -293,8 +300,8 @@ void build_encoder_decoder(const Architecture& a, Builder& b) {
       b.linear(block + m + ".o", Role::attention, h, inner, s.layers, a.attn_out_bias, "o");
     };
     attention("layer.0.SelfAttention");
-    b.add(s.prefix + "block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-          Role::position, a.relative_attention_buckets, a.num_heads, 1, false);
+    b.add(s.prefix + "block.0.layer.0.SelfAttention.relative_attention_bias.weight", Role::position,
+          a.relative_attention_buckets, a.num_heads, 1, false);
     b.norm(block + "layer.0.layer_norm", h, s.layers);
     std::size_t ff = 1;
     if (s.cross) {
@@ -303,8 +310,7 @@ void build_encoder_decoder(const Architecture& a, Builder& b) {
       ff = 2;
     }
     const std::string ffp = block + fmt::format("layer.{}.DenseReluDense.", ff);
-    b.mlp(ffp, {"wi_0", "wi_1", "wo", "wi"}, a.intermediate_size, s.layers, Role::mlp,
-          a.mlp_bias);
+    b.mlp(ffp, {"wi_0", "wi_1", "wo", "wi"}, a.intermediate_size, s.layers, Role::mlp, a.mlp_bias);
     b.norm(block + fmt::format("layer.{}.layer_norm", ff), h, s.layers);
     if (a.final_norm) b.norm(s.prefix + "final_layer_norm", h, 1);
   }
@@ -323,8 +329,7 @@ void build_attention(const Architecture& a, const Names& n, Builder& b) {
       b.linear(p + "self_attn.q_a_proj", Role::attention, a.q_lora_rank, h, layers, a.qkv_bias,
                "q");
       b.norm(p + "self_attn.q_a_layernorm", a.q_lora_rank, layers);
-      b.linear(p + "self_attn.q_b_proj", Role::attention, q_out, a.q_lora_rank, layers, false,
-               "q");
+      b.linear(p + "self_attn.q_b_proj", Role::attention, q_out, a.q_lora_rank, layers, false, "q");
     }
     b.linear(p + "self_attn.kv_a_proj_with_mqa", Role::attention,
              a.kv_lora_rank + a.qk_rope_head_dim, h, layers, a.qkv_bias, "kv");
@@ -422,8 +427,8 @@ std::uint64_t active_parameter_count(const Architecture& arch, const Inventory& 
       inv, [](const TensorGroup& g) { return g.role == Role::expert && !g.quant_state; },
       [](const TensorGroup& g) { return g.elements(); });
   const std::uint64_t per_expert = experts / checked_mul(arch.moe_layers, arch.num_experts);
-  const std::uint64_t skipped = checked_mul(
-      checked_mul(per_expert, arch.moe_layers), arch.num_experts - arch.experts_per_token);
+  const std::uint64_t skipped = checked_mul(checked_mul(per_expert, arch.moe_layers),
+                                            arch.num_experts - arch.experts_per_token);
   return total - skipped;
 }
 

@@ -117,8 +117,7 @@ TEST_CASE("tensor counts follow the module layout", "[hf_config]") {
   REQUIRE(tensor_count(m.inventory) == tensors);
 }
 
-TEST_CASE("architecture fields are read from the config with the class defaults",
-          "[hf_config]") {
+TEST_CASE("architecture fields are read from the config with the class defaults", "[hf_config]") {
   const auto arch = [](const std::string& file) {
     return *load_hf_config(test::data_path("data/models/" + file + ".json")).arch;
   };

@@ -24,7 +24,7 @@ Role parse_role(std::string_view text);
 
 /// A group of identically shaped parameter tensors, e.g. the q_proj weight of every layer.
 struct TensorGroup {
-  std::string name;         ///< e.g. "layers.*.self_attn.q_proj.weight"
+  std::string name;  ///< e.g. "layers.*.self_attn.q_proj.weight"
   Role role = Role::other;
   std::uint64_t rows = 1;   ///< first dimension (out_features of a Linear); 1 for a vector
   std::uint64_t cols = 0;   ///< second dimension (in_features), or a vector's length
@@ -74,10 +74,10 @@ std::uint64_t parameter_bytes(const Inventory& inventory, Dtype default_dtype);
 /// defaults past `experts_per_token` describe a pre-norm Llama-style decoder, so an inline
 /// architecture that sets only the basic fields gets that layout.
 struct Architecture {
-  std::string model_type;               ///< family: "llama", "gpt2", ... ("falcon" for RefinedWeb*)
+  std::string model_type;  ///< family: "llama", "gpt2", ... ("falcon" for RefinedWeb*)
   std::uint64_t vocab_size = 0;
   std::uint64_t hidden_size = 0;
-  std::uint64_t num_layers = 0;         ///< decoder layers; the encoder's for encoder-decoders
+  std::uint64_t num_layers = 0;  ///< decoder layers; the encoder's for encoder-decoders
   std::uint64_t num_heads = 0;
   std::uint64_t num_kv_heads = 0;       ///< = num_heads without GQA/MQA
   std::uint64_t head_dim = 0;           ///< = hidden_size / num_heads unless the config says
