@@ -246,4 +246,69 @@ std::string render_check_json(const std::vector<CheckResult>& results) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+std::string signed_bytes(std::uint64_t value, std::uint64_t base, Unit unit) {
+  if (value == base) return "0";
+  const bool up = value > base;
+  const std::uint64_t diff = up ? value - base : base - value;
+  const double pct = base ? 100.0 * static_cast<double>(diff) / static_cast<double>(base) : 0.0;
+  return fmt::format("{}{} ({}{:.0f}%)", up ? "+" : "-", format_bytes(diff, unit), up ? "+" : "-",
+                     pct);
+}
+
+}  // namespace
+
+std::string render_compare_table(const std::vector<RunSpec>& runs,
+                                 const std::vector<Estimate>& estimates, Unit unit) {
+  constexpr int kWidth = 18;
+  std::string out = model_line(runs.front(), estimates.front()) + "\n";
+  out += fmt::format("optimizer  {}\n\n", optimizer_name(runs.front().optimizer.kind));
+  out += fmt::format("{:<26}", "category");
+  for (const auto& r : runs) out += fmt::format("{:>{}}", r.precision.name, kWidth);
+  out += "\n";
+  for (std::size_t row = 0; row < estimates.front().categories.size(); ++row) {
+    const auto& first = estimates.front().categories[row];
+    if (!first.on_device) continue;
+    out += fmt::format("{:<26}", first.label);
+    for (const auto& e : estimates) {
+      const auto& c = e.categories[row];
+      std::string cell = size_cell(c, unit);
+      if (c.dtype && c.bytes && *c.bytes > 0) cell = fmt::format("{} {}", dtype_name(*c.dtype), cell);
+      out += fmt::format("{:>{}}", cell, kWidth);
+    }
+    out += "\n";
+  }
+  out += fmt::format("{:<26}", "total");
+  for (const auto& e : estimates) out += fmt::format("{:>{}}", format_bytes(e.total_bytes, unit), kWidth);
+  out += fmt::format("\n{:<26}", fmt::format("vs {}", runs.front().precision.name));
+  for (const auto& e : estimates) {
+    out += fmt::format("{:>{}}", signed_bytes(e.total_bytes, estimates.front().total_bytes, unit),
+                       kWidth);
+  }
+  out += "\n";
+  if (!estimates.front().total_complete) out += "totals are sums without activations\n";
+  return out;
+}
+
+std::string render_compare_json(const std::vector<RunSpec>& runs,
+                                const std::vector<Estimate>& estimates) {
+  ordered_json list = ordered_json::array();
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    ordered_json cats = ordered_json::object();
+    for (const auto& c : estimates[i].categories) {
+      cats[c.key] = c.bytes ? ordered_json(*c.bytes) : ordered_json(nullptr);
+    }
+    list.push_back({{"precision", precision_json(runs[i].precision)},
+                    {"categories_bytes", cats},
+                    {"total_bytes", estimates[i].total_bytes},
+                    {"total_complete", estimates[i].total_complete}});
+  }
+  ordered_json j = {{"schema_version", kJsonSchemaVersion},
+                    {"model", runs.front().model.name},
+                    {"optimizer", optimizer_json(runs.front().optimizer)},
+                    {"runs", list}};
+  return j.dump(2) + "\n";
+}
+
 }  // namespace memest

@@ -46,4 +46,12 @@ std::string render_check_table(const std::vector<CheckResult>& results, Unit uni
 /// The check results as JSON with exact bytes and a summary of counts per status.
 std::string render_check_json(const std::vector<CheckResult>& results);
 
+/// The same run under several policies, side by side: one column per estimate, one row per
+/// category, the total and its difference from the first column.
+std::string render_compare_table(const std::vector<RunSpec>& runs,
+                                 const std::vector<Estimate>& estimates, Unit unit);
+/// The comparison as JSON: one entry per policy with its categories' bytes and total.
+std::string render_compare_json(const std::vector<RunSpec>& runs,
+                                const std::vector<Estimate>& estimates);
+
 }  // namespace memest

@@ -137,6 +137,32 @@ int run_check(const std::vector<std::string>& files, const RunOptions& overrides
   return code;
 }
 
+// The same run under each of `policies` (comma-separated precision presets).
+int run_compare(const std::string& policies, RunOptions options, const OutputFlags& flags,
+                std::ostream& out) {
+  const auto report = report_options(flags);
+  if (!flags.file.empty()) {
+    RunOptions file = load_run_config(flags.file);
+    merge(file, options);
+    options = file;
+  }
+  if (options.precision || options.amp) {
+    throw Error("--precision: not used by compare (name the policies with --policies)");
+  }
+  std::vector<RunSpec> runs;
+  std::vector<Estimate> estimates;
+  std::istringstream list(policies);
+  for (std::string name; std::getline(list, name, ',');) {
+    options.precision = Setting<std::string>{name, "--policies"};
+    runs.push_back(resolve(options));
+    estimates.push_back(estimate(runs.back()));
+  }
+  if (runs.empty()) throw Error("--policies: expected a comma-separated list of policies");
+  out << (flags.format == "json" ? render_compare_json(runs, estimates)
+                                 : render_compare_table(runs, estimates, report.unit));
+  return kExitOk;
+}
+
 int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::ostream& out) {
   const ReportOptions report = report_options(flags);
   RunOptions options;
@@ -176,7 +202,12 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       "check", "Check run config files against their budgets: exit 0 all fit, 1 some over, 2 some invalid");
   std::vector<std::string> check_files;
   check->add_option("files", check_files, "Run config files (JSON)")->required()->type_name("FILE");
-  for (auto* sub : {models, gpus, check}) sub->fallthrough();
+  auto* compare = app.add_subcommand(
+      "compare", "The same run under several precision policies, side by side");
+  std::string policies = "fp32,amp,mixed,bf16";
+  compare->add_option("--policies", policies, "Comma-separated policies (default fp32,amp,mixed,bf16)")
+      ->type_name("LIST");
+  for (auto* sub : {models, gpus, check, compare}) sub->fallthrough();
 
   try {
     app.parse(argc, argv);
@@ -195,6 +226,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     if (models->parsed()) return run_models(output, out);
     if (gpus->parsed()) return run_gpus(output, out);
     if (check->parsed()) return run_check(check_files, options, output, out);
+    if (compare->parsed()) return run_compare(policies, options, output, out);
     return run_estimate(options, output, out);
   } catch (const Error& e) {
     print_error(err, e);
