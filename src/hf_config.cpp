@@ -1,5 +1,6 @@
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
+#include <memest/suggest.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -438,21 +439,6 @@ std::string model_name(const json& root, const std::string& source) {
   return stem;
 }
 
-std::size_t levenshtein(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 }  // namespace
 
 std::span<const std::string_view> supported_model_types() { return kModelTypes; }
@@ -522,27 +508,21 @@ ModelSpec load_model_preset(std::string_view name) {
       return m;
     }
   }
-  std::string_view best;
-  std::size_t best_distance = 0;
-  for (const auto& entry : presets) {
-    const std::size_t d = levenshtein(name, entry.first);
-    if (best.empty() || d < best_distance) {
-      best = entry.first;
-      best_distance = d;
+  std::vector<std::string_view> names;
+  for (const auto& entry : presets) names.push_back(entry.first);
+  // "mistral-7b" -> "mistral-7b-v0.1": a name that begins a preset's name is a short form,
+  // a better guess than the nearest spelling.
+  std::string hint;
+  for (auto n : names) {
+    if (!name.empty() && n.starts_with(name)) {
+      hint = fmt::format(" (did you mean \"{}\"?)", n);
+      break;
     }
   }
-  const bool close = !best.empty() && best_distance <= std::max<std::size_t>(2, name.size() / 4);
-  if (!close) {
-    // "mistral-7b" -> "mistral-7b-v0.1": a name that begins a preset's name is a short form.
-    std::vector<std::string_view> longer;
-    for (const auto& entry : presets) {
-      if (!name.empty() && entry.first.starts_with(name)) longer.push_back(entry.first);
-    }
-    if (!longer.empty()) best = *std::min_element(longer.begin(), longer.end());
-  }
-  if (close || (!best.empty() && !name.empty() && best.starts_with(name))) {
-    throw Error(fmt::format(
-        "unknown model preset \"{}\" (did you mean \"{}\"?; see 'memest models')", name, best));
+  if (hint.empty()) hint = did_you_mean(name, names);
+  if (!hint.empty()) {
+    hint.pop_back();  // ")" : the pointer to the list follows inside the same parentheses
+    throw Error(fmt::format("unknown model preset \"{}\"{}; see 'memest models')", name, hint));
   }
   throw Error(fmt::format("unknown model preset \"{}\" (see 'memest models')", name));
 }
