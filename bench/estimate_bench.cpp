@@ -25,8 +25,8 @@ void BM_EstimateBareCount(benchmark::State& state) {
 BENCHMARK(BM_EstimateBareCount);
 
 void BM_CliOneShot(benchmark::State& state) {
-  std::vector<const char*> argv = {"memest", "--params", "7B", "--optimizer", "adamw", "--amp",
-                                   "--format", "json"};
+  std::vector<const char*> argv = {"memest", "--params", "7B",       "--optimizer",
+                                   "adamw",  "--amp",    "--format", "json"};
   for (auto _ : state) {
     std::ostringstream out, err;
     int code = memest::cli::run(static_cast<int>(argv.size()), argv.data(), out, err);

@@ -15,8 +15,9 @@ CheckResult check_run_file(const std::string& path, const RunOptions& overrides)
     merge(options, overrides);
     const RunSpec run = resolve(options);
     if (!run.budget) {
-      throw Error(path + ": /hardware: no budget: set hardware.gpu (see 'memest gpus') or "
-                         "hardware.budget");
+      throw Error(path +
+                  ": /hardware: no budget: set hardware.gpu (see 'memest gpus') or "
+                  "hardware.budget");
     }
     const Estimate est = estimate(run);
     result.budget = run.budget;

@@ -1,3 +1,4 @@
+#include <memest/adapters.hpp>
 #include <memest/config.hpp>
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
@@ -21,7 +22,6 @@ auto parse_setting(const Setting<T>& s, Parse parse) {
   }
 }
 
-
 bool flag(const std::optional<Setting<bool>>& s) { return s && s->value; }
 
 std::uint64_t parse_positive(std::string_view text, std::string_view what) {
@@ -43,7 +43,7 @@ double parse_probability(std::string_view text) {
   return v;
 }
 
-ModelSpec resolve_model(const RunOptions& o) {
+ModelSpec load_model(const RunOptions& o) {
   const int given = (o.params ? 1 : 0) + (o.model ? 1 : 0) + (o.config ? 1 : 0);
   if (given == 0) {
     throw Error("no model given: pass --params N (e.g. 7B), --model NAME or --config PATH");
@@ -63,6 +63,56 @@ ModelSpec resolve_model(const RunOptions& o) {
   // load_hf_config names the file itself; a flag adds nothing, a run config names its key.
   if (o.config->where.starts_with("--")) return load_hf_config(o.config->value);
   return parse_setting(*o.config, [](const std::string& path) { return load_hf_config(path); });
+}
+
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = std::min(text.find(',', start), text.size());
+    items.emplace_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
+// The model with its trainable subset applied: frozen roles, then LoRA/QLoRA.
+ModelSpec resolve_model(const RunOptions& o) {
+  ModelSpec model = load_model(o);
+  if (o.freeze) {
+    const auto roles = parse_setting(*o.freeze, [](std::string_view text) {
+      std::vector<Role> r;
+      for (const auto& item : split_list(text)) r.push_back(parse_role(item));
+      return r;
+    });
+    freeze_roles(model.inventory, roles);
+  }
+  if (!o.lora_rank) {
+    for (const auto* s : {&o.lora_targets}) {
+      if (*s) throw Error(fmt::format("{} needs --lora-rank", (*s)->where));
+    }
+    for (const auto* s : {&o.qlora, &o.double_quant}) {
+      if (*s && (*s)->value) throw Error(fmt::format("{} needs --lora-rank", (*s)->where));
+    }
+    return model;
+  }
+  LoraSpec lora;
+  lora.rank =
+      parse_setting(*o.lora_rank, [](std::string_view v) { return parse_positive(v, "rank"); });
+  lora.targets =
+      o.lora_targets ? split_list(o.lora_targets->value) : std::vector<std::string>{"q", "v"};
+  lora.qlora = flag(o.qlora);
+  lora.double_quant = flag(o.double_quant);
+  if (lora.double_quant && !lora.qlora) {
+    throw Error(fmt::format("{} needs --qlora", o.double_quant->where));
+  }
+  const auto& where = o.lora_targets ? o.lora_targets->where : o.lora_rank->where;
+  try {
+    apply_lora(model, lora);
+  } catch (const Error& e) {
+    rethrow_with_context(e, where);
+  }
+  return model;
 }
 
 OptimizerSpec resolve_optimizer(const RunOptions& o) {
@@ -132,9 +182,8 @@ std::optional<Budget> resolve_budget(const RunOptions& o) {
     });
   }
   if (o.gpu) {
-    const Gpu& g = parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& {
-      return find_gpu(v);
-    });
+    const Gpu& g =
+        parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& { return find_gpu(v); });
     return Budget{g.capacity, reserve.value_or(kDefaultReserve), std::string(g.name)};
   }
   if (o.budget) {
@@ -142,8 +191,9 @@ std::optional<Budget> resolve_budget(const RunOptions& o) {
     return Budget{bytes, reserve.value_or(0), fmt::format("budget {}", o.budget->value)};
   }
   if (o.reserve) {
-    throw Error(fmt::format("{} needs --gpu or --budget (a reserve is taken from a device's memory)",
-                            o.reserve->where));
+    throw Error(
+        fmt::format("{} needs --gpu or --budget (a reserve is taken from a device's memory)",
+                    o.reserve->where));
   }
   return std::nullopt;
 }

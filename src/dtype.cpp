@@ -45,8 +45,8 @@ Dtype parse_dtype(std::string_view text) {
   for (const auto& [alias, d] : kAliases) {
     if (alias == text) return d;
   }
-  throw Error(fmt::format("unknown dtype \"{}\" (expected one of: {})", text,
-                          fmt::join(kNames, ", ")));
+  throw Error(
+      fmt::format("unknown dtype \"{}\" (expected one of: {})", text, fmt::join(kNames, ", ")));
 }
 
 }  // namespace memest

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 
@@ -19,8 +20,8 @@ Enum parse_name(const std::array<std::string_view, N>& names, std::string_view t
   for (std::size_t i = 0; i < N; ++i) {
     if (names[i] == text) return static_cast<Enum>(i);
   }
-  throw Error(fmt::format("unknown {} \"{}\" (expected one of: {})", what, text,
-                          fmt::join(names, ", ")));
+  throw Error(
+      fmt::format("unknown {} \"{}\" (expected one of: {})", what, text, fmt::join(names, ", ")));
 }
 
 std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
@@ -37,6 +38,41 @@ Category dtype_category(std::string key, std::string label, std::optional<Dtype>
     c.basis = fmt::format("no {}", what);
   }
   if (!dtype) c.elements = 0;
+  return c;
+}
+
+// Parameters in the policy's dtype, except groups stored otherwise (QLoRA's nf4 base and its
+// quantization constants), which the basis lists apart.
+Category params_category(const Inventory& inv, Dtype dtype, std::uint64_t params) {
+  Category c = dtype_category("params", "parameters", dtype, params, "params");
+  // Sum elements per (stored dtype, quantization constant or not), in first-seen order.
+  struct Part {
+    Dtype dtype;
+    bool quant_state;
+    std::uint64_t elements;
+  };
+  std::vector<Part> parts;
+  for (const auto& g : inv.groups) {
+    const Dtype d = g.storage.value_or(dtype);
+    auto it = std::find_if(parts.begin(), parts.end(), [&](const Part& p) {
+      return p.dtype == d && p.quant_state == g.quant_state;
+    });
+    if (it == parts.end()) {
+      parts.push_back({d, g.quant_state, g.elements()});
+    } else {
+      it->elements = checked_add(it->elements, g.elements());
+    }
+  }
+  if (parts.size() <= 1) return c;
+  c.bytes = parameter_bytes(inv, dtype);
+  c.dtype.reset();
+  std::vector<std::string> terms;
+  for (const auto& p : parts) {
+    terms.push_back(basis(
+        p.dtype, p.elements,
+        p.quant_state ? "quantization constants" : fmt::format("{} params", dtype_name(p.dtype))));
+  }
+  c.basis = fmt::format("{}", fmt::join(terms, " + "));
   return c;
 }
 
@@ -90,12 +126,16 @@ std::span<const std::string_view> attention_names() { return kAttentionNames; }
 Attention parse_attention(std::string_view t) {
   return parse_name<Attention>(kAttentionNames, t, "attention implementation");
 }
-std::string_view attention_name(Attention a) { return kAttentionNames[static_cast<std::size_t>(a)]; }
+std::string_view attention_name(Attention a) {
+  return kAttentionNames[static_cast<std::size_t>(a)];
+}
 std::span<const std::string_view> recompute_names() { return kRecomputeNames; }
 Recompute parse_recompute(std::string_view t) {
   return parse_name<Recompute>(kRecomputeNames, t, "recompute policy");
 }
-std::string_view recompute_name(Recompute r) { return kRecomputeNames[static_cast<std::size_t>(r)]; }
+std::string_view recompute_name(Recompute r) {
+  return kRecomputeNames[static_cast<std::size_t>(r)];
+}
 
 double Category::bytes_per_element() const {
   if (!bytes || elements == 0) return 0.0;
@@ -118,24 +158,28 @@ Estimate estimate(const RunSpec& run) {
   e.active = run.model.active_params != 0 ? run.model.active_params : e.params;
   if (inv.shapes_known) e.tensors = tensor_count(inv);
 
-  // Autocast copies only the weights that feed a matmul, and only trainable or frozen alike:
-  // the copy is made whenever the op runs.
-  const std::uint64_t matmul = matmul_weight_count(inv, false);
+  // Autocast copies the weights that feed a matmul, trainable or frozen alike: the copy is made
+  // whenever the op runs. Weights stored in another dtype (QLoRA's nf4) are dequantized inside
+  // the kernel instead, and keep no copy.
+  std::uint64_t matmul = 0;
+  for (const auto& g : inv.groups) {
+    if (g.matmul && !g.quant_state && !g.storage) matmul = checked_add(matmul, g.elements());
+  }
   auto& cats = e.categories;
-  cats.push_back(dtype_category("params", "parameters", p.param, e.params, "params"));
+  cats.push_back(params_category(inv, p.param, e.params));
   cats.push_back(dtype_category("working_copies", "autocast weight copies", p.working, matmul,
                                 "matmul weights"));
   cats.push_back(dtype_category("master_weights", "master weights", p.master, e.trainable,
                                 "trainable params"));
   cats.push_back(dtype_category("grads", "gradients", p.grad, e.trainable, "trainable params"));
-  cats.push_back(dtype_category("grad_accum", "grad accumulation buffer", p.grad_accum,
-                                e.trainable, "trainable params"));
+  cats.push_back(dtype_category("grad_accum", "grad accumulation buffer", p.grad_accum, e.trainable,
+                                "trainable params"));
 
   const OptimizerBytes ob = optimizer_bytes(run.optimizer, inv, p.state);
   cats.push_back(optimizer_states(ob, e.trainable, p.state));
-  cats.push_back(step_counters(ob, run.optimizer, inv.shapes_known
-                                                      ? std::optional(trainable_tensor_count(inv))
-                                                      : std::nullopt));
+  cats.push_back(
+      step_counters(ob, run.optimizer,
+                    inv.shapes_known ? std::optional(trainable_tensor_count(inv)) : std::nullopt));
   for (const auto& a : ob.assumptions) e.assumptions.push_back(a);
 
   Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};

@@ -510,16 +510,7 @@ ModelSpec load_model_preset(std::string_view name) {
   }
   std::vector<std::string_view> names;
   for (const auto& entry : presets) names.push_back(entry.first);
-  // "mistral-7b" -> "mistral-7b-v0.1": a name that begins a preset's name is a short form,
-  // a better guess than the nearest spelling.
-  std::string hint;
-  for (auto n : names) {
-    if (!name.empty() && n.starts_with(name)) {
-      hint = fmt::format(" (did you mean \"{}\"?)", n);
-      break;
-    }
-  }
-  if (hint.empty()) hint = did_you_mean(name, names);
+  std::string hint = did_you_mean(name, names);
   if (!hint.empty()) {
     hint.pop_back();  // ")" : the pointer to the list follows inside the same parentheses
     throw Error(fmt::format("unknown model preset \"{}\"{}; see 'memest models')", name, hint));

@@ -116,17 +116,17 @@ void add_adam8bit(const Inventory& inv, OptimizerBytes& out) {
   }
   if (!inv.shapes_known) {
     out.assumptions.push_back(
-        "adam8bit: tensors unknown, all parameters taken as 8-bit blockwise (no small fp32 tensors)");
+        "adam8bit: tensors unknown, all parameters taken as 8-bit blockwise (no small fp32 "
+        "tensors)");
   }
   out.states.push_back({"state1+state2", Dtype::int8, checked_mul(2, q8),
                         fmt::format("2 x 1 B x {} params", format_count(q8))});
-  out.states.push_back({"absmax1+absmax2", Dtype::fp32, checked_mul(8, blocks),
-                        fmt::format("2 x 4 B x {} blocks of {}", format_count(blocks),
-                                    kAdam8bitBlock)});
+  out.states.push_back(
+      {"absmax1+absmax2", Dtype::fp32, checked_mul(8, blocks),
+       fmt::format("2 x 4 B x {} blocks of {}", format_count(blocks), kAdam8bitBlock)});
   out.states.push_back({"qmap1+qmap2", Dtype::fp32, 2 * 256 * 4, "2 x 256 x 4 B, shared"});
   if (small > 0) {
-    out.states.push_back({"state1+state2 (fp32, small tensors)", Dtype::fp32,
-                          checked_mul(8, small),
+    out.states.push_back({"state1+state2 (fp32, small tensors)", Dtype::fp32, checked_mul(8, small),
                           fmt::format("2 x 4 B x {} params in tensors < {} elements",
                                       format_count(small), kAdam8bitMinSize)});
   }
@@ -147,8 +147,8 @@ OptimizerKind parse_optimizer(std::string_view text) {
   for (const auto& [alias, kind] : kAliases) {
     if (alias == text) return kind;
   }
-  throw Error(fmt::format("unknown optimizer \"{}\" (expected one of: {})", text,
-                          fmt::join(kNames, ", ")));
+  throw Error(
+      fmt::format("unknown optimizer \"{}\" (expected one of: {})", text, fmt::join(kNames, ", ")));
 }
 
 OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inventory,
@@ -156,8 +156,8 @@ OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inven
   OptimizerBytes out;
   const std::uint64_t n = trainable_count(inventory);
   for (auto name : full_states(spec)) {
-    out.states.push_back(
-        {std::string(name), state_dtype, bytes_for(state_dtype, n), params_formula(state_dtype, n)});
+    out.states.push_back({std::string(name), state_dtype, bytes_for(state_dtype, n),
+                          params_formula(state_dtype, n)});
   }
   if (spec.kind == OptimizerKind::adafactor) add_adafactor(spec, inventory, state_dtype, out);
   if (spec.kind == OptimizerKind::adam8bit) add_adam8bit(inventory, out);

@@ -11,25 +11,26 @@ namespace memest {
 namespace {
 
 constexpr std::array<std::string_view, 9> kNames = {
-    "fp32", "amp",  "amp-bf16", "mixed", "mixed-bf16", "mixed-fp32grad", "mixed-bf16-fp32grad",
+    "fp32", "amp", "amp-bf16", "mixed", "mixed-bf16", "mixed-fp32grad", "mixed-bf16-fp32grad",
     "bf16", "fp16"};
 
 // Autocast (torch.amp): the model stays fp32 and so do its grads and the optimizer; matmuls
 // run in half precision on copies of the weights, which autograd keeps for backward.
 PrecisionPolicy autocast(std::string name, Dtype half, std::string_view summary) {
-  return {std::move(name), Dtype::fp32, half, std::nullopt, Dtype::fp32, std::nullopt,
-          Dtype::fp32,     half,        true, std::string(summary)};
+  return {std::move(name), Dtype::fp32, half, std::nullopt, Dtype::fp32,
+          std::nullopt,    Dtype::fp32, half, true,         std::string(summary)};
 }
 
 // Master-weight mixed precision (Apex O2, DeepSpeed fp16/bf16, Megatron): half-precision model
 // and grads, fp32 master weights and fp32 optimizer states owned by the optimizer.
 PrecisionPolicy master_weights(std::string name, Dtype half, Dtype grad, std::string_view summary) {
-  return {std::move(name), half,  std::nullopt, Dtype::fp32, grad, std::nullopt,
-          Dtype::fp32,     half,  false,        std::string(summary)};
+  return {std::move(name), half,        std::nullopt, Dtype::fp32, grad,
+          std::nullopt,    Dtype::fp32, half,         false,       std::string(summary)};
 }
 
 PrecisionPolicy pure(std::string name, Dtype d, std::string_view summary) {
-  return {std::move(name), d, std::nullopt, std::nullopt, d, std::nullopt, d, d, false, std::string(summary)};
+  return {std::move(name),     d, std::nullopt, std::nullopt, d, std::nullopt, d, d, false,
+          std::string(summary)};
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include <memest/report.hpp>
 
 #include <fmt/format.h>
-
 #include <nlohmann/json.hpp>
 
 #ifndef MEMEST_VERSION
@@ -31,8 +30,8 @@ std::string size_cell(const Category& c, Unit unit) {
 }
 
 std::string model_line(const RunSpec& run, const Estimate& e) {
-  std::string line = fmt::format("model      {}: {} parameters", run.model.name,
-                                 format_count(e.params));
+  std::string line =
+      fmt::format("model      {}: {} parameters", run.model.name, format_count(e.params));
   if (e.trainable != e.params) line += fmt::format(", {} trainable", format_count(e.trainable));
   if (e.active != e.params) line += fmt::format(", {} active per token", format_count(e.active));
   return line;
@@ -104,9 +103,10 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   ordered_json j;
   j["schema_version"] = kJsonSchemaVersion;
   j["memest_version"] = version();
-  j["inputs"] = {{"model", {{"name", run.model.name},
-                            {"architecture", run.model.arch ? ordered_json(run.model.arch->model_type)
-                                                            : ordered_json(nullptr)}}},
+  j["inputs"] = {{"model",
+                  {{"name", run.model.name},
+                   {"architecture", run.model.arch ? ordered_json(run.model.arch->model_type)
+                                                   : ordered_json(nullptr)}}},
                  {"precision", precision_json(run.precision)},
                  {"optimizer", optimizer_json(run.optimizer)},
                  {"training", training_json(run.training)}};
@@ -157,14 +157,15 @@ std::string render_models_json(const std::vector<PresetInfo>& presets) {
 }
 
 std::string render_gpus_table(const std::vector<Gpu>& gpus, Unit unit) {
-  std::string out = fmt::format("{:<14} {:>12} {:>12}  {:<9}  {}\n", "gpu", "capacity", "", "source",
-                                "device");
+  std::string out =
+      fmt::format("{:<14} {:>12} {:>12}  {:<9}  {}\n", "gpu", "capacity", "", "source", "device");
   for (const auto& g : gpus) {
     out += fmt::format("{:<14} {:>12} {:>12}  {:<9}  {}\n", g.name, format_bytes(g.capacity, unit),
                        format_bytes(g.capacity, Unit::GiB), g.source, g.label);
   }
-  out += fmt::format("default reserve {} per device for the CUDA context and workspaces (--reserve)\n",
-                     format_bytes(kDefaultReserve, Unit::GiB));
+  out +=
+      fmt::format("default reserve {} per device for the CUDA context and workspaces (--reserve)\n",
+                  format_bytes(kDefaultReserve, Unit::GiB));
   return out;
 }
 
@@ -211,8 +212,9 @@ std::string render_check_table(const std::vector<CheckResult>& results, Unit uni
       continue;
     }
     const auto& c = *r.check;
-    const std::string verdict = c.fits ? fmt::format("fits, headroom {}", format_bytes(c.headroom, unit))
-                                       : fmt::format("over by {}", format_bytes(c.over, unit));
+    const std::string verdict =
+        c.fits ? fmt::format("fits, headroom {}", format_bytes(c.headroom, unit))
+               : fmt::format("over by {}", format_bytes(c.over, unit));
     out += fmt::format("{}: {}: needs {} of {} usable on {}{}\n", r.file, verdict,
                        format_bytes(c.need, unit), format_bytes(c.usable, unit), r.budget->source,
                        r.activations_estimated ? "" : " (activations not estimated)");
@@ -240,9 +242,10 @@ std::string render_check_json(const std::vector<CheckResult>& results) {
     j["problems"] = r.problems;
     list.push_back(j);
   }
-  ordered_json j = {{"schema_version", kJsonSchemaVersion},
-                    {"results", list},
-                    {"summary", {{"fits", counts[0]}, {"over", counts[1]}, {"invalid", counts[2]}}}};
+  ordered_json j = {
+      {"schema_version", kJsonSchemaVersion},
+      {"results", list},
+      {"summary", {{"fits", counts[0]}, {"over", counts[1]}, {"invalid", counts[2]}}}};
   return j.dump(2) + "\n";
 }
 
@@ -274,13 +277,15 @@ std::string render_compare_table(const std::vector<RunSpec>& runs,
     for (const auto& e : estimates) {
       const auto& c = e.categories[row];
       std::string cell = size_cell(c, unit);
-      if (c.dtype && c.bytes && *c.bytes > 0) cell = fmt::format("{} {}", dtype_name(*c.dtype), cell);
+      if (c.dtype && c.bytes && *c.bytes > 0)
+        cell = fmt::format("{} {}", dtype_name(*c.dtype), cell);
       out += fmt::format("{:>{}}", cell, kWidth);
     }
     out += "\n";
   }
   out += fmt::format("{:<26}", "total");
-  for (const auto& e : estimates) out += fmt::format("{:>{}}", format_bytes(e.total_bytes, unit), kWidth);
+  for (const auto& e : estimates)
+    out += fmt::format("{:>{}}", format_bytes(e.total_bytes, unit), kWidth);
   out += fmt::format("\n{:<26}", fmt::format("vs {}", runs.front().precision.name));
   for (const auto& e : estimates) {
     out += fmt::format("{:>{}}", signed_bytes(e.total_bytes, estimates.front().total_bytes, unit),

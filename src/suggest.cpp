@@ -23,6 +23,13 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::string did_you_mean(std::string_view given, std::span<const std::string_view> candidates) {
+  // A name that begins a candidate is a short form ("h100" for "h100-80gb"): a better guess
+  // than the nearest spelling.
+  for (auto c : candidates) {
+    if (given.size() >= 2 && c.size() > given.size() && c.starts_with(given)) {
+      return fmt::format(" (did you mean \"{}\"?)", c);
+    }
+  }
   std::string_view best;
   std::size_t best_distance = SIZE_MAX;
   for (auto c : candidates) {

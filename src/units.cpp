@@ -110,7 +110,7 @@ constexpr std::array<UnitInfo, 9> kUnits = {{
     {"TiB", "TiB", 1ULL << 40},
 }};
 
-constexpr std::array<std::string_view, 9> kUnitNames = {"bytes", "kB", "KiB", "MB", "MiB",
+constexpr std::array<std::string_view, 9> kUnitNames = {"bytes", "kB",  "KiB", "MB", "MiB",
                                                         "GB",    "GiB", "TB",  "TiB"};
 
 std::string joined_unit_names() { return fmt::format("{}", fmt::join(kUnitNames, ", ")); }

@@ -11,8 +11,9 @@ TEST_CASE("golden output of the seed's examples", "[cli]") {
       {"seed_amp.txt", {"--params", "7B", "--optimizer", "adamw", "--amp"}},
       {"seed_mixed.txt", {"--params", "7B", "--optimizer", "adamw", "--precision", "mixed"}},
       {"seed_bf16.txt", {"--params", "7B", "--optimizer", "adamw", "--precision", "bf16"}},
-      {"seed_article.txt", {"--params", "7B", "--optimizer", "adamw", "--precision", "mixed",
-                            "--grad-dtype", "fp16", "--state-dtype", "fp16"}},
+      {"seed_article.txt",
+       {"--params", "7B", "--optimizer", "adamw", "--precision", "mixed", "--grad-dtype", "fp16",
+        "--state-dtype", "fp16"}},
       {"seed_amp.json", {"--params", "7B", "--optimizer", "adamw", "--amp", "--format", "json"}},
       {"seed_fp32_gib.txt", {"--params", "7B", "--units", "GiB"}},
   }));
@@ -85,10 +86,21 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted; 
        "memest: error: --batch: expected a positive whole number of sequences, got \"four\""},
       {{"--params", "7B", "--dropout", "1.5"},
        "memest: error: --dropout: expected a probability in [0, 1), got \"1.5\""},
+      {{"--model", "llama-2-7b", "--qlora"}, "memest: error: --qlora needs --lora-rank"},
+      {{"--model", "llama-2-7b", "--lora-rank", "8", "--lora-targets", "q,x"},
+       "memest: error: --lora-targets: unknown LoRA target \"x\" (expected one of: q, k, v, o, "
+       "gate, up, down, all-linear)"},
+      {{"--model", "llama-2-7b", "--freeze", "embeddings"},
+       "memest: error: --freeze: unknown role \"embeddings\" (expected one of: embedding, "
+       "position, attention, mlp, norm, head, router, expert, adapter, other)"},
+      {{"--params", "7B", "--gpu", "h100"},
+       "memest: error: --gpu: unknown GPU \"h100\" (did you mean \"h100-80gb\"?) (expected one of: "
+       "t4, "
+       "v100-16gb, v100-32gb, a10, l4, rtx-3090, rtx-4090, a100-40gb, l40s, a100-80gb, h100-80gb, "
+       "h100-nvl-94gb, h200-141gb, b200-192gb, mi250x, mi300x, gaudi2, gaudi3)"},
       {{"--params", "7B", "--bogus"},
        "memest: error: The following argument was not expected: --bogus (see memest --help)"},
-      {{"--params"},
-       "memest: error: --params: 1 required COUNT missing (see memest --help)"},
+      {{"--params"}, "memest: error: --params: 1 required COUNT missing (see memest --help)"},
   }));
   CAPTURE(args);
   auto r = run_cli(args);
@@ -105,4 +117,17 @@ TEST_CASE("--help and --version exit 0", "[cli]") {
   auto v = run_cli({"--version"});
   REQUIRE(v.code == 0);
   REQUIRE_THAT(v.out, Catch::StartsWith("memest "));
+}
+
+TEST_CASE("LoRA on Llama-2-7B: the base is frozen, the adapters train", "[cli]") {
+  // r=16 on q and v: 32 layers x 2 modules x 16 x (4096 + 4096) = 8,388,608 (PEFT prints the same).
+  auto r = run_cli({"--model", "llama-2-7b", "--lora-rank", "16", "--lora-targets", "q,v",
+                    "--precision", "bf16", "--format", "json"});
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["parameters"]["trainable"] == 8'388'608);
+  REQUIRE(j["parameters"]["total"] == 6'738'415'616ULL + 8'388'608);
+  REQUIRE(j["categories"]["grads"]["bytes"] == 2 * 8'388'608);
+  REQUIRE(j["categories"]["optimizer_states"]["bytes"] == 2 * 2 * 8'388'608);
+  REQUIRE(j["categories"]["params"]["bytes"] == 2 * (6'738'415'616ULL + 8'388'608));
 }

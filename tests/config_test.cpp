@@ -33,8 +33,8 @@ TEST_CASE("flags override a run config", "[config]") {
   auto file = run_cli({"--file", "tests/data/runs/seed_fp32.json", "--format", "json"});
   REQUIRE(file.code == 0);
   REQUIRE_THAT(file.out, Catch::Contains("\"bytes\": 112000000000"));
-  auto over = run_cli({"--file", "tests/data/runs/seed_fp32.json", "--precision", "bf16",
-                       "--format", "json"});
+  auto over = run_cli(
+      {"--file", "tests/data/runs/seed_fp32.json", "--precision", "bf16", "--format", "json"});
   REQUIRE(over.code == 0);
   REQUIRE_THAT(over.out, Catch::Contains("\"bytes\": 56000000000"));
 }
@@ -66,7 +66,8 @@ TEST_CASE("a run config's values are named by file and pointer", "[config]") {
 TEST_CASE("a missing run config file", "[config]") {
   auto r = run_cli({"--file", "tests/data/nope.json"});
   REQUIRE(r.code == 2);
-  REQUIRE(r.err == "memest: error: tests/data/nope.json: cannot open file: No such file or directory\n");
+  REQUIRE(r.err ==
+          "memest: error: tests/data/nope.json: cannot open file: No such file or directory\n");
   auto d = run_cli({"--file", "tests/data"});
   REQUIRE(d.err == "memest: error: tests/data: cannot open file: Is a directory\n");
 }

@@ -41,8 +41,9 @@ TEST_CASE("every preset name parses", "[precision]") {
     CAPTURE(name);
     REQUIRE(precision_preset(name).name == name);
   }
-  REQUIRE_THROWS_WITH(precision_preset("apex"),
-                      Catch::StartsWith("unknown precision policy \"apex\" (expected one of: fp32, amp"));
+  REQUIRE_THROWS_WITH(
+      precision_preset("apex"),
+      Catch::StartsWith("unknown precision policy \"apex\" (expected one of: fp32, amp"));
 }
 
 TEST_CASE("overrides replace single categories", "[precision]") {
@@ -58,5 +59,6 @@ TEST_CASE("overrides replace single categories", "[precision]") {
   REQUIRE(apply_overrides(precision_preset("fp32"), {}).name == "fp32");
   REQUIRE_FALSE(parse_optional_dtype("none"));
   REQUIRE(parse_optional_dtype("fp16") == Dtype::fp16);
-  REQUIRE_THROWS_WITH(parse_optional_dtype("half"), Catch::StartsWith("unknown dtype \"half\" (expected none or"));
+  REQUIRE_THROWS_WITH(parse_optional_dtype("half"),
+                      Catch::StartsWith("unknown dtype \"half\" (expected none or"));
 }

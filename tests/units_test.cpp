@@ -65,6 +65,7 @@ TEST_CASE("sizes are formatted with exact unit labels", "[units]") {
   REQUIRE(format_count(999) == "999");
   REQUIRE(format_count_short(6738415616) == "6.74B");
   REQUIRE(parse_unit("GiB") == Unit::GiB);
-  REQUIRE_THROWS_WITH(parse_unit("gb"),
-                      "unknown unit \"gb\" (expected one of: bytes, kB, KiB, MB, MiB, GB, GiB, TB, TiB)");
+  REQUIRE_THROWS_WITH(
+      parse_unit("gb"),
+      "unknown unit \"gb\" (expected one of: bytes, kB, KiB, MB, MiB, GB, GiB, TB, TiB)");
 }

@@ -20,7 +20,7 @@ struct CheckResult {
   std::vector<std::string> problems;  ///< why it is invalid: one complete message per problem
   std::optional<BudgetCheck> check;   ///< need vs usable, when valid
   std::optional<Budget> budget;
-  bool activations_estimated = false; ///< false: the need is a lower bound (no batch/seq)
+  bool activations_estimated = false;  ///< false: the need is a lower bound (no batch/seq)
 };
 
 /// Loads `path`, lays `overrides` (flags) over it, estimates, and compares what the run needs

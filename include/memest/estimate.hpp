@@ -31,13 +31,13 @@ std::string_view recompute_name(Recompute r);
 
 /// The training loop around the model.
 struct TrainingSpec {
-  std::uint64_t micro_batch = 0;      ///< sequences per forward pass; 0 = not given
-  std::uint64_t seq_len = 0;          ///< tokens per sequence; 0 = not given
-  std::uint64_t grad_accum = 1;       ///< micro-batches per optimizer step
+  std::uint64_t micro_batch = 0;  ///< sequences per forward pass; 0 = not given
+  std::uint64_t seq_len = 0;      ///< tokens per sequence; 0 = not given
+  std::uint64_t grad_accum = 1;   ///< micro-batches per optimizer step
   Attention attention = Attention::eager;
   Recompute recompute = Recompute::none;
-  std::optional<double> dropout;      ///< overrides every dropout probability of the config
-  bool grads_set_to_none = true;      ///< zero_grad(set_to_none=True): no grads between steps
+  std::optional<double> dropout;  ///< overrides every dropout probability of the config
+  bool grads_set_to_none = true;  ///< zero_grad(set_to_none=True): no grads between steps
 };
 
 /// Everything an estimate depends on. Plain values: loading and validation happen before.
@@ -66,9 +66,9 @@ struct Category {
 
 /// The result: bytes per category for one device holding the whole model (no sharding yet).
 struct Estimate {
-  std::uint64_t params = 0;        ///< all parameters
-  std::uint64_t trainable = 0;     ///< parameters that get gradients and optimizer states
-  std::uint64_t active = 0;        ///< parameters used per token (MoE)
+  std::uint64_t params = 0;              ///< all parameters
+  std::uint64_t trainable = 0;           ///< parameters that get gradients and optimizer states
+  std::uint64_t active = 0;              ///< parameters used per token (MoE)
   std::optional<std::uint64_t> tensors;  ///< parameter tensors, when the inventory knows them
   std::vector<Category> categories;
   /// Sum of the estimated device categories. Until the peak model exists this is what the

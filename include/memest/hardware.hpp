@@ -10,10 +10,11 @@ namespace memest {
 
 /// An accelerator preset: the memory one device offers.
 struct Gpu {
-  std::string_view name;      ///< "h100-80gb"
-  std::string_view label;     ///< "NVIDIA H100 80GB (SXM/PCIe)"
-  std::uint64_t capacity;     ///< bytes the driver reports (NVML total) or, where not known, the datasheet size
-  std::string_view source;    ///< "nvml" (as nvidia-smi reports) or "datasheet"
+  std::string_view name;   ///< "h100-80gb"
+  std::string_view label;  ///< "NVIDIA H100 80GB (SXM/PCIe)"
+  std::uint64_t
+      capacity;  ///< bytes the driver reports (NVML total) or, where not known, the datasheet size
+  std::string_view source;  ///< "nvml" (as nvidia-smi reports) or "datasheet"
 };
 
 /// All GPU presets, in display order.
@@ -28,9 +29,9 @@ inline constexpr std::uint64_t kDefaultReserve = 1ULL << 30;
 
 /// The memory a run may use on one device.
 struct Budget {
-  std::uint64_t capacity = 0;       ///< the device's memory, or the --budget given
-  std::uint64_t reserve = 0;        ///< kept back (context, workspaces)
-  std::string source;               ///< "h100-80gb" or "--budget 80GiB"
+  std::uint64_t capacity = 0;  ///< the device's memory, or the --budget given
+  std::uint64_t reserve = 0;   ///< kept back (context, workspaces)
+  std::string source;          ///< "h100-80gb" or "--budget 80GiB"
   /// capacity - reserve (0 if the reserve is larger).
   std::uint64_t usable() const { return capacity > reserve ? capacity - reserve : 0; }
 };

@@ -14,7 +14,17 @@ namespace memest {
 /// Optimizers by their config spelling. States follow torch.optim (sgd .. rmsprop),
 /// lucidrains/lion-pytorch (lion), transformers.Adafactor (adafactor) and
 /// bitsandbytes.optim.Adam8bit (adam8bit). docs/method.md lists each state with its source.
-enum class OptimizerKind { sgd, sgd_momentum, adam, adamw, adagrad, rmsprop, lion, adafactor, adam8bit };
+enum class OptimizerKind {
+  sgd,
+  sgd_momentum,
+  adam,
+  adamw,
+  adagrad,
+  rmsprop,
+  lion,
+  adafactor,
+  adam8bit
+};
 
 /// Names accepted for --optimizer, in display order.
 std::span<const std::string_view> optimizer_names();
@@ -26,11 +36,11 @@ OptimizerKind parse_optimizer(std::string_view text);
 /// An optimizer and the options that change its state.
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::adamw;
-  bool nesterov = false;        ///< sgd-momentum: Nesterov update (same state)
-  bool amsgrad = false;         ///< adam/adamw: keeps max_exp_avg_sq, a third state
-  bool momentum = false;        ///< rmsprop: momentum_buffer
-  bool centered = false;        ///< rmsprop: grad_avg
-  bool first_moment = false;    ///< adafactor: keeps exp_avg (beta1 set)
+  bool nesterov = false;      ///< sgd-momentum: Nesterov update (same state)
+  bool amsgrad = false;       ///< adam/adamw: keeps max_exp_avg_sq, a third state
+  bool momentum = false;      ///< rmsprop: momentum_buffer
+  bool centered = false;      ///< rmsprop: grad_avg
+  bool first_moment = false;  ///< adafactor: keeps exp_avg (beta1 set)
   /// Where PyTorch's per-tensor `step` counters live: host memory unless the optimizer is fused
   /// or capturable, in which case they are device tensors.
   bool step_on_device = false;
@@ -38,20 +48,20 @@ struct OptimizerSpec {
 
 /// One kind of state tensor, summed over the trainable parameters.
 struct StateTerm {
-  std::string name;       ///< as in optimizer.state: "exp_avg", "absmax1", ...
+  std::string name;  ///< as in optimizer.state: "exp_avg", "absmax1", ...
   Dtype dtype;
   std::uint64_t bytes;
-  std::string formula;    ///< how the bytes follow, e.g. "4 B x 6,738,415,616 params"
+  std::string formula;  ///< how the bytes follow, e.g. "4 B x 6,738,415,616 params"
 };
 
 /// Optimizer state bytes for one model copy (no sharding).
 struct OptimizerBytes {
-  std::vector<StateTerm> states;   ///< device tensors, one entry per state kind
-  std::uint64_t state_bytes = 0;   ///< sum of `states`
+  std::vector<StateTerm> states;  ///< device tensors, one entry per state kind
+  std::uint64_t state_bytes = 0;  ///< sum of `states`
   /// PyTorch's 4-byte fp32 `step` tensor per trainable parameter tensor (Adam, AdamW, Adagrad,
   /// RMSprop in PyTorch 2.x); 0 for the others.
   std::uint64_t step_bytes = 0;
-  bool step_counted = true;        ///< false when tensors are unknown (a bare --params count)
+  bool step_counted = true;              ///< false when tensors are unknown (a bare --params count)
   std::vector<std::string> assumptions;  ///< what was assumed when shapes were unknown
 };
 

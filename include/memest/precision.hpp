@@ -12,16 +12,17 @@ namespace memest {
 /// Where each category of training memory keeps its bytes: one dtype per category.
 /// A policy describes a mechanism, so every byte count follows from it and the model.
 struct PrecisionPolicy {
-  std::string name;                  ///< preset name, or "custom" once a dtype is overridden
-  Dtype param = Dtype::fp32;         ///< the model's stored parameters
-  std::optional<Dtype> working;      ///< autocast's per-forward copies of matmul weights, kept for backward
-  std::optional<Dtype> master;       ///< master weights held by the optimizer (mixed precision)
-  Dtype grad = Dtype::fp32;          ///< gradients of the trainable parameters
-  std::optional<Dtype> grad_accum;   ///< a separate persistent gradient accumulation buffer
-  Dtype state = Dtype::fp32;         ///< optimizer states (momentum, variance, ...)
-  Dtype activation = Dtype::fp32;    ///< dtype of matmul outputs, so of most saved activations
-  bool autocast = false;             ///< ops run under torch.autocast (norms, softmax, loss in fp32)
-  std::string summary;               ///< one line: which framework setting this is
+  std::string name;           ///< preset name, or "custom" once a dtype is overridden
+  Dtype param = Dtype::fp32;  ///< the model's stored parameters
+  std::optional<Dtype>
+      working;  ///< autocast's per-forward copies of matmul weights, kept for backward
+  std::optional<Dtype> master;      ///< master weights held by the optimizer (mixed precision)
+  Dtype grad = Dtype::fp32;         ///< gradients of the trainable parameters
+  std::optional<Dtype> grad_accum;  ///< a separate persistent gradient accumulation buffer
+  Dtype state = Dtype::fp32;        ///< optimizer states (momentum, variance, ...)
+  Dtype activation = Dtype::fp32;   ///< dtype of matmul outputs, so of most saved activations
+  bool autocast = false;            ///< ops run under torch.autocast (norms, softmax, loss in fp32)
+  std::string summary;              ///< one line: which framework setting this is
 };
 
 /// Preset names, in display order: fp32, amp, amp-bf16, mixed, mixed-bf16, mixed-fp32grad,

@@ -32,7 +32,8 @@ std::string render_json(const RunSpec& run, const Estimate& est, const ReportOpt
 
 /// The model presets as a table: name, family, parameters, active parameters.
 std::string render_models_table(const std::vector<PresetInfo>& presets);
-/// The model presets as JSON: {"schema_version", "models": [{name, family, params, active_params}]}.
+/// The model presets as JSON: {"schema_version", "models": [{name, family, params,
+/// active_params}]}.
 std::string render_models_json(const std::vector<PresetInfo>& presets);
 
 /// The GPU presets as a table: name, capacity in `unit` and GiB, source, label.

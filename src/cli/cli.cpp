@@ -199,13 +199,15 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   auto* models = app.add_subcommand("models", "List the model presets with their parameter counts");
   auto* gpus = app.add_subcommand("gpus", "List the GPU presets with their memory");
   auto* check = app.add_subcommand(
-      "check", "Check run config files against their budgets: exit 0 all fit, 1 some over, 2 some invalid");
+      "check",
+      "Check run config files against their budgets: exit 0 all fit, 1 some over, 2 some invalid");
   std::vector<std::string> check_files;
   check->add_option("files", check_files, "Run config files (JSON)")->required()->type_name("FILE");
-  auto* compare = app.add_subcommand(
-      "compare", "The same run under several precision policies, side by side");
+  auto* compare =
+      app.add_subcommand("compare", "The same run under several precision policies, side by side");
   std::string policies = "fp32,amp,mixed,bf16";
-  compare->add_option("--policies", policies, "Comma-separated policies (default fp32,amp,mixed,bf16)")
+  compare
+      ->add_option("--policies", policies, "Comma-separated policies (default fp32,amp,mixed,bf16)")
       ->type_name("LIST");
   for (auto* sub : {models, gpus, check, compare}) sub->fallthrough();
 
