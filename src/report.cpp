@@ -75,6 +75,76 @@ ordered_json training_json(const TrainingSpec& t) {
           {"dropout", t.dropout ? ordered_json(*t.dropout) : ordered_json(nullptr)}};
 }
 
+struct RoleTotals {
+  std::uint64_t tensors = 0, params = 0, trainable = 0;
+};
+
+// Parameters per role, in the order roles are declared; quantization constants left out.
+std::vector<std::pair<Role, RoleTotals>> by_role(const Inventory& inv) {
+  std::vector<std::pair<Role, RoleTotals>> out;
+  for (std::size_t r = 0; r < role_names().size(); ++r) {
+    RoleTotals t;
+    for (const auto& g : inv.groups) {
+      if (g.quant_state || static_cast<std::size_t>(g.role) != r) continue;
+      t.tensors += g.count;
+      t.params += g.elements();
+      if (g.trainable) t.trainable += g.elements();
+    }
+    if (t.tensors > 0) out.emplace_back(static_cast<Role>(r), t);
+  }
+  return out;
+}
+
+std::string shape(const TensorGroup& g) {
+  return g.rows == 1 ? fmt::format("{}", g.cols) : fmt::format("{} x {}", g.rows, g.cols);
+}
+
+std::string render_inventory(const ModelSpec& model) {
+  const auto& inv = model.inventory;
+  if (!inv.shapes_known) return "\nparameter inventory: unknown for a bare parameter count\n";
+  std::string out = "\nparameters by role\n";
+  out += fmt::format("{:<12} {:>8} {:>18} {:>18}\n", "role", "tensors", "params", "trainable");
+  for (const auto& [role, t] : by_role(inv)) {
+    out += fmt::format("{:<12} {:>8} {:>18} {:>18}\n", role_name(role), t.tensors,
+                       format_count(t.params), format_count(t.trainable));
+  }
+  out += fmt::format("{:<12} {:>8} {:>18} {:>18}\n", "total", tensor_count(inv),
+                     format_count(parameter_count(inv)), format_count(trainable_count(inv)));
+  out += "\nparameter groups (x count: one tensor per layer, expert, ...)\n";
+  for (const auto& g : inv.groups) {
+    std::string flags;
+    if (g.matmul) flags += " matmul";
+    if (!g.trainable) flags += " frozen";
+    if (g.storage) flags += fmt::format(" {}", dtype_name(*g.storage));
+    if (g.quant_state) flags += " quantization-constants";
+    out += fmt::format("  {:<52} {:<10} {:>14} x{:<4} {:>16}{}\n", g.name, role_name(g.role),
+                       shape(g), g.count, format_count(g.elements()), flags);
+  }
+  return out;
+}
+
+ordered_json inventory_json(const Inventory& inv) {
+  ordered_json roles = ordered_json::object();
+  for (const auto& [role, t] : by_role(inv)) {
+    roles[std::string(role_name(role))] = {
+        {"tensors", t.tensors}, {"params", t.params}, {"trainable", t.trainable}};
+  }
+  ordered_json groups = ordered_json::array();
+  for (const auto& g : inv.groups) {
+    groups.push_back({{"name", g.name},
+                      {"role", role_name(g.role)},
+                      {"shape", g.rows == 1 ? ordered_json::array({g.cols})
+                                            : ordered_json::array({g.rows, g.cols})},
+                      {"count", g.count},
+                      {"elements", g.elements()},
+                      {"matmul", g.matmul},
+                      {"trainable", g.trainable},
+                      {"storage_dtype", optional_dtype(g.storage)},
+                      {"quantization_constants", g.quant_state}});
+  }
+  return {{"by_role", roles}, {"groups", groups}};
+}
+
 }  // namespace
 
 std::string_view version() { return MEMEST_VERSION; }
@@ -96,6 +166,7 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
                                       : "total (sum of the rows above, without activations)";
   out += fmt::format("{:<44} {:>16}\n", what, format_bytes(e.total_bytes, options.unit));
   for (const auto& a : e.assumptions) out += fmt::format("assumed: {}\n", a);
+  if (options.explain) out += render_inventory(run.model);
   return out;
 }
 
@@ -114,6 +185,11 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
                      {"trainable", e.trainable},
                      {"active", e.active},
                      {"tensors", e.tensors ? ordered_json(*e.tensors) : ordered_json(nullptr)}};
+  if (run.model.inventory.shapes_known) {
+    const auto inv = inventory_json(run.model.inventory);
+    j["parameters"]["by_role"] = inv["by_role"];
+    j["parameters"]["groups"] = inv["groups"];
+  }
   ordered_json cats = ordered_json::object();
   for (const auto& c : e.categories) {
     cats[c.key] = {{"label", c.label},

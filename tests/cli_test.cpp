@@ -131,3 +131,21 @@ TEST_CASE("LoRA on Llama-2-7B: the base is frozen, the adapters train", "[cli]")
   REQUIRE(j["categories"]["optimizer_states"]["bytes"] == 2 * 2 * 8'388'608);
   REQUIRE(j["categories"]["params"]["bytes"] == 2 * (6'738'415'616ULL + 8'388'608));
 }
+
+TEST_CASE("the JSON parameter inventory sums to the total, per role and per group", "[cli]") {
+  auto r = run_cli({"--model", "mixtral-8x7b", "--format", "json"});
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  const std::uint64_t total = j["parameters"]["total"];
+  REQUIRE(total == 46'702'792'704ULL);
+  REQUIRE(j["parameters"]["active"] == 12'879'925'248ULL);
+  std::uint64_t by_role = 0, by_group = 0;
+  for (const auto& [role, t] : j["parameters"]["by_role"].items())
+    by_role += t["params"].get<std::uint64_t>();
+  for (const auto& g : j["parameters"]["groups"]) by_group += g["elements"].get<std::uint64_t>();
+  REQUIRE(by_role == total);
+  REQUIRE(by_group == total);
+  auto explain = run_cli({"--model", "gpt2", "--explain"});
+  REQUIRE_THAT(explain.out,
+               Catch::Contains("parameters by role") && Catch::Contains("transformer.wte.weight"));
+}

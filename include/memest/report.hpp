@@ -14,6 +14,7 @@ namespace memest {
 /// How a report is printed.
 struct ReportOptions {
   Unit unit = Unit::GB;  ///< unit of the human table; JSON always carries exact bytes
+  bool explain = false;  ///< the table adds the parameter inventory and the formulas behind figures
 };
 
 /// Version of the JSON layout; bumped when a key changes meaning or disappears.

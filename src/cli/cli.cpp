@@ -75,12 +75,16 @@ std::string joined(std::span<const std::string_view> names) {
 }
 
 struct OutputFlags {
+  bool explain = false;
   std::string file;
   std::string units = "GB";
   std::string format = "table";
 };
 
 void add_output_flags(CLI::App& app, OutputFlags& f) {
+  app.add_flag("--explain", f.explain,
+               "Show the parameter inventory and the formulas behind each figure")
+      ->group("Output");
   app.add_option("--file", f.file, "A run config (JSON); flags override its settings")
       ->type_name("PATH")
       ->group("Run config");
@@ -95,6 +99,7 @@ void add_output_flags(CLI::App& app, OutputFlags& f) {
 
 ReportOptions report_options(const OutputFlags& f) {
   ReportOptions r;
+  r.explain = f.explain;
   try {
     r.unit = parse_unit(f.units);
   } catch (const Error& e) {
