@@ -237,6 +237,24 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
   problems.attempt([&] {
     if (o.dropout) t.dropout = parse_setting(*o.dropout, parse_probability);
   });
+  problems.attempt([&] {
+    if (!o.zero_grad) return;
+    t.grads_set_to_none = parse_setting(*o.zero_grad, [](std::string_view v) {
+      if (v != "none" && v != "zero") {
+        throw Error(fmt::format("unknown zero_grad mode \"{}\" (expected one of: none, zero)", v));
+      }
+      return v == "none";
+    });
+  });
+  problems.attempt([&] {
+    if (o.device) t.device = parse_setting(*o.device, parse_device);
+  });
+  problems.attempt([&] {
+    if (o.allocator) t.allocator = parse_setting(*o.allocator, parse_allocator);
+  });
+  problems.attempt([&] {
+    if (o.context_reserve) t.context_reserve = parse_setting(*o.context_reserve, parse_bytes);
+  });
   if (o.batch.has_value() != o.seq.has_value()) {
     const auto& given = o.batch ? o.batch->where : o.seq->where;
     problems.attempt([&] {

@@ -13,6 +13,8 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kAttentionNames = {"eager", "sdpa", "flash"};
 constexpr std::array<std::string_view, 3> kRecomputeNames = {"none", "selective", "full"};
+constexpr std::array<std::string_view, 2> kDeviceNames = {"cuda", "cpu"};
+constexpr std::array<std::string_view, 2> kAllocatorNames = {"none", "cuda"};
 
 template <typename Enum, std::size_t N>
 Enum parse_name(const std::array<std::string_view, N>& names, std::string_view text,
@@ -135,6 +137,17 @@ Recompute parse_recompute(std::string_view t) {
 }
 std::string_view recompute_name(Recompute r) {
   return kRecomputeNames[static_cast<std::size_t>(r)];
+}
+
+std::span<const std::string_view> device_names() { return kDeviceNames; }
+Device parse_device(std::string_view t) { return parse_name<Device>(kDeviceNames, t, "device"); }
+std::string_view device_name(Device d) { return kDeviceNames[static_cast<std::size_t>(d)]; }
+std::span<const std::string_view> allocator_names() { return kAllocatorNames; }
+Allocator parse_allocator(std::string_view t) {
+  return parse_name<Allocator>(kAllocatorNames, t, "allocator");
+}
+std::string_view allocator_name(Allocator a) {
+  return kAllocatorNames[static_cast<std::size_t>(a)];
 }
 
 double Category::bytes_per_element() const {

@@ -39,7 +39,8 @@ struct RunOptions {
   TextSetting param_dtype, grad_dtype, state_dtype, activation_dtype, master_dtype, working_dtype,
       grad_accum_dtype;
   // training
-  TextSetting batch, seq, grad_accum, attention, recompute, dropout;
+  TextSetting batch, seq, grad_accum, attention, recompute, dropout, zero_grad, device, allocator,
+      context_reserve;
   // hardware
   TextSetting gpu, budget, reserve;
 };

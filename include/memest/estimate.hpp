@@ -29,6 +29,21 @@ std::span<const std::string_view> recompute_names();
 Recompute parse_recompute(std::string_view text);
 std::string_view recompute_name(Recompute r);
 
+/// Whose kernels decide what is saved and what scratch is live: CUDA (the default: what GPU
+/// training runs) or the CPU (as in the reference measurements: CPU autocast casts fewer ops,
+/// LayerNorm keeps its statistics in the input dtype).
+enum class Device { cuda, cpu };
+/// Allocation model: none counts requested bytes (torch.cuda.max_memory_allocated); cuda rounds
+/// each block as the CUDA caching allocator does and reports reserved bytes as well.
+enum class Allocator { none, cuda };
+
+std::span<const std::string_view> device_names();
+Device parse_device(std::string_view text);
+std::string_view device_name(Device d);
+std::span<const std::string_view> allocator_names();
+Allocator parse_allocator(std::string_view text);
+std::string_view allocator_name(Allocator a);
+
 /// The training loop around the model.
 struct TrainingSpec {
   std::uint64_t micro_batch = 0;  ///< sequences per forward pass; 0 = not given
@@ -38,6 +53,9 @@ struct TrainingSpec {
   Recompute recompute = Recompute::none;
   std::optional<double> dropout;  ///< overrides every dropout probability of the config
   bool grads_set_to_none = true;  ///< zero_grad(set_to_none=True): no grads between steps
+  Device device = Device::cuda;
+  Allocator allocator = Allocator::none;
+  std::uint64_t context_reserve = 0;  ///< a stated constant for the CUDA context, added to the peak
 };
 
 /// Everything an estimate depends on. Plain values: loading and validation happen before.
