@@ -7,6 +7,8 @@ namespace memest {
 
 std::uint64_t bytes_needed(const Estimate& estimate) { return estimate.total_bytes; }
 
+std::uint64_t bytes_needed(const RunSpec& run) { return bytes_needed(estimate(run)); }
+
 CheckResult check_run_file(const std::string& path, const RunOptions& overrides) {
   CheckResult result;
   result.file = path;

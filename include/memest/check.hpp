@@ -30,4 +30,7 @@ CheckResult check_run_file(const std::string& path, const RunOptions& overrides)
 /// The bytes a run needs on one device: the peak when modelled, else the sum of categories.
 std::uint64_t bytes_needed(const Estimate& estimate);
 
+/// bytes_needed(estimate(run)), for searches and sweeps that evaluate many runs.
+std::uint64_t bytes_needed(const RunSpec& run);
+
 }  // namespace memest
