@@ -4,6 +4,7 @@
 #include <memest/estimate.hpp>
 #include <memest/hardware.hpp>
 #include <memest/hf_config.hpp>
+#include <memest/search.hpp>
 #include <memest/units.hpp>
 
 #include <string>
@@ -55,5 +56,18 @@ std::string render_compare_table(const std::vector<RunSpec>& runs,
 /// The comparison as JSON: one entry per policy with its categories' bytes and total.
 std::string render_compare_json(const std::vector<RunSpec>& runs,
                                 const std::vector<Estimate>& estimates);
+
+/// The answer of `fit`: the largest value that fits with the need on both sides of the boundary,
+/// or, when nothing fits, the changes that would help, smallest need first.
+std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget target,
+                             const FitResult& fit, const std::vector<Remedy>& remedies, Unit unit);
+/// The same as JSON.
+std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget target,
+                            const FitResult& fit, const std::vector<Remedy>& remedies);
+
+/// Sweep rows as CSV with a header line (bytes as integers).
+std::string render_sweep_csv(const std::vector<SweepRow>& rows);
+/// Sweep rows as JSON lines, one object per row.
+std::string render_sweep_jsonl(const std::vector<SweepRow>& rows);
 
 }  // namespace memest

@@ -8,7 +8,9 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <deque>
 #include <functional>
 #include <sstream>
@@ -97,7 +99,8 @@ void add_output_flags(CLI::App& app, OutputFlags& f) {
       ->group("Output");
 }
 
-ReportOptions report_options(const OutputFlags& f) {
+ReportOptions report_options(const OutputFlags& f,
+                             std::initializer_list<std::string_view> formats = {"table", "json"}) {
   ReportOptions r;
   r.explain = f.explain;
   try {
@@ -105,11 +108,102 @@ ReportOptions report_options(const OutputFlags& f) {
   } catch (const Error& e) {
     rethrow_with_context(e, "--units");
   }
-  if (f.format != "table" && f.format != "json") {
-    throw Error(
-        fmt::format("--format: unknown format \"{}\" (expected one of: table, json)", f.format));
+  if (std::find(formats.begin(), formats.end(), f.format) == formats.end()) {
+    throw Error(fmt::format("--format: unknown format \"{}\" (expected one of: {})", f.format,
+                            fmt::join(formats, ", ")));
   }
   return r;
+}
+
+// A run config (--file) with the flags laid over it, resolved.
+RunSpec resolve_with_file(const RunOptions& flag_options, const OutputFlags& flags) {
+  RunOptions options;
+  if (!flags.file.empty()) options = load_run_config(flags.file);
+  merge(options, flag_options);
+  return resolve(options);
+}
+
+template <typename T, typename Parse>
+std::vector<T> parse_list(const std::string& text, const char* flag, Parse parse) {
+  std::vector<T> out;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      out.push_back(parse(item));
+    } catch (const Error& e) {
+      rethrow_with_context(e, flag);
+    }
+  }
+  return out;
+}
+
+std::uint64_t parse_whole(std::string_view v) {
+  std::uint64_t n = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || ptr != v.data() + v.size() || n == 0) {
+    throw Error(fmt::format("expected a positive whole number, got \"{}\"", v));
+  }
+  return n;
+}
+
+struct FitFlags {
+  std::string target = "batch";
+  std::string max = "1048576";
+};
+
+int run_fit(const FitFlags& ff, RunOptions options, const OutputFlags& flags, std::ostream& out) {
+  const auto report = report_options(flags);
+  if (ff.target != "batch" && ff.target != "seq") {
+    throw Error(
+        fmt::format("--for: unknown target \"{}\" (expected one of: batch, seq)", ff.target));
+  }
+  std::uint64_t limit = 0;
+  try {
+    limit = parse_whole(ff.max);
+  } catch (const Error& e) {
+    rethrow_with_context(e, "--max");
+  }
+  // The searched value starts at 1; the other one is needed for activations: default 2048 tokens.
+  auto& searched = ff.target == "batch" ? options.batch : options.seq;
+  if (!searched) searched = Setting<std::string>{"1", "fit"};
+  auto& other = ff.target == "batch" ? options.seq : options.batch;
+  if (!other && ff.target == "batch") other = Setting<std::string>{"2048", "fit"};
+  if (!other && ff.target == "seq") other = Setting<std::string>{"1", "fit"};
+  const RunSpec run = resolve_with_file(options, flags);
+  if (!run.budget)
+    throw Error("fit needs a budget: pass --gpu NAME (see 'memest gpus') or --budget SIZE");
+  const FitTarget target = ff.target == "batch" ? FitTarget::micro_batch : FitTarget::seq_len;
+  const FitResult fit = fit_largest(run, *run.budget, target, limit);
+  std::vector<Remedy> fixes;
+  if (!fit.best) {
+    RunSpec at_one = run;
+    (target == FitTarget::micro_batch ? at_one.training.micro_batch : at_one.training.seq_len) = 1;
+    if (at_one.training.micro_batch == 0) at_one.training.micro_batch = 1;
+    if (at_one.training.seq_len == 0) at_one.training.seq_len = 2048;
+    fixes = remedies(at_one, *run.budget);
+  }
+  out << (flags.format == "json"
+              ? render_fit_json(run, *run.budget, target, fit, fixes)
+              : render_fit_table(run, *run.budget, target, fit, fixes, report.unit));
+  return fit.best ? kExitOk : kExitCheckFailed;
+}
+
+struct SweepFlags {
+  std::string batches, seqs, policies, optimizers;
+};
+
+int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags& flags,
+              std::ostream& out) {
+  report_options(flags, {"table", "csv", "jsonl"});
+  const RunSpec run = resolve_with_file(options, flags);
+  SweepGrid grid;
+  grid.micro_batches = parse_list<std::uint64_t>(sf.batches, "--batches", parse_whole);
+  grid.seq_lens = parse_list<std::uint64_t>(sf.seqs, "--seqs", parse_whole);
+  grid.policies = parse_list<PrecisionPolicy>(sf.policies, "--policies", precision_preset);
+  grid.optimizers = parse_list<OptimizerKind>(sf.optimizers, "--optimizers", parse_optimizer);
+  const auto rows = sweep(run, grid, run.budget);
+  out << (flags.format == "jsonl" ? render_sweep_jsonl(rows) : render_sweep_csv(rows));
+  return kExitOk;
 }
 
 int run_models(const OutputFlags& flags, std::ostream& out) {
@@ -214,7 +308,26 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   compare
       ->add_option("--policies", policies, "Comma-separated policies (default fp32,amp,mixed,bf16)")
       ->type_name("LIST");
-  for (auto* sub : {models, gpus, check, compare}) sub->fallthrough();
+  auto* fit = app.add_subcommand(
+      "fit",
+      "The largest micro-batch (or sequence) that fits the budget; if none, what would help");
+  FitFlags fit_flags;
+  fit->add_option("--for", fit_flags.target, "What to maximise: batch or seq (default batch)")
+      ->type_name("TARGET");
+  fit->add_option("--max", fit_flags.max, "The largest value to try (default 1048576)")
+      ->type_name("N");
+  auto* sweep_cmd = app.add_subcommand(
+      "sweep", "Every combination of the lists given, as CSV (--format csv) or JSON lines (jsonl)");
+  SweepFlags sweep_flags;
+  sweep_cmd->add_option("--batches", sweep_flags.batches, "Micro-batch sizes, e.g. 1,2,4,8")
+      ->type_name("LIST");
+  sweep_cmd->add_option("--seqs", sweep_flags.seqs, "Sequence lengths, e.g. 1024,2048")
+      ->type_name("LIST");
+  sweep_cmd->add_option("--policies", sweep_flags.policies, "Precision policies, e.g. fp32,bf16")
+      ->type_name("LIST");
+  sweep_cmd->add_option("--optimizers", sweep_flags.optimizers, "Optimizers, e.g. adamw,adam8bit")
+      ->type_name("LIST");
+  for (auto* sub : {models, gpus, check, compare, fit, sweep_cmd}) sub->fallthrough();
 
   try {
     app.parse(argc, argv);
@@ -234,6 +347,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     if (gpus->parsed()) return run_gpus(output, out);
     if (check->parsed()) return run_check(check_files, options, output, out);
     if (compare->parsed()) return run_compare(policies, options, output, out);
+    if (fit->parsed()) return run_fit(fit_flags, options, output, out);
+    if (sweep_cmd->parsed()) return run_sweep(sweep_flags, options, output, out);
     return run_estimate(options, output, out);
   } catch (const Error& e) {
     print_error(err, e);

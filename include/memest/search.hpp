@@ -1,0 +1,68 @@
+#pragma once
+
+#include <memest/estimate.hpp>
+#include <memest/hardware.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memest {
+
+/// What `fit` makes as large as the budget allows.
+enum class FitTarget { micro_batch, seq_len };
+
+/// The largest value of the target that fits, and the need on either side of the boundary, so a
+/// caller can see the answer is tight: need_at_best <= usable < need_past_best.
+struct FitResult {
+  std::optional<std::uint64_t> best;  ///< absent when even 1 does not fit
+  std::uint64_t need_at_best = 0;
+  std::uint64_t need_past_best = 0;  ///< need at best + 1 (0 when best is the limit)
+  std::uint64_t usable = 0;
+  std::uint64_t limit = 0;        ///< the largest value tried
+  std::uint64_t evaluations = 0;  ///< estimates computed
+};
+
+/// Searches the largest micro-batch (or sequence length) in [1, limit] that fits `budget`, by
+/// doubling then bisection over bytes_needed(), which grows with both. The other training
+/// values are taken from `run`; the sequence defaults to 2048 and the batch to 1 when unset.
+FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target,
+                      std::uint64_t limit = 1 << 20);
+
+/// One change that lowers the memory a run needs, with its result.
+struct Remedy {
+  std::string change;  ///< for people: "pure bf16 (--precision bf16)"
+  RunSpec run;         ///< the run with the change applied
+  std::uint64_t need = 0;
+  bool fits = false;
+};
+
+/// Single changes that save memory (precision, 8-bit optimizer, recompute, flash attention,
+/// smaller micro-batch with more accumulation, LoRA/QLoRA), each estimated, those that save
+/// something sorted by need, smallest first.
+std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget);
+
+/// A grid of runs: every combination of the listed values (an empty list keeps the run's own).
+struct SweepGrid {
+  std::vector<std::uint64_t> micro_batches;
+  std::vector<std::uint64_t> seq_lens;
+  std::vector<PrecisionPolicy> policies;
+  std::vector<OptimizerKind> optimizers;
+};
+
+/// One point of a sweep.
+struct SweepRow {
+  std::uint64_t micro_batch = 0, seq_len = 0;
+  std::string precision;
+  OptimizerKind optimizer = OptimizerKind::adamw;
+  std::uint64_t need = 0;
+  std::optional<bool> fits;  ///< when a budget is given
+};
+
+/// Evaluates every point of the grid around `run`, in row-major order (batch, seq, policy,
+/// optimizer).
+std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
+                            const std::optional<Budget>& budget);
+
+}  // namespace memest

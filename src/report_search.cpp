@@ -1,0 +1,111 @@
+// Renderers for the search commands: fit and sweep.
+#include <memest/report.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace memest {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string_view target_name(FitTarget t) {
+  return t == FitTarget::micro_batch ? "micro-batch" : "sequence length";
+}
+
+std::string_view target_key(FitTarget t) {
+  return t == FitTarget::micro_batch ? "micro_batch" : "seq_len";
+}
+
+std::string other_dimension(const RunSpec& run, FitTarget t) {
+  return t == FitTarget::micro_batch
+             ? fmt::format("at sequence length {}",
+                           run.training.seq_len ? run.training.seq_len : 2048)
+             : fmt::format("at micro-batch {}",
+                           run.training.micro_batch ? run.training.micro_batch : 1);
+}
+
+}  // namespace
+
+std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget target,
+                             const FitResult& fit, const std::vector<Remedy>& remedies, Unit unit) {
+  std::string out =
+      fmt::format("model      {}\nbudget     {} usable on {} ({} less {} reserved)\n",
+                  run.model.name, format_bytes(budget.usable(), unit), budget.source,
+                  format_bytes(budget.capacity, unit), format_bytes(budget.reserve, unit));
+  if (fit.best) {
+    out += fmt::format("largest {} that fits {}: {}\n", target_name(target),
+                       other_dimension(run, target), *fit.best);
+    out += fmt::format("  {} {} needs {}\n", target_name(target), *fit.best,
+                       format_bytes(fit.need_at_best, unit));
+    if (*fit.best < fit.limit) {
+      out += fmt::format("  {} {} needs {}\n", target_name(target), *fit.best + 1,
+                         format_bytes(fit.need_past_best, unit));
+    } else {
+      out += fmt::format("  (the search stops at {})\n", fit.limit);
+    }
+    return out;
+  }
+  out += fmt::format("nothing fits: {} 1 {} needs {}\n", target_name(target),
+                     other_dimension(run, target), format_bytes(fit.need_past_best, unit));
+  if (remedies.empty()) {
+    out += "no single change memest knows saves memory here\n";
+    return out;
+  }
+  out += "changes that save memory, smallest need first:\n";
+  for (const auto& r : remedies) {
+    out += fmt::format("  {:<5} {:>14}  {}\n", r.fits ? "fits" : "over", format_bytes(r.need, unit),
+                       r.change);
+  }
+  return out;
+}
+
+std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget target,
+                            const FitResult& fit, const std::vector<Remedy>& remedies) {
+  ordered_json rem = ordered_json::array();
+  for (const auto& r : remedies) {
+    rem.push_back({{"change", r.change}, {"need_bytes", r.need}, {"fits", r.fits}});
+  }
+  ordered_json j = {
+      {"schema_version", kJsonSchemaVersion},
+      {"model", run.model.name},
+      {"target", target_key(target)},
+      {"budget",
+       {{"source", budget.source},
+        {"capacity_bytes", budget.capacity},
+        {"reserve_bytes", budget.reserve},
+        {"usable_bytes", budget.usable()}}},
+      {"best", fit.best ? ordered_json(*fit.best) : ordered_json(nullptr)},
+      {"need_at_best_bytes", fit.best ? ordered_json(fit.need_at_best) : ordered_json(nullptr)},
+      {"need_past_best_bytes",
+       fit.need_past_best ? ordered_json(fit.need_past_best) : ordered_json(nullptr)},
+      {"limit", fit.limit},
+      {"remedies", rem}};
+  return j.dump(2) + "\n";
+}
+
+std::string render_sweep_csv(const std::vector<SweepRow>& rows) {
+  std::string out = "micro_batch,seq_len,precision,optimizer,need_bytes,fits\n";
+  for (const auto& r : rows) {
+    out += fmt::format("{},{},{},{},{},{}\n", r.micro_batch, r.seq_len, r.precision,
+                       optimizer_name(r.optimizer), r.need,
+                       r.fits ? (*r.fits ? "true" : "false") : "");
+  }
+  return out;
+}
+
+std::string render_sweep_jsonl(const std::vector<SweepRow>& rows) {
+  std::string out;
+  for (const auto& r : rows) {
+    ordered_json j = {{"micro_batch", r.micro_batch},
+                      {"seq_len", r.seq_len},
+                      {"precision", r.precision},
+                      {"optimizer", optimizer_name(r.optimizer)},
+                      {"need_bytes", r.need},
+                      {"fits", r.fits ? ordered_json(*r.fits) : ordered_json(nullptr)}};
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
+}  // namespace memest

@@ -1,0 +1,175 @@
+#include <memest/adapters.hpp>
+#include <memest/check.hpp>
+#include <memest/error.hpp>
+#include <memest/search.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace memest {
+namespace {
+
+constexpr std::uint64_t kDefaultSeq = 2048;
+
+std::uint64_t& target_of(RunSpec& run, FitTarget t) {
+  return t == FitTarget::micro_batch ? run.training.micro_batch : run.training.seq_len;
+}
+
+// Fills whichever of batch and seq is unset, so activations can be estimated.
+void complete_training(RunSpec& run) {
+  if (run.training.micro_batch == 0) run.training.micro_batch = 1;
+  if (run.training.seq_len == 0) run.training.seq_len = kDefaultSeq;
+}
+
+}  // namespace
+
+FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::uint64_t limit) {
+  complete_training(run);
+  FitResult r;
+  r.usable = budget.usable();
+  r.limit = limit;
+  auto need = [&](std::uint64_t value) {
+    target_of(run, target) = value;
+    ++r.evaluations;
+    try {
+      return bytes_needed(run);
+    } catch (const Error&) {
+      return UINT64_MAX;  // past 2^64 bytes: certainly does not fit
+    }
+  };
+  const std::uint64_t at_one = need(1);
+  if (at_one > r.usable) {
+    r.need_past_best = at_one;
+    return r;
+  }
+  // Doubling finds a value that does not fit (or the limit), bisection the boundary below it.
+  std::uint64_t lo = 1, lo_need = at_one, hi = 0;
+  while (hi == 0) {
+    const std::uint64_t next = std::min(lo * 2, limit);
+    if (next == lo) break;
+    const std::uint64_t n = need(next);
+    if (n > r.usable) {
+      hi = next;
+    } else {
+      lo = next;
+      lo_need = n;
+    }
+  }
+  if (hi == 0) {  // everything up to the limit fits
+    r.best = lo;
+    r.need_at_best = lo_need;
+    return r;
+  }
+  std::uint64_t hi_need = need(hi);
+  while (hi - lo > 1) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    const std::uint64_t n = need(mid);
+    if (n > r.usable) {
+      hi = mid;
+      hi_need = n;
+    } else {
+      lo = mid;
+      lo_need = n;
+    }
+  }
+  r.best = lo;
+  r.need_at_best = lo_need;
+  r.need_past_best = hi_need;
+  return r;
+}
+
+std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
+  std::vector<Remedy> out;
+  const std::uint64_t before = bytes_needed(run);
+  auto consider = [&](std::string change, RunSpec changed) {
+    try {
+      const std::uint64_t n = bytes_needed(changed);
+      if (n < before)
+        out.push_back({std::move(change), std::move(changed), n, n <= budget.usable()});
+    } catch (const Error&) {
+      // a change this model cannot take (e.g. LoRA without an architecture) is no remedy
+    }
+  };
+  for (const char* policy : {"bf16", "mixed-bf16", "amp-bf16"}) {
+    if (run.precision.name == policy) continue;
+    RunSpec r = run;
+    r.precision = precision_preset(policy);
+    consider(fmt::format("precision {} (--precision {})", policy, policy), r);
+  }
+  if (run.optimizer.kind == OptimizerKind::adam || run.optimizer.kind == OptimizerKind::adamw) {
+    RunSpec r = run;
+    r.optimizer = OptimizerSpec{};
+    r.optimizer.kind = OptimizerKind::adam8bit;
+    consider("8-bit Adam states (--optimizer adam8bit)", r);
+  }
+  const bool has_batch = run.training.micro_batch > 0 && run.training.seq_len > 0;
+  if (has_batch && run.training.recompute != Recompute::full) {
+    RunSpec r = run;
+    r.training.recompute = Recompute::full;
+    consider("full activation recompute (--recompute full)", r);
+  }
+  if (has_batch && run.training.attention == Attention::eager) {
+    RunSpec r = run;
+    r.training.attention = Attention::flash;
+    consider("flash attention (--attention flash)", r);
+  }
+  if (has_batch && run.training.micro_batch > 1) {
+    RunSpec r = run;
+    r.training.micro_batch = run.training.micro_batch / 2;
+    r.training.grad_accum = run.training.grad_accum * 2;
+    consider(
+        fmt::format("half the micro-batch, twice the accumulation (--batch {} --grad-accum {})",
+                    r.training.micro_batch, r.training.grad_accum),
+        r);
+  }
+  const bool base_trains =
+      trainable_count(run.model.inventory) == parameter_count(run.model.inventory);
+  if (run.model.arch && base_trains) {
+    for (bool q : {false, true}) {
+      RunSpec r = run;
+      apply_lora(r.model, LoraSpec{16, {"all-linear"}, q, q});
+      consider(q ? "QLoRA: nf4 base, rank-16 adapters (--lora-rank 16 --lora-targets all-linear "
+                   "--qlora --double-quant)"
+                 : "LoRA: frozen base, rank-16 adapters (--lora-rank 16 --lora-targets all-linear)",
+               r);
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Remedy& a, const Remedy& b) { return a.need < b.need; });
+  return out;
+}
+
+std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
+                            const std::optional<Budget>& budget) {
+  const auto batches =
+      grid.micro_batches.empty() ? std::vector{run.training.micro_batch} : grid.micro_batches;
+  const auto seqs = grid.seq_lens.empty() ? std::vector{run.training.seq_len} : grid.seq_lens;
+  const auto policies = grid.policies.empty() ? std::vector{run.precision} : grid.policies;
+  const auto optimizers =
+      grid.optimizers.empty() ? std::vector{run.optimizer.kind} : grid.optimizers;
+  std::vector<SweepRow> rows;
+  rows.reserve(batches.size() * seqs.size() * policies.size() * optimizers.size());
+  RunSpec point = run;
+  for (auto b : batches) {
+    for (auto s : seqs) {
+      for (const auto& p : policies) {
+        for (auto o : optimizers) {
+          point.training.micro_batch = b;
+          point.training.seq_len = s;
+          point.precision = p;
+          if (point.optimizer.kind != o) {
+            point.optimizer = OptimizerSpec{};
+            point.optimizer.kind = o;
+          }
+          SweepRow row{b, s, p.name, o, bytes_needed(point), std::nullopt};
+          if (budget) row.fits = row.need <= budget->usable();
+          rows.push_back(std::move(row));
+        }
+      }
+    }
+  }
+  return rows;
+}
+
+}  // namespace memest

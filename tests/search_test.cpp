@@ -1,0 +1,81 @@
+#include <memest/check.hpp>
+#include <memest/hf_config.hpp>
+#include <memest/search.hpp>
+
+#include <catch2/catch.hpp>
+
+using namespace memest;
+
+namespace {
+
+RunSpec llama(std::string_view policy) {
+  RunSpec r;
+  r.model = load_model_preset("llama-2-7b");
+  r.precision = precision_preset(policy);
+  r.optimizer.kind = OptimizerKind::adamw;
+  r.training.micro_batch = 1;
+  r.training.seq_len = 4096;
+  return r;
+}
+
+std::uint64_t need_at(RunSpec r, FitTarget t, std::uint64_t v) {
+  (t == FitTarget::micro_batch ? r.training.micro_batch : r.training.seq_len) = v;
+  return bytes_needed(r);
+}
+
+}  // namespace
+
+TEST_CASE("fit: the answer fits and one more does not", "[search]") {
+  const auto run = llama("bf16");
+  const Budget budget{find_gpu("h100-80gb").capacity, kDefaultReserve, "h100-80gb"};
+  auto target = GENERATE(FitTarget::micro_batch, FitTarget::seq_len);
+  const auto fit = fit_largest(run, budget, target, 1 << 16);
+  REQUIRE(fit.best);
+  REQUIRE(need_at(run, target, *fit.best) == fit.need_at_best);
+  REQUIRE(fit.need_at_best <= budget.usable());
+  if (*fit.best < fit.limit) {
+    REQUIRE(need_at(run, target, *fit.best + 1) == fit.need_past_best);
+    REQUIRE(fit.need_past_best > budget.usable());
+  }
+  REQUIRE(fit.evaluations < 64);  // doubling + bisection, not a scan
+}
+
+TEST_CASE("fit: when nothing fits, remedies are ranked and each is a real estimate", "[search]") {
+  const auto run = llama("fp32");
+  const Budget budget{find_gpu("a10").capacity, kDefaultReserve, "a10"};
+  const auto fit = fit_largest(run, budget, FitTarget::micro_batch);
+  REQUIRE_FALSE(fit.best);
+  REQUIRE(fit.need_past_best > budget.usable());
+  const auto fixes = remedies(run, budget);
+  REQUIRE(fixes.size() >= 4);
+  for (std::size_t i = 0; i < fixes.size(); ++i) {
+    CAPTURE(fixes[i].change);
+    REQUIRE(fixes[i].need == bytes_needed(fixes[i].run));
+    REQUIRE(fixes[i].need < bytes_needed(run));
+    REQUIRE(fixes[i].fits == (fixes[i].need <= budget.usable()));
+    if (i > 0) REQUIRE(fixes[i - 1].need <= fixes[i].need);
+  }
+  // QLoRA of a 7B model fits a 24 GB card; fp32 full fine-tuning does not.
+  REQUIRE(fixes.front().fits);
+}
+
+TEST_CASE("sweep: every combination, each the estimate of its run", "[search]") {
+  const auto run = llama("fp32");
+  SweepGrid grid;
+  grid.micro_batches = {1, 2};
+  grid.seq_lens = {512, 1024, 2048};
+  grid.policies = {precision_preset("fp32"), precision_preset("bf16")};
+  grid.optimizers = {OptimizerKind::adamw, OptimizerKind::sgd};
+  const Budget budget{80ULL << 30, 0, "budget"};
+  const auto rows = sweep(run, grid, budget);
+  REQUIRE(rows.size() == 2 * 3 * 2 * 2);
+  for (const auto& row : rows) {
+    RunSpec r = run;
+    r.training.micro_batch = row.micro_batch;
+    r.training.seq_len = row.seq_len;
+    r.precision = precision_preset(row.precision);
+    r.optimizer.kind = row.optimizer;
+    REQUIRE(row.need == bytes_needed(r));
+    REQUIRE(row.fits == (row.need <= budget.usable()));
+  }
+}
