@@ -1,6 +1,10 @@
 #include "testutil.hpp"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
 
 using memest::test::expect_golden;
 using memest::test::run_cli;
@@ -148,4 +152,47 @@ TEST_CASE("the JSON parameter inventory sums to the total, per role and per grou
   auto explain = run_cli({"--model", "gpt2", "--explain"});
   REQUIRE_THAT(explain.out,
                Catch::Contains("parameters by role") && Catch::Contains("transformer.wte.weight"));
+}
+
+TEST_CASE("the shipped JSON Schema is the one the option table generates", "[cli][schema]") {
+  auto r = run_cli({"schema"});
+  REQUIRE(r.code == 0);
+  const std::string path = std::string(MEMEST_SOURCE_DIR) + "/configs/schema/run.schema.json";
+  if (const char* u = std::getenv("MEMEST_UPDATE_GOLDEN"); u && std::string(u) == "1") {
+    std::ofstream(path, std::ios::binary) << r.out;
+  }
+  REQUIRE(r.out == memest::test::read_file(path));
+}
+
+TEST_CASE("every example run config passes memest check", "[cli][check]") {
+  std::vector<std::string> args = {"check"};
+  for (const auto& e : std::filesystem::directory_iterator("configs/examples")) {
+    args.push_back(e.path().string());
+  }
+  REQUIRE(args.size() >= 5);
+  auto r = run_cli(args);
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, Catch::Contains(fmt::format("{} fit, 0 over, 0 invalid", args.size() - 1)));
+}
+
+TEST_CASE("check: exit 1 when some are over, 2 when some are invalid; JSON", "[cli][check]") {
+  auto over = run_cli({"check", "configs/examples/tinyllama-1.1b-h100.json", "--gpu", "t4"});
+  REQUIRE(over.code == 1);
+  REQUIRE_THAT(over.out,
+               Catch::Contains(": over by ") && Catch::Contains("0 fit, 1 over, 0 invalid"));
+  auto invalid =
+      run_cli({"check", "configs/examples/gpt2-amp-t4.json", "tests/data/bad/typo_key.json"});
+  REQUIRE(invalid.code == 2);
+  REQUIRE_THAT(invalid.out,
+               Catch::Contains("tests/data/bad/typo_key.json: invalid: /training/seq_lenght: "
+                               "unknown key (did you mean \"seq_len\"?)"));
+  auto json = run_cli({"check", "configs/examples/gpt2-amp-t4.json", "--format", "json"});
+  REQUIRE(json.code == 0);
+  auto j = nlohmann::json::parse(json.out);
+  REQUIRE(j["results"][0]["status"] == "fits");
+  REQUIRE(j["results"][0]["need_bytes"].get<std::uint64_t>() +
+              j["results"][0]["headroom_bytes"].get<std::uint64_t>() ==
+          j["results"][0]["usable_bytes"].get<std::uint64_t>());
+  REQUIRE(j["summary"]["fits"] == 1);
 }

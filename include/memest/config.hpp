@@ -79,6 +79,10 @@ RunOptions load_run_config(const std::string& path);
 /// accepted, e.g. `--optimizer: unknown optimizer "adamw8" (expected one of: ...)`.
 RunSpec resolve(const RunOptions& options);
 
+/// The JSON Schema (draft 2020-12) of run config files, generated from run_option_table(); it is
+/// shipped as configs/schema/run.schema.json for editors.
+std::string run_config_schema();
+
 /// Reads a whole file; throws Error `<path>: cannot open file: <reason>`.
 std::string read_text_file(const std::string& path);
 

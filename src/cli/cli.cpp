@@ -327,7 +327,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       ->type_name("LIST");
   sweep_cmd->add_option("--optimizers", sweep_flags.optimizers, "Optimizers, e.g. adamw,adam8bit")
       ->type_name("LIST");
-  for (auto* sub : {models, gpus, check, compare, fit, sweep_cmd}) sub->fallthrough();
+  auto* schema = app.add_subcommand("schema", "Print the JSON Schema of run config files");
+  for (auto* sub : {models, gpus, check, compare, fit, sweep_cmd, schema}) sub->fallthrough();
 
   try {
     app.parse(argc, argv);
@@ -348,6 +349,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     if (check->parsed()) return run_check(check_files, options, output, out);
     if (compare->parsed()) return run_compare(policies, options, output, out);
     if (fit->parsed()) return run_fit(fit_flags, options, output, out);
+    if (schema->parsed()) {
+      out << run_config_schema();
+      return kExitOk;
+    }
     if (sweep_cmd->parsed()) return run_sweep(sweep_flags, options, output, out);
     return run_estimate(options, output, out);
   } catch (const Error& e) {

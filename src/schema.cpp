@@ -1,0 +1,137 @@
+// The JSON Schema of run config files, generated from the run option table so that the schema,
+// the loader and the flags cannot disagree on which keys exist.
+#include <memest/adapters.hpp>
+#include <memest/config.hpp>
+#include <memest/hardware.hpp>
+#include <memest/hf_config.hpp>
+
+#include <nlohmann/json.hpp>
+
+namespace memest {
+namespace {
+
+using nlohmann::ordered_json;
+
+ordered_json names_of(std::span<const std::string_view> names, bool with_none = false) {
+  ordered_json e = ordered_json::array();
+  if (with_none) e.push_back("none");
+  for (auto n : names) e.push_back(n);
+  return e;
+}
+
+ordered_json enum_of(ordered_json names) {
+  return {{"type", "string"}, {"enum", std::move(names)}};
+}
+
+// A comma-separated list of names, as --freeze and --lora-targets take.
+ordered_json list_of(std::span<const std::string_view> names) {
+  std::string alt;
+  for (auto n : names) alt += (alt.empty() ? "" : "|") + std::string(n);
+  return {{"type", "string"}, {"pattern", "^(" + alt + ")(,(" + alt + "))*$"}};
+}
+
+ordered_json positive_integer() {
+  return {{"anyOf", ordered_json::array({{{"type", "integer"}, {"minimum", 1}},
+                                         {{"type", "string"}, {"pattern", "^[1-9][0-9]*$"}}})}};
+}
+
+ordered_json count() {
+  return {{"anyOf",
+           ordered_json::array({{{"type", "integer"}, {"minimum", 1}},
+                                {{"type", "string"},
+                                 {"pattern", "^[0-9]*\\.?[0-9]+([eE][+]?[0-9]+)?[kKMBGT]?$"}}})}};
+}
+
+ordered_json size() {
+  return {{"anyOf",
+           ordered_json::array(
+               {{{"type", "integer"}, {"minimum", 0}},
+                {{"type", "string"},
+                 {"pattern", "^[0-9]*\\.?[0-9]+ ?(B|bytes|kB|KB|KiB|MB|MiB|GB|GiB|TB|TiB)?$"}}})}};
+}
+
+std::vector<std::string_view> preset_names() {
+  static const auto presets = model_presets();
+  std::vector<std::string_view> names;
+  for (const auto& p : presets) names.push_back(p.name);
+  return names;
+}
+
+std::vector<std::string_view> gpu_names() {
+  std::vector<std::string_view> names;
+  for (const auto& g : gpu_presets()) names.push_back(g.name);
+  return names;
+}
+
+ordered_json value_schema(const RunOptionInfo& info) {
+  if (info.boolean) return {{"type", "boolean"}};
+  const std::string k = info.section + "/" + info.key;
+  if (k == "model/params") return count();
+  if (k == "model/name") return enum_of(names_of(preset_names()));
+  if (k == "model/config") return {{"type", "string"}, {"minLength", 1}};
+  if (k == "model/freeze") return list_of(role_names());
+  if (k == "model/lora_targets") return list_of(lora_target_names());
+  if (k == "optimizer/name") return enum_of(names_of(optimizer_names()));
+  if (k == "precision/preset") return enum_of(names_of(precision_names()));
+  if (k == "precision/master_dtype" || k == "precision/working_dtype" ||
+      k == "precision/grad_accum_dtype") {
+    return enum_of(names_of(dtype_names(), true));
+  }
+  if (info.section == "precision") return enum_of(names_of(dtype_names()));
+  if (k == "training/attention") return enum_of(names_of(attention_names()));
+  if (k == "training/recompute") return enum_of(names_of(recompute_names()));
+  if (k == "training/device") return enum_of(names_of(device_names()));
+  if (k == "training/zero_grad") return enum_of({"none", "zero"});
+  if (k == "training/dropout") {
+    return {{"anyOf",
+             ordered_json::array({{{"type", "number"}, {"minimum", 0}, {"exclusiveMaximum", 1}},
+                                  {{"type", "string"}, {"pattern", "^0?\\.[0-9]+$|^0$"}}})}};
+  }
+  if (k == "hardware/allocator") return enum_of(names_of(allocator_names()));
+  if (k == "hardware/gpu") return enum_of(names_of(gpu_names()));
+  if (k == "hardware/budget" || k == "hardware/reserve" || k == "hardware/context_reserve") {
+    return size();
+  }
+  return positive_integer();  // lora_rank, micro_batch, seq_len, grad_accum
+}
+
+}  // namespace
+
+std::string run_config_schema() {
+  ordered_json sections = ordered_json::object();
+  for (const auto& info : run_option_table()) {
+    auto& sec = sections[info.section];
+    if (sec.is_null()) {
+      sec = {{"type", "object"},
+             {"additionalProperties", false},
+             {"properties", ordered_json::object()}};
+    }
+    ordered_json v = value_schema(info);
+    v["description"] = info.help + " (flag " + info.flag + ")";
+    sec["properties"][info.key] = v;
+  }
+  // "optimizer": "adamw", "precision": "amp" and "model": "llama-2-7b" are short forms.
+  for (const auto& [name, key] : {std::pair{"optimizer", "name"}, std::pair{"precision", "preset"},
+                                  std::pair{"model", "name"}}) {
+    ordered_json object = sections[name];
+    ordered_json short_form = sections[name]["properties"][key];
+    short_form.erase("description");
+    sections[name] = {{"anyOf", ordered_json::array({short_form, object})}};
+  }
+  ordered_json properties = {{"$schema", {{"type", "string"}}},
+                             {"description", {{"type", "string"}}}};
+  for (auto& [name, sec] : sections.items()) properties[name] = sec;
+  ordered_json schema = {
+      {"$schema", "https://json-schema.org/draft/2020-12/schema"},
+      {"$id", "https://memest.invalid/schema/run.schema.json"},
+      {"title", "memest run config"},
+      {"description",
+       "One training run for memest: model, optimizer, precision, training and hardware. Every "
+       "key has a command-line flag of the same meaning; flags override the file."},
+      {"type", "object"},
+      {"additionalProperties", false},
+      {"properties", properties}};
+  return schema.dump(2) + "\n";
+}
+
+}  // namespace memest
