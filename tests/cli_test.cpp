@@ -20,6 +20,10 @@ TEST_CASE("golden output of the seed's examples", "[cli]") {
         "--state-dtype", "fp16"}},
       {"seed_amp.json", {"--params", "7B", "--optimizer", "adamw", "--amp", "--format", "json"}},
       {"seed_fp32_gib.txt", {"--params", "7B", "--units", "GiB"}},
+      {"seed_bf16_h100.md",
+       {"--params", "7B", "--precision", "bf16", "--gpu", "h100-80gb", "--format", "markdown"}},
+      {"seed_mixed_h100.txt",
+       {"--params", "7B", "--precision", "mixed-bf16", "--gpu", "h100-80gb"}},
   }));
   CAPTURE(name);
   auto r = run_cli(args);
@@ -81,7 +85,7 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted; 
        "memest: error: --nesterov: applies only to optimizer sgd-momentum, got optimizer "
        "\"adamw\""},
       {{"--params", "7B", "--format", "yaml"},
-       "memest: error: --format: unknown format \"yaml\" (expected one of: table, json)"},
+       "memest: error: --format: unknown format \"yaml\" (expected one of: table, json, markdown)"},
       {{"--optimizer", "adamw"},
        "memest: error: no model given: pass --params N (e.g. 7B), --model NAME or --config PATH"},
       {{"--params", "7B", "--batch", "4"},

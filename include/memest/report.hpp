@@ -16,6 +16,7 @@ namespace memest {
 struct ReportOptions {
   Unit unit = Unit::GB;  ///< unit of the human table; JSON always carries exact bytes
   bool explain = false;  ///< the table adds the parameter inventory and the formulas behind figures
+  bool color = false;    ///< ANSI colours in the chart (a terminal, NO_COLOR unset)
 };
 
 /// Version of the JSON layout; bumped when a key changes meaning or disappears.
@@ -31,6 +32,14 @@ std::string render_table(const RunSpec& run, const Estimate& est, const ReportOp
 /// JSON with stable snake_case keys, integer byte counts, the inputs echoed back and
 /// `schema_version`. Categories not estimated have `"bytes": null`. Ends with a newline.
 std::string render_json(const RunSpec& run, const Estimate& est, const ReportOptions& options);
+
+/// A stacked bar of the device categories, against the budget when there is one, with a legend:
+/// Unicode blocks, coloured when options.color. Ends with a newline.
+std::string render_bar(const Estimate& est, const std::optional<Budget>& budget,
+                       const ReportOptions& options);
+
+/// The breakdown as a Markdown table, for pasting into a pull request.
+std::string render_markdown(const RunSpec& run, const Estimate& est, const ReportOptions& options);
 
 /// The model presets as a table: name, family, parameters, active parameters.
 std::string render_models_table(const std::vector<PresetInfo>& presets);

@@ -11,10 +11,13 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <deque>
 #include <functional>
+#include <iostream>
 #include <sstream>
 #include <string>
+#include <unistd.h>
 
 namespace memest::cli {
 namespace {
@@ -77,6 +80,7 @@ std::string joined(std::span<const std::string_view> names) {
 }
 
 struct OutputFlags {
+  bool color = false;  ///< set by run(): the output is a terminal and NO_COLOR is unset
   bool explain = false;
   std::string file;
   std::string units = "GB";
@@ -94,7 +98,8 @@ void add_output_flags(CLI::App& app, OutputFlags& f) {
                  "Units of the table: " + joined(unit_names()) + " (default GB)")
       ->type_name("UNIT")
       ->group("Output");
-  app.add_option("--format", f.format, "Output format: table, json (default table)")
+  app.add_option("--format", f.format,
+                 "Output format: table, json, markdown (sweep: csv, jsonl; default table)")
       ->type_name("FORMAT")
       ->group("Output");
 }
@@ -263,7 +268,8 @@ int run_compare(const std::string& policies, RunOptions options, const OutputFla
 }
 
 int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::ostream& out) {
-  const ReportOptions report = report_options(flags);
+  ReportOptions report = report_options(flags, {"table", "json", "markdown"});
+  report.color = flags.color;
   RunOptions options;
   if (!flags.file.empty()) options = load_run_config(flags.file);
   merge(options, flag_options);
@@ -271,8 +277,10 @@ int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::
   const Estimate est = estimate(spec);
   if (flags.format == "json") {
     out << render_json(spec, est, report);
+  } else if (flags.format == "markdown") {
+    out << render_markdown(spec, est, report);
   } else {
-    out << render_table(spec, est, report);
+    out << render_table(spec, est, report) << render_bar(est, spec.budget, report);
   }
   return kExitOk;
 }
@@ -342,6 +350,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     fmt::print(err, "memest: error: {} (see memest --help)\n", e.what());
     return kExitInvalidInput;
   }
+  // Colour only for a person at a terminal (https://no-color.org: NO_COLOR set disables it).
+  output.color = &out == &std::cout && isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;
   try {
     binder.collect();
     if (models->parsed()) return run_models(output, out);

@@ -1,0 +1,106 @@
+// The chart and the Markdown rendering of an estimate.
+#include <memest/check.hpp>
+#include <memest/report.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+namespace memest {
+namespace {
+
+constexpr int kBarWidth = 60;
+
+// One glyph and one colour per category, in the order they appear.
+constexpr std::array<std::string_view, 6> kGlyphs = {"█", "▓", "▒", "░", "▚", "▞"};
+constexpr std::array<std::string_view, 6> kColors = {"\x1b[34m", "\x1b[36m", "\x1b[32m",
+                                                     "\x1b[33m", "\x1b[35m", "\x1b[31m"};
+constexpr std::string_view kReset = "\x1b[0m";
+
+struct Segment {
+  std::string label;
+  std::uint64_t bytes;
+};
+
+std::vector<Segment> segments(const Estimate& est) {
+  std::vector<Segment> out;
+  for (const auto& c : est.categories) {
+    if (c.on_device && c.bytes && *c.bytes > 0) out.push_back({c.label, *c.bytes});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_bar(const Estimate& est, const std::optional<Budget>& budget,
+                       const ReportOptions& options) {
+  const auto segs = segments(est);
+  const std::uint64_t need = bytes_needed(est);
+  const std::uint64_t usable = budget ? budget->usable() : 0;
+  const std::uint64_t scale = std::max<std::uint64_t>({need, usable, 1});
+  auto columns = [&](std::uint64_t bytes) {
+    return static_cast<int>(static_cast<double>(bytes) / static_cast<double>(scale) * kBarWidth +
+                            0.5);
+  };
+  // One string per column, so the budget mark can go inside the bar when the need exceeds it.
+  std::vector<std::string> cells;
+  std::string legend;
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    const auto k = i % kGlyphs.size();
+    const int n = std::max(1, columns(segs[i].bytes));
+    const std::string cell =
+        options.color ? fmt::format("{}█{}", kColors[k], kReset) : std::string(kGlyphs[k]);
+    for (int c = 0; c < n; ++c) cells.push_back(cell);
+    legend += fmt::format("{}{} {} {}", legend.empty() ? "" : "  ", cell, segs[i].label,
+                          format_bytes(segs[i].bytes, options.unit));
+  }
+  if (budget) {
+    const auto mark = static_cast<std::size_t>(columns(usable));
+    if (cells.size() < mark) cells.resize(mark, " ");
+    cells.insert(cells.begin() + static_cast<std::ptrdiff_t>(mark), "│");
+  }
+  std::string bar;
+  for (const auto& c : cells) bar += c;
+  std::string out = "\n";
+  if (budget) {
+    const auto check = check_budget(need, *budget);
+    out += fmt::format("{}  {} of {} usable on {}: {}\n", bar, format_bytes(need, options.unit),
+                       format_bytes(usable, options.unit), budget->source,
+                       check.fits
+                           ? fmt::format("headroom {}", format_bytes(check.headroom, options.unit))
+                           : fmt::format("over by {}", format_bytes(check.over, options.unit)));
+  } else {
+    out += fmt::format("{}  {}\n", bar, format_bytes(need, options.unit));
+  }
+  out += legend + "\n";
+  return out;
+}
+
+std::string render_markdown(const RunSpec& run, const Estimate& est, const ReportOptions& options) {
+  std::string out =
+      fmt::format("**{}**: {} parameters, optimizer `{}`, precision `{}`\n\n", run.model.name,
+                  format_count(est.params), optimizer_name(run.optimizer.kind), run.precision.name);
+  out += "| category | dtype | bytes/elem | size | basis |\n|---|---|---:|---:|---|\n";
+  for (const auto& c : est.categories) {
+    std::string size =
+        c.bytes ? (*c.bytes ? format_bytes(*c.bytes, options.unit) : "-") : "not estimated";
+    if (!c.on_device && c.bytes && *c.bytes) size += " (host)";
+    out += fmt::format(
+        "| {} | {} | {} | {} | {} |\n", c.label, c.dtype ? dtype_name(*c.dtype) : "-",
+        c.bytes && c.elements ? fmt::format("{:.2f}", c.bytes_per_element()) : "-", size, c.basis);
+  }
+  out += fmt::format(
+      "| **needed** | | | **{}** | {} |\n", format_bytes(bytes_needed(est), options.unit),
+      est.total_complete ? "sum of the rows above" : "sum of the rows above, without activations");
+  if (run.budget) {
+    const auto c = check_budget(bytes_needed(est), *run.budget);
+    out += fmt::format(
+        "\nBudget: {} usable on {}: {}\n", format_bytes(c.usable, options.unit), run.budget->source,
+        c.fits ? fmt::format("fits, headroom {}", format_bytes(c.headroom, options.unit))
+               : fmt::format("**over by {}**", format_bytes(c.over, options.unit)));
+  }
+  return out;
+}
+
+}  // namespace memest
