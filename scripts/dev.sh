@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libfmt-dev catch2
-          libbenchmark-dev python3 python3-jsonschema)
+packages=(cmake ninja-build g++ clang-format git libcli11-dev nlohmann-json3-dev libfmt-dev
+          catch2 libbenchmark-dev python3 python3-jsonschema)
 
 install_missing() {
   local missing=()
@@ -29,6 +29,8 @@ case "${1:-}" in
     ;;
   test)
     install_missing
+    # Formatting is part of the suite: every C++ file as .clang-format says.
+    git ls-files '*.cpp' '*.hpp' | xargs clang-format --dry-run --Werror
     cmake --workflow --preset dev
     cmake --workflow --preset asan
     ;;

@@ -33,22 +33,11 @@ std::string module_of(const std::string& weight) {
   return weight.ends_with(kSuffix) ? weight.substr(0, weight.size() - kSuffix.size()) : weight;
 }
 
-TensorGroup make(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,
-                 std::uint64_t count) {
-  TensorGroup g;
-  g.name = std::move(name);
-  g.role = role;
-  g.rows = rows;
-  g.cols = cols;
-  g.count = count;
-  return g;
-}
-
 // The quantization constants of one nf4 weight group (Dettmers et al. 2023, sec. 3): an absmax
 // per 64-element block, fp32; with double quantization 8-bit, plus fp32 per 256 blocks.
 void add_quant_state(const TensorGroup& w, bool double_quant, std::vector<TensorGroup>& out) {
   const std::uint64_t blocks = ceil_div(w.tensor_elements(), kNf4BlockSize);
-  TensorGroup absmax = make(w.name + ".absmax", w.role, 1, blocks, w.count);
+  TensorGroup absmax = make_group(w.name + ".absmax", w.role, 1, blocks, w.count);
   absmax.trainable = false;
   absmax.quant_state = true;
   absmax.storage = double_quant ? Dtype::int8 : Dtype::fp32;
@@ -104,8 +93,10 @@ void apply_lora(ModelSpec& model, const LoraSpec& spec) {
     if (g.kind != "lm_head" && !g.kind.empty()) kinds.insert(g.kind);
     if (targeted(g, targets, all_linear)) {
       const std::string module = module_of(g.name);
-      TensorGroup a = make(module + ".lora_A.weight", Role::adapter, spec.rank, g.cols, g.count);
-      TensorGroup b = make(module + ".lora_B.weight", Role::adapter, g.rows, spec.rank, g.count);
+      TensorGroup a =
+          make_group(module + ".lora_A.weight", Role::adapter, spec.rank, g.cols, g.count);
+      TensorGroup b =
+          make_group(module + ".lora_B.weight", Role::adapter, g.rows, spec.rank, g.count);
       a.matmul = b.matmul = true;
       a.kind = b.kind = g.kind;
       std::uint64_t elements = checked_add(a.elements(), b.elements());

@@ -41,6 +41,19 @@ Role parse_role(std::string_view text) {
       fmt::format("unknown role \"{}\" (expected one of: {})", text, fmt::join(kRoleNames, ", ")));
 }
 
+TensorGroup make_group(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,
+                       std::uint64_t count, bool matmul, bool trainable) {
+  TensorGroup g;
+  g.name = std::move(name);
+  g.role = role;
+  g.rows = rows;
+  g.cols = cols;
+  g.count = count;
+  g.matmul = matmul;
+  g.trainable = trainable;
+  return g;
+}
+
 std::uint64_t TensorGroup::tensor_elements() const { return checked_mul(rows, cols); }
 
 std::uint64_t TensorGroup::elements() const { return checked_mul(tensor_elements(), count); }
@@ -211,14 +224,7 @@ class Builder {
   void add(std::string name, Role role, std::uint64_t rows, std::uint64_t cols, std::uint64_t count,
            bool matmul) {
     if (count == 0 || rows == 0 || cols == 0) return;
-    TensorGroup g;
-    g.name = std::move(name);
-    g.role = role;
-    g.rows = rows;
-    g.cols = cols;
-    g.count = count;
-    g.matmul = matmul;
-    inv_.groups.push_back(std::move(g));
+    inv_.groups.push_back(make_group(std::move(name), role, rows, cols, count, matmul));
   }
 
   // A Linear layer: weight out x in, and a bias of out when it has one.

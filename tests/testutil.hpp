@@ -29,15 +29,7 @@ inline std::string data_path(const std::string& rel) {
 /// A trainable-or-frozen group of `count` rows x cols tensors, for hand-built inventories.
 inline TensorGroup group(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,
                          std::uint64_t count, bool matmul, bool trainable) {
-  TensorGroup g;
-  g.name = std::move(name);
-  g.role = role;
-  g.rows = rows;
-  g.cols = cols;
-  g.count = count;
-  g.matmul = matmul;
-  g.trainable = trainable;
-  return g;
+  return make_group(std::move(name), role, rows, cols, count, matmul, trainable);
 }
 
 /// Result of running the CLI in-process.

@@ -47,6 +47,10 @@ struct TensorGroup {
   std::uint64_t elements() const;
 };
 
+/// A group of `count` tensors of rows x cols, with the other fields at their defaults.
+TensorGroup make_group(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,
+                       std::uint64_t count, bool matmul = false, bool trainable = true);
+
 /// Every parameter tensor of a model, grouped. Tied tensors appear once.
 struct Inventory {
   std::vector<TensorGroup> groups;

@@ -6,9 +6,9 @@ namespace memest::cli {
 
 /// Exit codes of the command line tool (README, "Exit codes").
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitCheckFailed = 1;  ///< a budget check failed, nothing fits
-inline constexpr int kExitInvalidInput = 2; ///< bad flag, file, key or value
-inline constexpr int kExitBug = 3;          ///< an internal error: please report
+inline constexpr int kExitCheckFailed = 1;   ///< a budget check failed, nothing fits
+inline constexpr int kExitInvalidInput = 2;  ///< bad flag, file, key or value
+inline constexpr int kExitBug = 3;           ///< an internal error: please report
 
 /// Runs memest with these arguments, printing to `out` and `err`; returns the exit code.
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
