@@ -1,13 +1,23 @@
+#include <memest/activation.hpp>
 #include <memest/check.hpp>
 #include <memest/error.hpp>
+#include <memest/peak.hpp>
 
 #include <sstream>
 
 namespace memest {
 
-std::uint64_t bytes_needed(const Estimate& estimate) { return estimate.total_bytes; }
+std::uint64_t bytes_needed(const Estimate& estimate) {
+  return estimate.peak ? estimate.peak->needed : estimate.total_bytes;
+}
 
-std::uint64_t bytes_needed(const RunSpec& run) { return bytes_needed(estimate(run)); }
+std::uint64_t bytes_needed(const RunSpec& run) {
+  // The numeric core only: no categories, strings or report.
+  if (const auto in = activation_inputs(run, false)) {
+    return peak_of(run, *in, activation_bytes(*in)).needed;
+  }
+  return bytes_needed(estimate(run));
+}
 
 CheckResult check_run_file(const std::string& path, const RunOptions& overrides) {
   CheckResult result;

@@ -196,9 +196,26 @@ Estimate estimate(const RunSpec& run) {
   for (const auto& a : ob.assumptions) e.assumptions.push_back(a);
 
   Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
-  act.basis = run.model.arch ? "not estimated: needs --batch and --seq"
-                             : "not estimated: needs an architecture (--model or --config) and "
-                               "--batch and --seq";
+  const auto in = activation_inputs(run);
+  if (in) {
+    const ActivationBytes ab = activation_bytes(*in);
+    act.bytes = ab.total;
+    act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
+    act.basis = fmt::format("saved for backward, {} x {} per layer + {} head{}, {} attention{}{}",
+                            in->L, format_bytes(ab.per_layer, Unit::GiB),
+                            format_bytes(ab.head + ab.shared + ab.embed, Unit::GiB),
+                            in->recompute == Recompute::none
+                                ? ""
+                                : fmt::format(", {} recompute", recompute_name(in->recompute)),
+                            attention_name(in->attention), in->cuda ? "" : ", cpu kernels",
+                            in->approximate ? " (approximate)" : "");
+    e.activations = ab;
+    e.activations_approximate = in->approximate;
+    for (const auto& n : in->notes) e.assumptions.push_back(n);
+    e.peak = peak_of(run, *in, ab);
+  } else {
+    act.basis = "not estimated: needs --batch and --seq";
+  }
   cats.push_back(act);
 
   if (!inv.shapes_known && p.working) {

@@ -72,7 +72,155 @@ ordered_json training_json(const TrainingSpec& t) {
           {"grad_accum", t.grad_accum},
           {"attention", attention_name(t.attention)},
           {"recompute", recompute_name(t.recompute)},
-          {"dropout", t.dropout ? ordered_json(*t.dropout) : ordered_json(nullptr)}};
+          {"dropout", t.dropout ? ordered_json(*t.dropout) : ordered_json(nullptr)},
+          {"zero_grad", t.grads_set_to_none ? "none" : "zero"},
+          {"device", device_name(t.device)},
+          {"allocator", allocator_name(t.allocator)},
+          {"context_reserve", t.context_reserve}};
+}
+
+std::string peak_parts(const Moment& m, Unit unit) {
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < kPartCount; ++i) {
+    if (m.parts[i] == 0) continue;
+    parts.push_back(
+        fmt::format("{} {}", part_name(static_cast<Part>(i)), format_bytes(m.parts[i], unit)));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
+  if (!e.peak) return "";
+  const Peak& pk = *e.peak;
+  const Moment& m = pk.peak_moment();
+  std::string out = fmt::format("{:<44} {:>16}  {} ({}){}\n", "peak over a step (live bytes)",
+                                format_bytes(pk.bytes, unit), pk.phase, m.name,
+                                e.activations_approximate ? ", approximate" : "");
+  out += fmt::format("  live at the peak: {}\n", peak_parts(m, unit));
+  if (pk.first_step_bytes != pk.bytes || pk.first_step_moment != m.name) {
+    out += fmt::format("  first step {} at {} ({}); steady state {} at {}\n",
+                       format_bytes(pk.first_step_bytes, unit), pk.first_step_phase,
+                       pk.first_step_moment, format_bytes(pk.bytes, unit), pk.phase);
+  }
+  if (pk.reserved_bytes) {
+    out += fmt::format(
+        "  cuda caching allocator (modelled): {} allocated in 512 B blocks, {} reserved\n",
+        format_bytes(*pk.allocated_bytes, unit), format_bytes(*pk.reserved_bytes, unit));
+  }
+  if (pk.context_reserve) {
+    out += fmt::format("  + context reserve {} (a stated constant)\n",
+                       format_bytes(pk.context_reserve, unit));
+  }
+  if (pk.needed != pk.bytes) {
+    out += fmt::format("{:<44} {:>16}\n", "needed per device", format_bytes(pk.needed, unit));
+  }
+  if (run.training.grad_accum > 1) {
+    out += fmt::format(
+        "  grad accumulation {}: gradients live through every micro-batch after the first\n",
+        run.training.grad_accum);
+  }
+  return out;
+}
+
+std::string render_activation_terms(const RunSpec& run, const Estimate& e) {
+  const auto in = activation_inputs(run, false);
+  if (!in || !e.activations) return "";
+  std::vector<ActivationTerm> terms;
+  const ActivationBytes ab = activation_bytes(*in, &terms);
+  const auto& A = *e.activations;
+  std::string out = fmt::format(
+      "\nactivations saved for backward (N = b*s = {} x {} = {}; h {}, heads {}, kv heads {}, "
+      "head dim {}, MLP {}, vocab {}, layers {})\n",
+      in->b, in->s, in->b * in->s, in->h, in->a, in->k, in->d, in->I, in->V, in->L);
+  std::string_view scope;
+  for (const auto& t : terms) {
+    if (t.scope != scope) {
+      scope = t.scope;
+      out += fmt::format("  {}\n", scope == "layer" ? "per layer" : scope);
+    }
+    out += fmt::format("    {:<72} {:>16}  {}\n", t.name, format_count(t.bytes), t.formula);
+  }
+  out += fmt::format("  per layer {} (without recompute {}); {} layers {}\n",
+                     format_count(A.per_layer), format_count(A.full_layer), in->L,
+                     format_count(A.layers));
+  out += fmt::format("  total = layers {} + shared {} + embed {} + head {} = {} bytes\n",
+                     format_count(A.layers), format_count(A.shared), format_count(A.embed),
+                     format_count(A.head), format_count(ab.total));
+  return out;
+}
+
+std::string render_walk(const Estimate& e) {
+  if (!e.peak) return "";
+  const Peak& pk = *e.peak;
+  std::string out = "\nphase walk (live bytes at each moment, steady state)\n";
+  for (std::size_t i = 0; i < pk.moments.size(); ++i) {
+    const auto& m = pk.moments[i];
+    out += fmt::format("  {:<12} {:<32} {:>18}{}\n", m.phase, m.name, format_count(m.bytes),
+                       i == pk.winner ? "  <- peak" : "");
+  }
+  out += fmt::format("  peak {} bytes at {} ({}): {}\n", format_count(pk.bytes), pk.phase,
+                     pk.peak_moment().name, peak_parts(pk.peak_moment(), Unit::bytes));
+  return out;
+}
+
+ordered_json activations_json(const RunSpec& run, const Estimate& e) {
+  const auto in = activation_inputs(run, false);
+  if (!in || !e.activations) return nullptr;
+  std::vector<ActivationTerm> terms;
+  const ActivationBytes ab = activation_bytes(*in, &terms);
+  ordered_json list = ordered_json::array();
+  for (const auto& t : terms) {
+    list.push_back(
+        {{"scope", t.scope}, {"name", t.name}, {"bytes", t.bytes}, {"formula", t.formula}});
+  }
+  return {{"bytes", ab.total},
+          {"approximate", e.activations_approximate},
+          {"layers", in->L},
+          {"per_layer_bytes", ab.per_layer},
+          {"full_layer_bytes", ab.full_layer},
+          {"layers_bytes", ab.layers},
+          {"shared_bytes", ab.shared},
+          {"embed_bytes", ab.embed},
+          {"head_bytes", ab.head},
+          {"terms", list}};
+}
+
+ordered_json parts_json(const Moment& m) {
+  ordered_json j = ordered_json::object();
+  for (std::size_t i = 0; i < kPartCount; ++i)
+    j[std::string(part_name(static_cast<Part>(i)))] = m.parts[i];
+  return j;
+}
+
+ordered_json peak_json(const Estimate& e) {
+  if (!e.peak) return nullptr;
+  const Peak& pk = *e.peak;
+  ordered_json phases = ordered_json::object();
+  for (const auto& ph : pk.by_phase) {
+    phases[std::string(ph.phase)] = {{"bytes", ph.bytes}, {"moment", ph.moment}};
+  }
+  ordered_json moments = ordered_json::array();
+  for (const auto& m : pk.moments) {
+    moments.push_back({{"name", m.name}, {"phase", m.phase}, {"bytes", m.bytes}});
+  }
+  auto opt = [](const std::optional<std::uint64_t>& v) {
+    return v ? ordered_json(*v) : ordered_json(nullptr);
+  };
+  return {{"bytes", pk.bytes},
+          {"phase", pk.phase},
+          {"moment", pk.peak_moment().name},
+          {"approximate", e.activations_approximate},
+          {"composition", parts_json(pk.peak_moment())},
+          {"by_phase", phases},
+          {"first_step",
+           {{"bytes", pk.first_step_bytes},
+            {"phase", pk.first_step_phase},
+            {"moment", pk.first_step_moment}}},
+          {"allocated_bytes", opt(pk.allocated_bytes)},
+          {"reserved_bytes", opt(pk.reserved_bytes)},
+          {"context_reserve_bytes", pk.context_reserve},
+          {"needed_bytes", pk.needed},
+          {"moments", moments}};
 }
 
 struct RoleTotals {
@@ -165,8 +313,13 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
   const char* what = e.total_complete ? "total (sum of the rows above)"
                                       : "total (sum of the rows above, without activations)";
   out += fmt::format("{:<44} {:>16}\n", what, format_bytes(e.total_bytes, options.unit));
+  out += render_peak(run, e, options.unit);
   for (const auto& a : e.assumptions) out += fmt::format("assumed: {}\n", a);
-  if (options.explain) out += render_inventory(run.model);
+  if (options.explain) {
+    out += render_inventory(run.model);
+    out += render_activation_terms(run, e);
+    out += render_walk(e);
+  }
   return out;
 }
 
@@ -205,6 +358,8 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
                 {"method", "sum"},
                 {"complete", e.total_complete},
                 {"formatted", format_bytes(e.total_bytes, options.unit)}};
+  j["activations"] = activations_json(run, e);
+  j["peak"] = peak_json(e);
   j["units"] = unit_label(options.unit);
   j["assumptions"] = e.assumptions;
   return j.dump(2) + "\n";

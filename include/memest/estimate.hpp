@@ -1,9 +1,11 @@
 #pragma once
 
+#include <memest/activation.hpp>
 #include <memest/dtype.hpp>
 #include <memest/hardware.hpp>
 #include <memest/model.hpp>
 #include <memest/optimizer.hpp>
+#include <memest/peak.hpp>
 #include <memest/precision.hpp>
 
 #include <cstdint>
@@ -14,13 +16,6 @@
 #include <vector>
 
 namespace memest {
-
-/// How attention is computed: eager keeps the s x s scores; sdpa/flash keep the output and a
-/// log-sum-exp per row.
-enum class Attention { eager, sdpa, flash };
-/// Activation recomputation: none; selective (attention core recomputed, Korthikanti et al.
-/// 2022); full (each layer keeps only its input and is recomputed in backward).
-enum class Recompute { none, selective, full };
 
 std::span<const std::string_view> attention_names();
 Attention parse_attention(std::string_view text);
@@ -89,11 +84,16 @@ struct Estimate {
   std::uint64_t active = 0;              ///< parameters used per token (MoE)
   std::optional<std::uint64_t> tensors;  ///< parameter tensors, when the inventory knows them
   std::vector<Category> categories;
-  /// Sum of the estimated device categories. Until the peak model exists this is what the
-  /// total means; `total_complete` is false when a category (activations) is not estimated.
+  /// Sum of the estimated device categories (a sum, not the peak: see `peak`);
+  /// `total_complete` is false when a category (activations) is not estimated.
   std::uint64_t total_bytes = 0;
   bool total_complete = false;
   std::vector<std::string> assumptions;  ///< what was assumed for lack of information
+  /// Saved activations of one micro-batch, when --batch and --seq are given.
+  std::optional<ActivationBytes> activations;
+  bool activations_approximate = false;  ///< shape or family not measured (see assumptions)
+  /// The peak over a training step (docs/activations.md), when activations are estimated.
+  std::optional<Peak> peak;
 
   /// The category with this key; throws std::out_of_range if there is none.
   const Category& at(std::string_view key) const;

@@ -1,0 +1,121 @@
+#pragma once
+
+#include <memest/model.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace memest {
+
+struct RunSpec;
+
+/// How attention is computed: eager keeps the s x s scores; sdpa/flash keep the output and a
+/// log-sum-exp per row.
+enum class Attention { eager, sdpa, flash };
+/// Activation recomputation: none; selective (attention core recomputed, Korthikanti et al.
+/// 2022); full (each layer keeps only its input and is recomputed in backward).
+enum class Recompute { none, selective, full };
+
+/// Which layer graph decides what is saved for backward (docs/activations.md):
+/// llama: RMSNorm computed in fp32, rotary, gated MLP, softmax(dtype=float32) (Llama, Mistral,
+/// Qwen2, Gemma, Mixtral, DeepSeek, Phi-3, OLMo, T5 by approximation);
+/// gpt2: LayerNorm (mean and rstd saved), biases, softmax in the score dtype (GPT-2, OPT, BERT,
+/// RoBERTa, GPT-NeoX, GPT-J, Phi, Falcon).
+enum class LayerGraph { llama, gpt2 };
+
+/// The MLP activation function, as far as what it saves is concerned.
+enum class ActFn { silu, gelu, gelu_new, relu };
+
+/// The numbers the activation and peak models read, resolved once from a RunSpec. Plain values;
+/// building it allocates nothing but the `notes` strings, which only `approximate` runs fill.
+struct ActivationInputs {
+  LayerGraph graph = LayerGraph::llama;
+  ActFn act = ActFn::silu;
+  std::uint64_t b = 0, s = 0;  ///< micro-batch, sequence length
+  std::uint64_t V = 0, h = 0, L = 0, a = 0, k = 0, d = 0;
+  std::uint64_t dv = 0;       ///< value head dim (MLA; = d otherwise)
+  std::uint64_t I = 0;        ///< dense MLP width
+  std::uint64_t experts = 0;  ///< routed experts per MoE layer, 0 for dense
+  std::uint64_t topk = 0, I_moe = 0, I_shared = 0, moe_layers = 0;
+  bool shared_gate = false;
+  std::uint64_t norms = 2;  ///< norms per layer
+  bool gated = false, fused_qkv = false, fused_gate_up = false, parallel = false;
+  bool qk_norm = false;
+  bool tied = false, lm_head = true, final_norm = true, embedding_norm = false;
+  bool rotary = false, learned_positions = false, causal = true;
+  double p_attn = 0, p_resid = 0, p_embd = 0;
+  // Byte widths (docs/activation-derivation.md §1).
+  std::uint64_t ex = 4;  ///< residual stream / model dtype
+  std::uint64_t ec = 4;  ///< matmul outputs (activation dtype)
+  std::uint64_t ew = 2;  ///< autocast weight copies
+  bool amp = false;      ///< autocast
+  bool cuda = true;
+  Attention attention = Attention::eager;
+  Recompute recompute = Recompute::none;
+  bool approximate = false;        ///< a shape or family that was not measured
+  std::vector<std::string> notes;  ///< what was assumed (canonical shape, family approximations)
+};
+
+/// The canonical Llama-style decoder memest assumes for a bare parameter count
+/// (docs/activations.md): hidden from a size table, layers = round((P - 2*32000*h) / (12 h^2)),
+/// vocab 32000, head_dim 128 (64 below h = 2048), no GQA, SwiGLU width 8h/3 rounded up to a
+/// multiple of 256, untied.
+Architecture canonical_architecture(std::uint64_t params);
+
+/// The activation inputs of a run; nullopt when --batch/--seq are not given. A bare parameter
+/// count uses canonical_architecture() and is marked approximate; `with_notes` false skips
+/// the strings (the fast path of bytes_needed).
+std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_notes = true);
+
+/// Bytes per layer of each named tensor one (non-recomputed) layer saves; the peak walk
+/// subtracts individual terms. Zero when the graph has no such tensor.
+struct LayerTerms {
+  std::uint64_t norm = 0;  ///< one norm's saved internals (RMSNorm: fp32 input, rsqrt, normed;
+                           ///< LayerNorm: input, mean and rstd)
+  std::uint64_t y_q = 0;   ///< attention input (norm output, or its autocast casts)
+  std::uint64_t y_m = 0;   ///< MLP input
+  std::uint64_t q = 0, k = 0, v = 0, o_in = 0;
+  std::uint64_t sc = 0;                ///< the scaling scalar / divisor
+  std::uint64_t sm = 0;                ///< softmax output (eager)
+  std::uint64_t pc = 0;                ///< the probabilities' compute-dtype copy (eager)
+  std::uint64_t dmask = 0;             ///< attention dropout mask
+  std::uint64_t dropped = 0;           ///< attention dropout output
+  std::uint64_t lse = 0;               ///< flash/SDPA: log-sum-exp and RNG seeds
+  std::uint64_t rmask = 0, mmask = 0;  ///< residual dropout masks (attention, MLP)
+  std::uint64_t mlp = 0;               ///< MLP activation (incl. MoE experts and router)
+  std::uint64_t extra = 0;             ///< extra norms (Gemma-2), qk-norms
+  /// Selective recompute: the attention core (scores, softmax, dropout, scalar) a layer would
+  /// save under eager attention; not stored, but re-materialised during the layer's backward.
+  std::uint64_t core = 0;
+};
+
+/// Saved activations of one micro-batch (PyTorch >= 2 semantics), in bytes.
+struct ActivationBytes {
+  std::uint64_t per_layer = 0;   ///< as stored (the layer input under full recompute)
+  std::uint64_t full_layer = 0;  ///< what one layer saves without recompute (also recompute)
+  std::uint64_t layers = 0;      ///< sum over the layers, as stored
+  std::uint64_t shared = 0;      ///< rotary cos/sin, masks shared by all layers
+  std::uint64_t embed = 0;       ///< position ids, embedding dropout mask / norm
+  std::uint64_t head = 0;        ///< final norm, lm_head input, log-probs, target
+  std::uint64_t total = 0;       ///< layers + shared + embed + head
+  std::uint64_t target = 0;      ///< the loss target's storage (freed first in backward)
+  LayerTerms t;
+};
+
+/// One term of an --explain listing: what is saved, its bytes and the formula with numbers.
+struct ActivationTerm {
+  std::string scope;  ///< "layer" (bytes per layer), "shared", "embed", "head"
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::string formula;
+};
+
+/// The saved activations; `terms`, when given, receives every term with its formula (slow path).
+/// Throws Error when a product overflows 2^50 bytes.
+ActivationBytes activation_bytes(const ActivationInputs& in,
+                                 std::vector<ActivationTerm>* terms = nullptr);
+
+}  // namespace memest
