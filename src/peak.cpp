@@ -579,6 +579,9 @@ Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationByt
     }
   }
   pk.bytes = pk.peak_moment().bytes;
+  for (const auto& m : pk.moments) {
+    if (m.name == "backward_start") pk.saved_weight_copies = m.parts[idx(Part::param_casts)];
+  }
   pk.phase = pk.peak_moment().phase;
   const auto first = moments(w, false);
   const auto fm =

@@ -182,6 +182,7 @@ ordered_json activations_json(const RunSpec& run, const Estimate& e) {
           {"shared_bytes", ab.shared},
           {"embed_bytes", ab.embed},
           {"head_bytes", ab.head},
+          {"saved_weight_copies_bytes", e.peak ? e.peak->saved_weight_copies : 0},
           {"terms", list}};
 }
 

@@ -64,6 +64,9 @@ struct Peak {
   std::optional<std::uint64_t> allocated_bytes;
   std::optional<std::uint64_t> reserved_bytes;
   std::uint64_t context_reserve = 0;  ///< --context-reserve, a stated constant
+  /// Autocast weight copies kept for backward (saved by the matmuls; with full recompute only
+  /// the lm_head's): part of `working_copies`, not of the activations.
+  std::uint64_t saved_weight_copies = 0;
   /// What a device must hold: the reserved bytes (allocator cuda) or the peak, plus the
   /// context reserve.
   std::uint64_t needed = 0;
