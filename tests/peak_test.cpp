@@ -1,0 +1,147 @@
+#include <memest/check.hpp>
+#include <memest/estimate.hpp>
+#include <memest/hf_config.hpp>
+#include <memest/peak.hpp>
+
+#include <catch2/catch.hpp>
+
+using namespace memest;
+
+namespace {
+
+RunSpec run_of(std::string_view preset, std::string_view policy, std::uint64_t b, std::uint64_t s) {
+  RunSpec r;
+  r.model = load_model_preset(preset);
+  r.precision = precision_preset(policy);
+  r.optimizer.kind = OptimizerKind::adamw;
+  r.training.micro_batch = b;
+  r.training.seq_len = s;
+  return r;
+}
+
+const Moment& moment(const Peak& p, std::string_view name) {
+  for (const auto& m : p.moments) {
+    if (m.name == name) return m;
+  }
+  throw std::out_of_range(std::string(name));
+}
+
+std::uint64_t sum(const Moment& m) {
+  std::uint64_t s = 0;
+  for (auto x : m.parts) s += x;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the composition of every moment sums to its bytes", "[peak]") {
+  auto policy = GENERATE(as<std::string>{}, "fp32", "amp-bf16", "bf16", "mixed-bf16");
+  auto recompute = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
+  auto r = run_of("llama-3.2-1b", policy, 2, 1024);
+  r.training.recompute = recompute;
+  const auto e = estimate(r);
+  REQUIRE(e.peak);
+  for (const auto& m : e.peak->moments) {
+    CAPTURE(m.name);
+    REQUIRE(sum(m) == m.bytes);
+  }
+  REQUIRE(e.peak->bytes == e.peak->peak_moment().bytes);
+}
+
+TEST_CASE("backward_start: saved activations plus two fp32 logits-sized buffers", "[peak]") {
+  // Derivation §4.2: B + (A - target - 4) + 2 x 4 N V + 8; fp32 has no weight copies.
+  auto r = run_of("gpt2", "fp32", 4, 512);
+  r.training.device = Device::cpu;
+  const auto e = estimate(r);
+  const auto& m = moment(*e.peak, "backward_start");
+  const std::uint64_t N = 4 * 512, V = 50257;
+  const auto& a = *e.activations;
+  const std::uint64_t baseline = *e.at("params").bytes + *e.at("optimizer_states").bytes +
+                                 *e.at("optimizer_step").bytes + 8 * N;
+  REQUIRE(m.bytes == baseline + (a.total - a.target - 4) + 8 * N * V + 8);
+  REQUIRE(e.peak->phase == "backward");
+}
+
+TEST_CASE("first step vs steady state", "[peak]") {
+  auto r = run_of("llama-3.2-1b", "fp32", 8, 1024);  // peaks in backward
+  REQUIRE(estimate(r).peak->phase == "backward");
+  SECTION("set_to_none: the first step has no optimizer state before its optimizer phase") {
+    const auto e = estimate(r);
+    REQUIRE(e.peak->first_step_bytes < e.peak->bytes);
+    REQUIRE(e.peak->bytes - e.peak->first_step_bytes <= *e.at("optimizer_states").bytes);
+  }
+  SECTION("--zero-grad zero: gradients stay between steps, the steady state holds them") {
+    const auto none = estimate(r).peak->bytes;
+    r.training.grads_set_to_none = false;
+    const auto e = estimate(r);
+    REQUIRE(e.peak->bytes > none);
+    REQUIRE(moment(*e.peak, "forward_end").parts[static_cast<std::size_t>(Part::grads)] ==
+            *e.at("grads").bytes);
+  }
+  SECTION("grad accumulation: micro-batches after the first run with gradients live") {
+    const auto one = estimate(r).peak->bytes;
+    r.training.grad_accum = 4;
+    REQUIRE(estimate(r).peak->bytes > one);
+  }
+}
+
+TEST_CASE("flash attention and recompute lower the peak of a long sequence", "[peak]") {
+  auto r = run_of("llama-2-7b", "bf16", 1, 4096);
+  const auto eager = estimate(r).peak->bytes;
+  r.training.attention = Attention::flash;
+  const auto flash = estimate(r).peak->bytes;
+  const auto flash_acts = *estimate(r).at("activations").bytes;
+  r.training.recompute = Recompute::full;
+  const auto e = estimate(r);
+  REQUIRE(flash < eager);
+  REQUIRE(e.peak->bytes <= flash);  // now the optimizer step's foreach temporaries decide
+  REQUIRE(*e.at("activations").bytes < flash_acts);
+}
+
+TEST_CASE("the CUDA caching allocator rounds blocks to 512 bytes", "[peak]") {
+  REQUIRE(cuda_block_size(1) == 512);
+  REQUIRE(cuda_block_size(512) == 512);
+  REQUIRE(cuda_block_size(513) == 1024);
+  REQUIRE(cuda_block_size(3'000'000) == 3'000'320);
+  auto r = run_of("gpt2", "amp-bf16", 8, 1024);
+  const auto plain = estimate(r);
+  REQUIRE_FALSE(plain.peak->reserved_bytes);
+  r.training.allocator = Allocator::cuda;
+  r.training.context_reserve = 500ULL << 20;
+  const auto e = estimate(r);
+  REQUIRE(e.peak->bytes == plain.peak->bytes);  // the requested bytes do not change
+  REQUIRE(*e.peak->allocated_bytes >= e.peak->bytes);
+  REQUIRE(*e.peak->reserved_bytes >= *e.peak->allocated_bytes);
+  REQUIRE(e.peak->needed == *e.peak->reserved_bytes + (500ULL << 20));
+  REQUIRE(bytes_needed(e) == e.peak->needed);
+}
+
+TEST_CASE("bytes_needed(run) is the estimate's peak, without building it", "[peak]") {
+  auto preset = GENERATE(as<std::string>{}, "llama-2-7b", "gpt2", "mixtral-8x7b", "phi-2");
+  auto policy = GENERATE(as<std::string>{}, "fp32", "amp-bf16", "mixed-bf16");
+  auto kind = GENERATE(OptimizerKind::sgd, OptimizerKind::adamw, OptimizerKind::rmsprop,
+                       OptimizerKind::adafactor, OptimizerKind::adam8bit);
+  auto r = run_of(preset, policy, 2, 1024);
+  r.optimizer.kind = kind;
+  REQUIRE(bytes_needed(r) == bytes_needed(estimate(r)));
+  r.training.device = Device::cpu;
+  r.training.recompute = Recompute::full;
+  r.training.allocator = Allocator::cuda;
+  REQUIRE(bytes_needed(r) == bytes_needed(estimate(r)));
+  r.training.seq_len = 0;  // no activations: the sum of the categories
+  REQUIRE(bytes_needed(r) == estimate(r).total_bytes);
+}
+
+TEST_CASE("a bare count gets a peak with exact static bytes", "[peak]") {
+  RunSpec r;
+  r.model = model_from_count(7'000'000'000);
+  r.precision = precision_preset("mixed-bf16");
+  r.training.micro_batch = 1;
+  r.training.seq_len = 4096;
+  r.training.attention = Attention::flash;
+  const auto e = estimate(r);
+  const auto& m = e.peak->peak_moment();
+  REQUIRE(m.parts[static_cast<std::size_t>(Part::params)] == 14'000'000'000ULL);
+  REQUIRE(m.parts[static_cast<std::size_t>(Part::master_params)] == 28'000'000'000ULL);
+  REQUIRE(bytes_needed(r) == bytes_needed(e));
+}
