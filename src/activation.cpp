@@ -248,7 +248,7 @@ ActivationBytes activation_bytes(const ActivationInputs& in, std::vector<Activat
   const u64 main_norms = std::min<u64>(in.norms, 2);
   if (main_norms == 2) {
     out.add("layer", "second norm (before the MLP), as the first", t.norm,
-            [&] { return fmt::format("{}", t.norm); });
+            [] { return std::string("as the first norm"); });
   }
 
   // ---- norm outputs feeding the matmuls ----
@@ -379,11 +379,12 @@ ActivationBytes activation_bytes(const ActivationInputs& in, std::vector<Activat
     const u64 f = in.act == ActFn::gelu_new ? (in.amp && in.cuda ? 16 : 5 * ec)
                   : in.act == ActFn::relu   ? ec
                                             : 2 * ec;
+    const u64 per = in.gated ? f + 2 * ec : f;
+    const char* plus = in.act == ActFn::gelu_new ? " + 24" : "";
     return fmt::format(
-        "({}{})*T*I{} = {}{} x {} x {}{} ({}{})", f, in.gated ? fmt::format(" + 2*{}", ec) : "",
-        in.act == ActFn::gelu_new ? " + 24" : "", f, in.gated ? fmt::format(" + {}", 2 * ec) : "",
-        tokens, w, in.act == ActFn::gelu_new ? " + 24" : "", act_label(in.act),
-        in.gated ? ", gated" : "");
+        "{}*T*I{} = {} x {} x {}{} (T tokens = {}, I = {}; {}{})", per, plus, per, tokens, w, plus,
+        tokens, w, act_label(in.act),
+        in.gated ? fmt::format(", gated: activation {} + up and product {}", f, 2 * ec) : "");
   };
   u64 moe = 0;
   if (in.moe_layers > 0) {
@@ -455,7 +456,7 @@ ActivationBytes activation_bytes(const ActivationInputs& in, std::vector<Activat
   // ---- head: final norm, lm_head input, log-softmax, target ----
   r.target = b == 1 ? 8 * (s + 1) : 8 * N;
   if (in.final_norm)
-    r.head += out.add("head", "final norm", t.norm, [&] { return fmt::format("{}", t.norm); });
+    r.head += out.add("head", "final norm", t.norm, [] { return std::string("as a layer norm"); });
   if (in.lm_head) {
     const u64 y = in.amp ? ew * Nh : ex * Nh;
     r.head += out.add(

@@ -83,8 +83,10 @@ std::string peak_parts(const Moment& m, Unit unit) {
   std::vector<std::string> parts;
   for (std::size_t i = 0; i < kPartCount; ++i) {
     if (m.parts[i] == 0) continue;
-    parts.push_back(
-        fmt::format("{} {}", part_name(static_cast<Part>(i)), format_bytes(m.parts[i], unit)));
+    const auto b = m.parts[i];
+    parts.push_back(fmt::format(
+        "{} {}", part_name(static_cast<Part>(i)),
+        b * 100 < unit_bytes(unit) ? format_bytes(b, Unit::bytes) : format_bytes(b, unit)));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
