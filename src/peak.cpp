@@ -379,21 +379,24 @@ std::vector<Moment> moments(const Walk& w, bool steady) {
         base2 += T.core;  // selective: the recomputed core is live again
         if (pa) {
           const u64 e_do = ex == 2 && !amp ? 2 : 4;
-          const u64 e_sv = (T.dropped ? T.dropped : T.core) / S2;
+          const u64 e_sv = ec;  // the saved dropout output (fp32, or half / its cast)
           m2 = base2 + std::max(((cuda ? 2 : 3) * e_do - e_sv) * S2 + (cuda ? 0 : 8 + e_do),
                                 (7 - e_sv) * S2);
         } else {
           const u64 pc = T.pc ? T.pc : (T.core && ec != 4 ? ec * S2 : 0);
           m2 = base2 - pc + 8 * S2;
         }
-        m2 += ec * Nad - T.v;
+        m2 += ec * Nad > T.v ? ec * Nad - T.v : 0;
       }
     } else {
       const u64 two = in.act == ActFn::gelu_new || in.act == ActFn::relu ? 2 : 1;
-      const u64 adelta = two * ec * NI - (amp ? ew * I * h : 0);
+      // The first activation-backward op; under autocast the c_proj weight copy is gone, which
+      // can outweigh a tiny batch's activation grads (then the addmm moment wins).
+      const u64 act_bwd = two * ec * NI + eg * lp.l_down;
+      const u64 copy = amp ? ew * I * h : 0;
       m1 = X0 - T.mmask +
            std::max(ec * Nh + ec * NI + (amp ? ew * I * h : eg * lp.l_down),
-                    adelta + eg * lp.l_down);
+                    act_bwd > copy ? act_bwd - copy : 0);
       u64 base2 = X0 - T.mlp - T.mmask - T.norm - T.y_m - T.rmask - T.o_in + g_up - amp_mlp;
       if (!eager) {
         m2 =
