@@ -547,7 +547,8 @@ std::uint64_t cuda_block_size(std::uint64_t bytes) {
   return bytes < kMinBlock ? kMinBlock : round_up(bytes, kMinBlock);
 }
 
-Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationBytes& act) {
+Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationBytes& act,
+             bool first_step) {
   const auto& inv0 = run.model.inventory;
   const auto& arch_layers = run.model.arch ? run.model.arch->num_layers : in.L;
   const Inventory& inv = inv0.shapes_known ? inv0 : canonical_inventory(parameter_count(inv0));
@@ -586,14 +587,18 @@ Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationByt
     if (m.name == "backward_start") pk.saved_weight_copies = m.parts[idx(Part::param_casts)];
   }
   pk.phase = pk.peak_moment().phase;
-  const auto first = moments(w, false);
-  const auto fm =
-      std::max_element(first.begin(), first.end(),
-                       [](const Moment& x, const Moment& y) { return x.bytes < y.bytes; });
-  pk.first_step_bytes = fm->bytes;
-  pk.first_step_phase = fm->phase;
-  pk.first_step_moment = fm->name;
-
+  pk.first_step_bytes = pk.bytes;
+  pk.first_step_phase = pk.phase;
+  pk.first_step_moment = pk.peak_moment().name;
+  if (first_step) {
+    const auto first = moments(w, false);
+    const auto fm =
+        std::max_element(first.begin(), first.end(),
+                         [](const Moment& x, const Moment& y) { return x.bytes < y.bytes; });
+    pk.first_step_bytes = fm->bytes;
+    pk.first_step_phase = fm->phase;
+    pk.first_step_moment = fm->name;
+  }
   pk.context_reserve = run.training.context_reserve;
   u64 device = pk.bytes;
   if (run.training.allocator == Allocator::cuda) {

@@ -80,8 +80,10 @@ inline constexpr std::uint64_t kRngStateBytes = 5056;
 inline constexpr std::uint64_t kRecordFunctionBytes = 292;
 
 /// Walks the step and returns its peak; `act` must be activation_bytes(in). Pure and string
-/// free, so searches can call it millions of times.
-Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationBytes& act);
+/// free, so searches can call it millions of times; `first_step` false skips the first-step
+/// walk (first_step_* then repeat the steady state), which `needed` does not depend on.
+Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationBytes& act,
+             bool first_step = true);
 
 /// The CUDA caching allocator's block size for a request: at least 512 B, rounded up to a
 /// multiple of 512 B (PyTorch c10/cuda/CUDACachingAllocator.cpp, round_size).
