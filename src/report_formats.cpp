@@ -1,5 +1,6 @@
 // The chart and the Markdown rendering of an estimate.
 #include <memest/check.hpp>
+#include <memest/peak.hpp>
 #include <memest/report.hpp>
 
 #include <fmt/format.h>
@@ -23,8 +24,23 @@ struct Segment {
   std::uint64_t bytes;
 };
 
+// What is live at the peak when it is modelled, else the device categories.
 std::vector<Segment> segments(const Estimate& est) {
   std::vector<Segment> out;
+  if (est.peak) {
+    const auto& m = est.peak->peak_moment();
+    for (std::size_t i = 0; i < kPartCount; ++i) {
+      // Parts under 0.1% (input ids, buffers) would not show; the table lists them exactly.
+      if (m.parts[i] * 1000 < m.bytes) continue;
+      std::string label(part_name(static_cast<Part>(i)));
+      std::replace(label.begin(), label.end(), '_', ' ');
+      out.push_back({label, m.parts[i]});
+    }
+    if (est.peak->needed > m.bytes) {
+      out.push_back({"allocator rounding and context", est.peak->needed - m.bytes});
+    }
+    return out;
+  }
   for (const auto& c : est.categories) {
     if (c.on_device && c.bytes && *c.bytes > 0) out.push_back({c.label, *c.bytes});
   }

@@ -15,6 +15,7 @@ RunSpec run_of(std::string_view preset, std::string_view policy, std::uint64_t b
   r.optimizer.kind = OptimizerKind::adamw;
   r.training.micro_batch = b;
   r.training.seq_len = s;
+  r.training.attention = Attention::eager;  // the measured graphs; flash/sdpa are tested apart
   return r;
 }
 

@@ -41,7 +41,8 @@ TEST_CASE("fit: the answer fits and one more does not", "[search]") {
 }
 
 TEST_CASE("fit: when nothing fits, remedies are ranked and each is a real estimate", "[search]") {
-  const auto run = llama("fp32");
+  auto run = llama("fp32");
+  run.training.seq_len = 1024;
   const Budget budget{find_gpu("a10").capacity, kDefaultReserve, "a10"};
   const auto fit = fit_largest(run, budget, FitTarget::micro_batch);
   REQUIRE_FALSE(fit.best);

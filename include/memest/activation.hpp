@@ -53,7 +53,7 @@ struct ActivationInputs {
   std::uint64_t ew = 2;  ///< autocast weight copies
   bool amp = false;      ///< autocast
   bool cuda = true;
-  Attention attention = Attention::eager;
+  Attention attention = Attention::sdpa;  ///< PyTorch 2 and transformers default
   Recompute recompute = Recompute::none;
   bool approximate = false;        ///< a shape or family that was not measured
   std::vector<std::string> notes;  ///< what was assumed (canonical shape, family approximations)

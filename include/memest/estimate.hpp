@@ -41,10 +41,10 @@ std::string_view allocator_name(Allocator a);
 
 /// The training loop around the model.
 struct TrainingSpec {
-  std::uint64_t micro_batch = 0;  ///< sequences per forward pass; 0 = not given
-  std::uint64_t seq_len = 0;      ///< tokens per sequence; 0 = not given
-  std::uint64_t grad_accum = 1;   ///< micro-batches per optimizer step
-  Attention attention = Attention::eager;
+  std::uint64_t micro_batch = 0;          ///< sequences per forward pass; 0 = not given
+  std::uint64_t seq_len = 0;              ///< tokens per sequence; 0 = not given
+  std::uint64_t grad_accum = 1;           ///< micro-batches per optimizer step
+  Attention attention = Attention::sdpa;  ///< PyTorch 2 and transformers default
   Recompute recompute = Recompute::none;
   std::optional<double> dropout;  ///< overrides every dropout probability of the config
   bool grads_set_to_none = true;  ///< zero_grad(set_to_none=True): no grads between steps
