@@ -542,6 +542,14 @@ Pool part_pool(const Walk& w, Part part) {
 
 std::string_view part_name(Part part) { return kPartNames[static_cast<std::size_t>(part)]; }
 
+std::string_view part_label(Part part) {
+  static constexpr std::array<std::string_view, kPartCount> kLabels = {
+      "params",       "master params",     "optimizer states",     "grads",
+      "master grads", "grad accumulation", "activations",          "weight copies",
+      "inputs",       "buffers",           "temporaries and other"};
+  return kLabels[static_cast<std::size_t>(part)];
+}
+
 std::uint64_t cuda_block_size(std::uint64_t bytes) {
   constexpr u64 kMinBlock = 512;
   return bytes < kMinBlock ? kMinBlock : round_up(bytes, kMinBlock);

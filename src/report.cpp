@@ -85,7 +85,7 @@ std::string peak_parts(const Moment& m, Unit unit) {
     if (m.parts[i] == 0) continue;
     const auto b = m.parts[i];
     parts.push_back(fmt::format(
-        "{} {}", part_name(static_cast<Part>(i)),
+        "{} {}", part_label(static_cast<Part>(i)),
         b * 100 < unit_bytes(unit) ? format_bytes(b, Unit::bytes) : format_bytes(b, unit)));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
@@ -95,8 +95,11 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
   if (!e.peak) return "";
   const Peak& pk = *e.peak;
   const Moment& m = pk.peak_moment();
-  std::string out = fmt::format("{:<44} {:>16}  {} ({}){}\n", "peak over a step (live bytes)",
-                                format_bytes(pk.bytes, unit), pk.phase, m.name,
+  const std::string at = m.name == pk.phase
+                             ? fmt::format("in the {} phase", pk.phase)
+                             : fmt::format("in the {} phase, at {}", pk.phase, m.name);
+  std::string out = fmt::format("{:<44} {:>16}  {}{}\n", "peak over a step (live bytes)",
+                                format_bytes(pk.bytes, unit), at,
                                 e.activations_approximate ? ", approximate" : "");
   out += fmt::format("  live at the peak: {}\n", peak_parts(m, unit));
   if (pk.first_step_bytes != pk.bytes || pk.first_step_moment != m.name) {
@@ -517,16 +520,27 @@ std::string render_compare_table(const std::vector<RunSpec>& runs,
     }
     out += "\n";
   }
-  out += fmt::format("{:<26}", "total");
-  for (const auto& e : estimates)
-    out += fmt::format("{:>{}}", format_bytes(e.total_bytes, unit), kWidth);
-  out += fmt::format("\n{:<26}", fmt::format("vs {}", runs.front().precision.name));
+  out += fmt::format("{:<26}", "sum of categories");
   for (const auto& e : estimates) {
-    out += fmt::format("{:>{}}", signed_bytes(e.total_bytes, estimates.front().total_bytes, unit),
-                       kWidth);
+    out += fmt::format("{:>{}}", format_bytes(e.total_bytes, unit), kWidth);
+  }
+  const bool peaks = estimates.front().peak.has_value();
+  if (peaks) {
+    out += fmt::format("\n{:<26}", "peak over a step");
+    for (const auto& e : estimates)
+      out += fmt::format("{:>{}}", format_bytes(e.peak->bytes, unit), kWidth);
+  }
+  // The comparison that matters: what each policy needs, against the first column.
+  auto need = [&](const Estimate& e) { return peaks ? e.peak->needed : e.total_bytes; };
+  out += fmt::format("\n{:<26}",
+                     fmt::format("{} vs {}", peaks ? "peak" : "sum", runs.front().precision.name));
+  for (const auto& e : estimates) {
+    out += fmt::format("{:>{}}", signed_bytes(need(e), need(estimates.front()), unit), kWidth);
   }
   out += "\n";
-  if (!estimates.front().total_complete) out += "totals are sums without activations\n";
+  if (!estimates.front().total_complete) {
+    out += "activations not estimated: give --batch and --seq for the peak\n";
+  }
   return out;
 }
 
@@ -541,7 +555,9 @@ std::string render_compare_json(const std::vector<RunSpec>& runs,
     list.push_back({{"precision", precision_json(runs[i].precision)},
                     {"categories_bytes", cats},
                     {"total_bytes", estimates[i].total_bytes},
-                    {"total_complete", estimates[i].total_complete}});
+                    {"total_complete", estimates[i].total_complete},
+                    {"peak_bytes", estimates[i].peak ? ordered_json(estimates[i].peak->bytes)
+                                                     : ordered_json(nullptr)}});
   }
   ordered_json j = {{"schema_version", kJsonSchemaVersion},
                     {"model", runs.front().model.name},

@@ -32,9 +32,7 @@ std::vector<Segment> segments(const Estimate& est) {
     for (std::size_t i = 0; i < kPartCount; ++i) {
       // Parts under 0.1% (input ids, buffers) would not show; the table lists them exactly.
       if (m.parts[i] * 1000 < m.bytes) continue;
-      std::string label(part_name(static_cast<Part>(i)));
-      std::replace(label.begin(), label.end(), '_', ' ');
-      out.push_back({label, m.parts[i]});
+      out.push_back({std::string(part_label(static_cast<Part>(i))), m.parts[i]});
     }
     if (est.peak->needed > m.bytes) {
       out.push_back({"allocator rounding and context", est.peak->needed - m.bytes});

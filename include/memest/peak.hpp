@@ -31,6 +31,8 @@ enum class Part {
 inline constexpr std::size_t kPartCount = 11;
 /// JSON spelling of a part: "params", "optimizer_state", ...
 std::string_view part_name(Part part);
+/// For people: "master params", "temporaries and other", ...
+std::string_view part_label(Part part);
 
 /// One moment of the step walk (docs/activation-derivation.md §4): live device bytes.
 struct Moment {
