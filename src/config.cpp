@@ -44,13 +44,14 @@ double parse_probability(std::string_view text) {
 }
 
 ModelSpec load_model(const RunOptions& o) {
-  const int given = (o.params ? 1 : 0) + (o.model ? 1 : 0) + (o.config ? 1 : 0);
+  const int given =
+      (o.params ? 1 : 0) + (o.model ? 1 : 0) + (o.config ? 1 : 0) + (o.architecture ? 1 : 0);
   if (given == 0) {
     throw Error("no model given: pass --params N (e.g. 7B), --model NAME or --config PATH");
   }
   if (given > 1) {
     std::vector<std::string> names;
-    for (const auto* s : {&o.params, &o.model, &o.config}) {
+    for (const auto* s : {&o.params, &o.model, &o.config, &o.architecture}) {
       if (*s) names.push_back(fmt::format("{} \"{}\"", (*s)->where, (*s)->value));
     }
     throw Error(fmt::format("conflicting model settings: {} (give exactly one)",
@@ -59,6 +60,12 @@ ModelSpec load_model(const RunOptions& o) {
   if (o.params) return model_from_count(parse_setting(*o.params, parse_count));
   if (o.model) {
     return parse_setting(*o.model, [](std::string_view name) { return load_model_preset(name); });
+  }
+  if (o.architecture) {
+    // Errors name the setting, then the key inside the inline config.
+    ModelSpec m = parse_hf_config(o.architecture->value, o.architecture->where);
+    m.name = "inline architecture";
+    return m;
   }
   // load_hf_config names the file itself; a flag adds nothing, a run config names its key.
   if (o.config->where.starts_with("--")) return load_hf_config(o.config->value);
@@ -270,10 +277,11 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
 }  // namespace
 
 void merge(RunOptions& b, const RunOptions& o) {
-  if (o.params || o.model || o.config) {  // a model given later replaces the earlier one
+  if (o.params || o.model || o.config || o.architecture) {  // a later model replaces the earlier
     b.params.reset();
     b.model.reset();
     b.config.reset();
+    b.architecture.reset();
   }
   for (const auto& info : run_option_table()) {
     if (info.text && o.*info.text) b.*info.text = o.*info.text;

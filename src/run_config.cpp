@@ -43,6 +43,9 @@ std::vector<RunOptionInfo> build_table() {
            "Parameter count: 7B, 6.7B, 125M, 1.3e9, 6738415616", &R::params, true),
       text("--model", "model", "name", "NAME", "A model preset (see 'memest models')", &R::model),
       text("--config", "model", "config", "PATH", "A Hugging Face config.json", &R::config),
+      text("--architecture", "model", "architecture", "JSON",
+           "A Hugging Face config.json given inline (in a run config: a JSON object)",
+           &R::architecture),
       text("--freeze", "model", "freeze", "ROLES",
            "Freeze parameter roles, comma-separated: " + names(role_names()), &R::freeze),
       text("--lora-rank", "model", "lora_rank", "R", "Train LoRA adapters of rank R; base frozen",
@@ -213,6 +216,10 @@ class Loader {
         return;
       }
       std::string text;
+      if (info.text == &RunOptions::architecture && v.is_object()) {
+        options.*info.text = Setting<std::string>{v.dump(), where};
+        return;
+      }
       if (v.is_string()) {
         text = v.get<std::string>();
       } else if (v.is_number() && info.json_number) {

@@ -69,6 +69,9 @@ ordered_json value_schema(const RunOptionInfo& info) {
   if (k == "model/params") return count();
   if (k == "model/name") return enum_of(names_of(preset_names()));
   if (k == "model/config") return {{"type", "string"}, {"minLength", 1}};
+  if (k == "model/architecture") {
+    return {{"type", "object"}, {"required", ordered_json::array({"model_type"})}};
+  }
   if (k == "model/freeze") return list_of(role_names());
   if (k == "model/lora_targets") return list_of(lora_target_names());
   if (k == "optimizer/name") return enum_of(names_of(optimizer_names()));

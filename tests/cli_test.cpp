@@ -106,6 +106,11 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted; 
        "t4, "
        "v100-16gb, v100-32gb, a10, l4, rtx-3090, rtx-4090, a100-40gb, l40s, a100-80gb, h100-80gb, "
        "h100-nvl-94gb, h200-141gb, b200-192gb, mi250x, mi300x, gaudi2, gaudi3)"},
+      {{"--architecture", "{\"model_type\": \"gpt2\", \"n_layer\": 2}"},
+       "memest: error: --architecture: /vocab_size: missing required key"},
+      {{"--params", "7B", "--model", "gpt2"},
+       "memest: error: conflicting model settings: --params \"7B\" and --model \"gpt2\" (give "
+       "exactly one)"},
       {{"--params", "7B", "--bogus"},
        "memest: error: The following argument was not expected: --bogus (see memest --help)"},
       {{"--params"}, "memest: error: --params: 1 required COUNT missing (see memest --help)"},
@@ -199,4 +204,14 @@ TEST_CASE("check: exit 1 when some are over, 2 when some are invalid; JSON", "[c
               j["results"][0]["headroom_bytes"].get<std::uint64_t>() ==
           j["results"][0]["usable_bytes"].get<std::uint64_t>());
   REQUIRE(j["summary"]["fits"] == 1);
+}
+
+TEST_CASE("an inline architecture in a run config reproduces a measured case", "[cli][config]") {
+  // tests/data/truth: llama-s_fp32_adamw_b4s128, measured with PyTorch (pytorch2 figures).
+  auto r = run_cli({"--file", "configs/examples/tiny-llama-inline-cpu.json", "--format", "json"});
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["parameters"]["total"] == 6'998'272);
+  REQUIRE(j["categories"]["activations"]["bytes"] == 69'916'708);
+  REQUIRE(j["peak"]["bytes"] == 186'664'196);
 }

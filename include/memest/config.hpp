@@ -24,10 +24,11 @@ using FlagSetting = std::optional<Setting<bool>>;
 /// `where` on error.
 struct RunOptions {
   // model: exactly one of params, model, config
-  TextSetting params;  ///< "7B", "6738415616"
-  TextSetting model;   ///< a preset name (configs/models)
-  TextSetting config;  ///< path to a Hugging Face config.json
-  TextSetting freeze;  ///< comma-separated roles to freeze
+  TextSetting params;        ///< "7B", "6738415616"
+  TextSetting model;         ///< a preset name (configs/models)
+  TextSetting config;        ///< path to a Hugging Face config.json
+  TextSetting architecture;  ///< a config.json given inline, as JSON text
+  TextSetting freeze;        ///< comma-separated roles to freeze
   TextSetting lora_rank, lora_targets;
   FlagSetting qlora, double_quant;
   // optimizer
