@@ -5,6 +5,7 @@
 #include <memest/check.hpp>
 #include <memest/estimate.hpp>
 #include <memest/hf_config.hpp>
+#include <memest/peak.hpp>
 #include <memest/search.hpp>
 
 #include <benchmark/benchmark.h>
@@ -47,6 +48,19 @@ void BM_BytesNeededLlama7B(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_BytesNeededLlama7B);
+
+// A search's inner loop: one plan, many sizes.
+void BM_PeakPlanLlama7B(benchmark::State& state) {
+  const auto run = llama_run();
+  const memest::PeakPlan plan(run, *memest::activation_inputs(run, false));
+  std::uint64_t b = 1;
+  for (auto _ : state) {
+    b = b % 64 + 1;
+    benchmark::DoNotOptimize(plan.needed(b, 4096));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_PeakPlanLlama7B);
 
 // A sweep of 8 x 8 x 4 x 4 = 1024 configurations per iteration.
 void BM_Sweep1024(benchmark::State& state) {

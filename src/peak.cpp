@@ -555,18 +555,25 @@ std::uint64_t cuda_block_size(std::uint64_t bytes) {
   return bytes < kMinBlock ? kMinBlock : round_up(bytes, kMinBlock);
 }
 
-Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationBytes& act,
-             bool first_step) {
+namespace {
+
+// What the walk needs from the model, the precision and the optimizer: the same for every
+// micro-batch and sequence length, so searches compute it once (PeakPlan).
+struct Plan {
+  Layout lay;
+  Statics st;
+};
+
+Plan make_plan(const RunSpec& run, const ActivationInputs& in) {
   const auto& inv0 = run.model.inventory;
   const auto& arch_layers = run.model.arch ? run.model.arch->num_layers : in.L;
   const Inventory& inv = inv0.shapes_known ? inv0 : canonical_inventory(parameter_count(inv0));
-  Layout lay = layout(inv, arch_layers, in.norms);
+  Plan plan{layout(inv, arch_layers, in.norms), {}};
   const auto& p = run.precision;
   // Static bytes from the run's own inventory: exact even when the shapes are assumed.
   const u64 trainable = trainable_count(inv0);
-  lay.trainable = trainable;
-  Walk w{run, in, act, lay, {}};
-  Statics& st = w.st;
+  plan.lay.trainable = trainable;
+  Statics& st = plan.st;
   st.params = parameter_bytes(inv0, p.param);
   st.master = p.master ? checked_mul(width(*p.master), trainable) : 0;
   st.grads = checked_mul(width(p.grad), trainable);
@@ -575,7 +582,48 @@ Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationByt
   st.steps =
       keeps_step(run.optimizer.kind) && inv0.shapes_known ? 4 * trainable_tensor_count(inv0) : 0;
   st.steps_on_device = run.optimizer.step_on_device || run.training.device == Device::cpu;
+  return plan;
+}
 
+Peak walk_peak(const Walk& w, bool first_step);
+
+}  // namespace
+
+Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationBytes& act,
+             bool first_step) {
+  const Plan plan = make_plan(run, in);
+  return walk_peak(Walk{run, in, act, plan.lay, plan.st}, first_step);
+}
+
+struct PeakPlan::Impl {
+  RunSpec run;
+  ActivationInputs in;
+  Plan plan;
+};
+
+PeakPlan::PeakPlan(const RunSpec& run, const ActivationInputs& in) : impl_(new Impl{run, in, {}}) {
+  impl_->plan = make_plan(impl_->run, impl_->in);
+}
+
+PeakPlan::~PeakPlan() = default;
+PeakPlan::PeakPlan(PeakPlan&&) noexcept = default;
+PeakPlan& PeakPlan::operator=(PeakPlan&&) noexcept = default;
+
+std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len) const {
+  ActivationInputs in = impl_->in;
+  in.b = micro_batch;
+  in.s = seq_len;
+  RunSpec& run = impl_->run;
+  run.training.micro_batch = micro_batch;
+  run.training.seq_len = seq_len;
+  const ActivationBytes act = activation_bytes(in);
+  return walk_peak(Walk{run, in, act, impl_->plan.lay, impl_->plan.st}, false).needed;
+}
+
+namespace {
+
+Peak walk_peak(const Walk& w, bool first_step) {
+  const RunSpec& run = w.run;
   Peak pk;
   pk.moments = moments(w, true);
   for (std::size_t i = 0; i < pk.moments.size(); ++i) {
@@ -639,5 +687,7 @@ Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationByt
   pk.needed = checked_add(device, pk.context_reserve);
   return pk;
 }
+
+}  // namespace
 
 }  // namespace memest

@@ -1,6 +1,8 @@
+#include <memest/activation.hpp>
 #include <memest/adapters.hpp>
 #include <memest/check.hpp>
 #include <memest/error.hpp>
+#include <memest/peak.hpp>
 #include <memest/search.hpp>
 
 #include <fmt/format.h>
@@ -29,11 +31,16 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   FitResult r;
   r.usable = budget.usable();
   r.limit = limit;
+  // The model, precision and optimizer stay; only the searched size changes.
+  const auto in = activation_inputs(run, false);
+  std::optional<PeakPlan> plan;
+  if (in) plan.emplace(run, *in);
   auto need = [&](std::uint64_t value) {
     target_of(run, target) = value;
     ++r.evaluations;
     try {
-      return bytes_needed(run);
+      return plan ? plan->needed(run.training.micro_batch, run.training.seq_len)
+                  : bytes_needed(run);
     } catch (const Error&) {
       return UINT64_MAX;  // past 2^64 bytes: certainly does not fit
     }
@@ -150,19 +157,43 @@ std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
       grid.optimizers.empty() ? std::vector{run.optimizer.kind} : grid.optimizers;
   std::vector<SweepRow> rows;
   rows.reserve(batches.size() * seqs.size() * policies.size() * optimizers.size());
+  // One plan per (policy, optimizer): what does not depend on the batch and sequence is
+  // computed once, not for every point.
+  std::vector<std::optional<PeakPlan>> plans;
+  plans.reserve(policies.size() * optimizers.size());
   RunSpec point = run;
+  for (const auto& p : policies) {
+    for (auto o : optimizers) {
+      point.precision = p;
+      if (point.optimizer.kind != o) {
+        point.optimizer = OptimizerSpec{};
+        point.optimizer.kind = o;
+      }
+      point.training.micro_batch = batches.front() ? batches.front() : 1;
+      point.training.seq_len = seqs.front() ? seqs.front() : 1;
+      const auto in = activation_inputs(point, false);
+      auto& plan = plans.emplace_back();
+      if (in) plan.emplace(point, *in);
+    }
+  }
   for (auto b : batches) {
     for (auto s : seqs) {
+      std::size_t i = 0;
       for (const auto& p : policies) {
         for (auto o : optimizers) {
-          point.training.micro_batch = b;
-          point.training.seq_len = s;
-          point.precision = p;
-          if (point.optimizer.kind != o) {
+          std::uint64_t need = 0;
+          if (plans[i] && b > 0 && s > 0) {
+            need = plans[i]->needed(b, s);
+          } else {
+            point.training.micro_batch = b;
+            point.training.seq_len = s;
+            point.precision = p;
             point.optimizer = OptimizerSpec{};
             point.optimizer.kind = o;
+            need = bytes_needed(point);
           }
-          SweepRow row{b, s, p.name, o, bytes_needed(point), std::nullopt};
+          ++i;
+          SweepRow row{b, s, p.name, o, need, std::nullopt};
           if (budget) row.fits = row.need <= budget->usable();
           rows.push_back(std::move(row));
         }

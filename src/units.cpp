@@ -117,20 +117,8 @@ std::string joined_unit_names() { return fmt::format("{}", fmt::join(kUnitNames,
 
 }  // namespace
 
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b) {
-  std::uint64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) {
-    throw Error("size overflow: the estimate exceeds 2^64 bytes (18.4 EB); check the inputs");
-  }
-  return r;
-}
-
-std::uint64_t checked_add(std::uint64_t a, std::uint64_t b) {
-  std::uint64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r)) {
-    throw Error("size overflow: the estimate exceeds 2^64 bytes (18.4 EB); check the inputs");
-  }
-  return r;
+void throw_size_overflow() {
+  throw Error("size overflow: the estimate exceeds 2^64 bytes (18.4 EB); check the inputs");
 }
 
 std::span<const std::string_view> unit_names() { return kUnitNames; }

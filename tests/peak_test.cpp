@@ -146,3 +146,19 @@ TEST_CASE("a bare count gets a peak with exact static bytes", "[peak]") {
   REQUIRE(m.parts[static_cast<std::size_t>(Part::master_params)] == 28'000'000'000ULL);
   REQUIRE(bytes_needed(r) == bytes_needed(e));
 }
+
+TEST_CASE("a peak plan gives the same bytes as the full walk at every size", "[peak]") {
+  auto preset = GENERATE("llama-2-7b", "gpt2", "mixtral-8x7b", "qwen2.5-0.5b");
+  auto policy = GENERATE("fp32", "amp-bf16", "mixed-bf16", "bf16");
+  auto r = run_of(preset, policy, 1, 128);
+  r.training.attention = GENERATE(Attention::eager, Attention::flash);
+  const PeakPlan plan(r, *activation_inputs(r, false));
+  for (std::uint64_t b : {1ULL, 3ULL, 8ULL}) {
+    for (std::uint64_t s : {64ULL, 1000ULL, 4096ULL}) {
+      CAPTURE(preset, policy, b, s);
+      r.training.micro_batch = b;
+      r.training.seq_len = s;
+      REQUIRE(plan.needed(b, s) == bytes_needed(r));
+    }
+  }
+}

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -90,5 +91,25 @@ Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationByt
 /// The CUDA caching allocator's block size for a request: at least 512 B, rounded up to a
 /// multiple of 512 B (PyTorch c10/cuda/CUDACachingAllocator.cpp, round_size).
 std::uint64_t cuda_block_size(std::uint64_t bytes);
+
+/// The peak of one run at many micro-batch and sequence sizes: what depends on the model, the
+/// precision and the optimizer is computed once, so searches and sweeps pay only for the
+/// activations and the walk. needed(b, s) equals peak_of(...).needed for that run at b and s.
+class PeakPlan {
+ public:
+  /// `in` from activation_inputs(run); its micro-batch and sequence are replaced by needed().
+  PeakPlan(const RunSpec& run, const ActivationInputs& in);
+  ~PeakPlan();
+  PeakPlan(PeakPlan&&) noexcept;
+  PeakPlan& operator=(PeakPlan&&) noexcept;
+
+  /// What a device must hold (Peak::needed) at this micro-batch and sequence length. Not
+  /// thread-safe: one plan per thread.
+  std::uint64_t needed(std::uint64_t micro_batch, std::uint64_t seq_len) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace memest

@@ -7,11 +7,23 @@
 
 namespace memest {
 
+/// Throws the Error for a size past 2^64 bytes.
+[[noreturn]] void throw_size_overflow();
+
 /// a * b for byte and element counts; throws Error when the result does not fit in 64 bits
-/// (an estimate past 2^64 bytes is an input error, never a wrap-around).
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b);
+/// (an estimate past 2^64 bytes is an input error, never a wrap-around). Inline: searches call
+/// it millions of times a second.
+inline std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw_size_overflow();
+  return r;
+}
 /// a + b; throws Error on overflow, like checked_mul.
-std::uint64_t checked_add(std::uint64_t a, std::uint64_t b);
+inline std::uint64_t checked_add(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw_size_overflow();
+  return r;
+}
 /// ceil(a / b) for b > 0.
 constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
 
