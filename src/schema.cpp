@@ -6,7 +6,6 @@
 #include <memest/hf_config.hpp>
 
 #include <fmt/format.h>
-
 #include <nlohmann/json.hpp>
 
 namespace memest {
