@@ -1,3 +1,5 @@
+#include "testutil.hpp"
+
 #include <memest/activation.hpp>
 #include <memest/estimate.hpp>
 #include <memest/hf_config.hpp>
@@ -5,19 +7,9 @@
 #include <catch2/catch.hpp>
 
 using namespace memest;
+using memest::test::run_of;
 
 namespace {
-
-RunSpec run_of(std::string_view preset, std::string_view policy, std::uint64_t b, std::uint64_t s) {
-  RunSpec r;
-  r.model = load_model_preset(preset);
-  r.precision = precision_preset(policy);
-  r.optimizer.kind = OptimizerKind::adamw;
-  r.training.micro_batch = b;
-  r.training.seq_len = s;
-  r.training.attention = Attention::eager;  // the measured graphs; flash/sdpa are tested apart
-  return r;
-}
 
 ActivationBytes saved(const RunSpec& r) { return activation_bytes(*activation_inputs(r)); }
 

@@ -1,3 +1,5 @@
+#include "testutil.hpp"
+
 #include <memest/check.hpp>
 #include <memest/estimate.hpp>
 #include <memest/hf_config.hpp>
@@ -6,19 +8,9 @@
 #include <catch2/catch.hpp>
 
 using namespace memest;
+using memest::test::run_of;
 
 namespace {
-
-RunSpec run_of(std::string_view preset, std::string_view policy, std::uint64_t b, std::uint64_t s) {
-  RunSpec r;
-  r.model = load_model_preset(preset);
-  r.precision = precision_preset(policy);
-  r.optimizer.kind = OptimizerKind::adamw;
-  r.training.micro_batch = b;
-  r.training.seq_len = s;
-  r.training.attention = Attention::eager;  // the measured graphs; flash/sdpa are tested apart
-  return r;
-}
 
 const Moment& moment(const Peak& p, std::string_view name) {
   for (const auto& m : p.moments) {

@@ -2,6 +2,8 @@
 
 #include "cli/cli.hpp"
 
+#include <memest/estimate.hpp>
+#include <memest/hf_config.hpp>
 #include <memest/model.hpp>
 
 #include <catch2/catch.hpp>
@@ -30,6 +32,20 @@ inline std::string data_path(const std::string& rel) {
 inline TensorGroup group(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,
                          std::uint64_t count, bool matmul, bool trainable) {
   return make_group(std::move(name), role, rows, cols, count, matmul, trainable);
+}
+
+/// A preset model trained with AdamW at micro-batch b and sequence s, eager attention (the
+/// graphs the reference measurements ran; flash and sdpa are tested apart).
+inline RunSpec run_of(std::string_view preset, std::string_view policy, std::uint64_t b,
+                      std::uint64_t s) {
+  RunSpec r;
+  r.model = load_model_preset(preset);
+  r.precision = precision_preset(policy);
+  r.optimizer.kind = OptimizerKind::adamw;
+  r.training.micro_batch = b;
+  r.training.seq_len = s;
+  r.training.attention = Attention::eager;
+  return r;
 }
 
 /// Result of running the CLI in-process.
