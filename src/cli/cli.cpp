@@ -336,7 +336,12 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   sweep_cmd->add_option("--optimizers", sweep_flags.optimizers, "Optimizers, e.g. adamw,adam8bit")
       ->type_name("LIST");
   auto* schema = app.add_subcommand("schema", "Print the JSON Schema of run config files");
-  for (auto* sub : {models, gpus, check, compare, fit, sweep_cmd, schema}) sub->fallthrough();
+  for (auto* sub : {models, gpus, check, compare, fit, sweep_cmd, schema}) {
+    sub->fallthrough();  // the run and output options of memest apply here too
+    sub->footer(
+        "\nThe run options of 'memest --help' (--model, --batch, --seq, --gpu, --format, ...)\n"
+        "apply to this command too, before or after its name.");
+  }
 
   try {
     app.parse(argc, argv);
