@@ -177,6 +177,27 @@ PrecisionPolicy resolve_precision(const RunOptions& o) {
   return apply_overrides(std::move(policy), ov);
 }
 
+ParallelSpec resolve_parallel(const RunOptions& o) {
+  ParallelSpec p;
+  if (o.data_parallel) {
+    p.data_parallel = parse_setting(*o.data_parallel,
+                                    [](std::string_view v) { return parse_positive(v, "ranks"); });
+  }
+  if (o.zero_stage) {
+    p.zero_stage = parse_setting(*o.zero_stage, [](std::string_view v) -> unsigned {
+      if (v.size() != 1 || v[0] < '0' || v[0] > '3') {
+        throw Error(fmt::format("unknown ZeRO stage \"{}\" (expected one of: 0, 1, 2, 3)", v));
+      }
+      return static_cast<unsigned>(v[0] - '0');
+    });
+    if (p.zero_stage > 0 && p.data_parallel == 1) {
+      throw Error(fmt::format("{} shards over data-parallel ranks: give --dp N with N > 1",
+                              o.zero_stage->where));
+    }
+  }
+  return p;
+}
+
 std::optional<Budget> resolve_budget(const RunOptions& o) {
   if (o.gpu && o.budget) {
     throw Error(fmt::format("{} \"{}\" conflicts with {} \"{}\" (give a GPU or a budget)",
@@ -296,6 +317,7 @@ RunSpec resolve(const RunOptions& options) {
   problems.attempt([&] { run.optimizer = resolve_optimizer(options); });
   problems.attempt([&] { run.precision = resolve_precision(options); });
   run.training = resolve_training(options, problems);
+  problems.attempt([&] { run.parallel = resolve_parallel(options); });
   problems.attempt([&] { run.budget = resolve_budget(options); });
   problems.throw_if_any();
   return run;

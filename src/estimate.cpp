@@ -122,6 +122,22 @@ Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
   return c;
 }
 
+// ZeRO: each rank keeps 1/N of the sharded model states (Rajbhandari et al. 2020, sec. 5).
+void shard_categories(std::vector<Category>& cats, const ParallelSpec& parallel) {
+  const Sharding sh = sharding_of(parallel);
+  if (sh.ranks <= 1 || (!sh.states && !sh.grads && !sh.params)) return;
+  for (auto& c : cats) {
+    const bool sharded =
+        ((c.key == "master_weights" || c.key == "optimizer_states") && sh.states) ||
+        ((c.key == "grads" || c.key == "grad_accum") && sh.grads) ||
+        (c.key == "params" && sh.params);
+    if (!sharded || !c.bytes || *c.bytes == 0) continue;
+    c.bytes = shard(*c.bytes, sh.ranks);
+    c.elements = shard(c.elements, sh.ranks);
+    c.basis += fmt::format(", sharded over {} ranks (ZeRO-{})", sh.ranks, parallel.zero_stage);
+  }
+}
+
 }  // namespace
 
 std::span<const std::string_view> attention_names() { return kAttentionNames; }
@@ -224,6 +240,7 @@ Estimate estimate(const RunSpec& run) {
         "bare parameter count: every parameter is taken as a matmul weight for autocast copies");
   }
 
+  shard_categories(cats, run.parallel);
   e.total_complete = true;
   for (const auto& c : cats) {
     if (!c.on_device) continue;

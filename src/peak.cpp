@@ -2,6 +2,7 @@
 // measured CPU steps) with the CUDA, flash, recompute and grad-persistence generalisations of
 // docs/activations.md. Numbers only: the report names the moments.
 #include <memest/estimate.hpp>
+#include <memest/parallel.hpp>
 #include <memest/peak.hpp>
 #include <memest/units.hpp>
 
@@ -622,10 +623,41 @@ std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len)
 
 namespace {
 
+// ZeRO: a rank keeps its share of the sharded states; with stage 3 the parameters of the layer
+// being computed (and the next, prefetched) are gathered in full during forward and backward.
+void shard_moment(Moment& m, const Sharding& sh, u64 gathered) {
+  if (sh.ranks <= 1) return;
+  auto cut = [&](Part p) { m.parts[idx(p)] = shard(m.parts[idx(p)], sh.ranks); };
+  if (sh.states) {
+    cut(Part::master_params);
+    cut(Part::optimizer_state);
+    if (m.phase == "optimizer") cut(Part::other);  // the step's temporaries are per shard
+  }
+  if (sh.grads) {
+    cut(Part::grads);
+    cut(Part::master_grads);
+    cut(Part::grad_accum);
+  }
+  if (sh.params) {
+    cut(Part::params);
+    if (m.phase == "forward" || m.phase == "backward") m.parts[idx(Part::other)] += gathered;
+  }
+  m.bytes = 0;
+  for (auto v : m.parts) m.bytes = checked_add(m.bytes, v);
+}
+
+std::vector<Moment> sharded_moments(const Walk& w, bool steady) {
+  auto ms = moments(w, steady);
+  const Sharding sh = sharding_of(w.run.parallel);
+  const u64 gathered = 2 * (w.st.params / std::max<u64>(1, w.in.L));
+  for (auto& m : ms) shard_moment(m, sh, gathered);
+  return ms;
+}
+
 Peak walk_peak(const Walk& w, bool first_step) {
   const RunSpec& run = w.run;
   Peak pk;
-  pk.moments = moments(w, true);
+  pk.moments = sharded_moments(w, true);
   for (std::size_t i = 0; i < pk.moments.size(); ++i) {
     const auto& m = pk.moments[i];
     if (m.bytes > pk.moments[pk.winner].bytes) pk.winner = i;
@@ -647,7 +679,7 @@ Peak walk_peak(const Walk& w, bool first_step) {
   pk.first_step_phase = pk.phase;
   pk.first_step_moment = pk.peak_moment().name;
   if (first_step) {
-    const auto first = moments(w, false);
+    const auto first = sharded_moments(w, false);
     const auto fm =
         std::max_element(first.begin(), first.end(),
                          [](const Moment& x, const Moment& y) { return x.bytes < y.bytes; });

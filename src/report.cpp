@@ -333,13 +333,16 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   ordered_json j;
   j["schema_version"] = kJsonSchemaVersion;
   j["memest_version"] = version();
-  j["inputs"] = {{"model",
-                  {{"name", run.model.name},
-                   {"architecture", run.model.arch ? ordered_json(run.model.arch->model_type)
-                                                   : ordered_json(nullptr)}}},
-                 {"precision", precision_json(run.precision)},
-                 {"optimizer", optimizer_json(run.optimizer)},
-                 {"training", training_json(run.training)}};
+  j["inputs"] = {
+      {"model",
+       {{"name", run.model.name},
+        {"architecture",
+         run.model.arch ? ordered_json(run.model.arch->model_type) : ordered_json(nullptr)}}},
+      {"precision", precision_json(run.precision)},
+      {"optimizer", optimizer_json(run.optimizer)},
+      {"training", training_json(run.training)},
+      {"parallel",
+       {{"data_parallel", run.parallel.data_parallel}, {"zero_stage", run.parallel.zero_stage}}}};
   j["parameters"] = {{"total", e.params},
                      {"trainable", e.trainable},
                      {"active", e.active},

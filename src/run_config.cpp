@@ -106,6 +106,12 @@ std::vector<RunOptionInfo> build_table() {
            "Kernels that decide saved tensors and scratch: " + names(device_names()) +
                " (default cuda; cpu as in the reference measurements)",
            &R::device),
+      text("--dp", "parallel", "data_parallel", "N",
+           "Data-parallel ranks the model states are sharded over (with --zero)", &R::data_parallel,
+           true),
+      text("--zero", "parallel", "zero_stage", "STAGE",
+           "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP)",
+           &R::zero_stage, true),
       text("--allocator", "hardware", "allocator", "NAME",
            "none (bytes requested) or cuda (caching-allocator rounding; reserved bytes)",
            &R::allocator),
@@ -151,8 +157,8 @@ class Loader {
       problem("", fmt::format("expected an object, got {}", describe(root)));
       return;
     }
-    static const std::vector<std::string_view> sections = {"model", "optimizer", "precision",
-                                                           "training", "hardware"};
+    static const std::vector<std::string_view> sections = {"model",    "optimizer", "precision",
+                                                           "training", "parallel",  "hardware"};
     for (const auto& [name, value] : root.items()) {
       if (name == "$schema" || name == "description") continue;
       if (std::find(sections.begin(), sections.end(), name) == sections.end()) {

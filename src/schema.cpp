@@ -92,6 +92,10 @@ ordered_json value_schema(const RunOptionInfo& info) {
              ordered_json::array({{{"type", "number"}, {"minimum", 0}, {"exclusiveMaximum", 1}},
                                   {{"type", "string"}, {"pattern", "^0?\\.[0-9]+$|^0$"}}})}};
   }
+  if (k == "parallel/zero_stage") {
+    return {{"anyOf", ordered_json::array({{{"type", "integer"}, {"minimum", 0}, {"maximum", 3}},
+                                           {{"type", "string"}, {"enum", {"0", "1", "2", "3"}}}})}};
+  }
   if (k == "hardware/allocator") return enum_of(names_of(allocator_names()));
   if (k == "hardware/gpu") return enum_of(names_of(gpu_names()));
   if (k == "hardware/budget" || k == "hardware/reserve" || k == "hardware/context_reserve") {

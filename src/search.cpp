@@ -110,6 +110,15 @@ std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
     r.optimizer.kind = OptimizerKind::adam8bit;
     consider("8-bit Adam states (--optimizer adam8bit)", r);
   }
+  if (run.parallel.data_parallel > 1) {
+    for (unsigned stage = run.parallel.zero_stage + 1; stage <= 3; ++stage) {
+      RunSpec r = run;
+      r.parallel.zero_stage = stage;
+      consider(fmt::format("ZeRO stage {} over the {} data-parallel ranks (--zero {})", stage,
+                           run.parallel.data_parallel, stage),
+               r);
+    }
+  }
   const bool has_batch = run.training.micro_batch > 0 && run.training.seq_len > 0;
   if (has_batch && run.training.recompute != Recompute::full) {
     RunSpec r = run;

@@ -111,6 +111,10 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted; 
       {{"--params", "7B", "--model", "gpt2"},
        "memest: error: conflicting model settings: --params \"7B\" and --model \"gpt2\" (give "
        "exactly one)"},
+      {{"--params", "7B", "--zero", "2"},
+       "memest: error: --zero shards over data-parallel ranks: give --dp N with N > 1"},
+      {{"--params", "7B", "--dp", "8", "--zero", "4"},
+       "memest: error: --zero: unknown ZeRO stage \"4\" (expected one of: 0, 1, 2, 3)"},
       {{"--params", "7B", "--bogus"},
        "memest: error: The following argument was not expected: --bogus (see memest --help)"},
       {{"--params"}, "memest: error: --params: 1 required COUNT missing (see memest --help)"},

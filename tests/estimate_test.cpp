@@ -130,3 +130,16 @@ TEST_CASE("an estimate past 2^64 bytes is an input error", "[estimate]") {
   REQUIRE_THROWS_WITH(estimate(bare(10'000'000'000'000'000'000ULL, "fp32", OptimizerKind::adamw)),
                       Catch::StartsWith("size overflow"));
 }
+
+TEST_CASE("ZeRO paper, figure 1: 7.5B parameters, 64 ranks, K = 12", "[estimate][parallel]") {
+  // Rajbhandari et al. 2020, fig. 1: per-device model states (2 + 2 + K) * Psi / stage:
+  // baseline 120 GB; P_os (2 + 2 + 12/64) * 7.5e9 = 31.4 GB; P_os+g (2 + 14/64) * 7.5e9 =
+  // 16.6 GB; P_os+g+p 16/64 * 7.5e9 = 1.9 GB.
+  auto r = bare(7'500'000'000, "mixed", OptimizerKind::adam);
+  r.parallel.data_parallel = 64;
+  auto [stage, total] = GENERATE(table<unsigned, std::uint64_t>(
+      {{0, 120'000'000'000}, {1, 31'406'250'000}, {2, 16'640'625'000}, {3, 1'875'000'000}}));
+  r.parallel.zero_stage = stage;
+  CAPTURE(stage);
+  REQUIRE(estimate(r).total_bytes == total);
+}

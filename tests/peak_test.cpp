@@ -154,3 +154,30 @@ TEST_CASE("a peak plan gives the same bytes as the full walk at every size", "[p
     }
   }
 }
+
+TEST_CASE("ZeRO lowers the peak stage by stage; the moments still sum", "[peak][parallel]") {
+  auto r = run_of("llama-2-7b", "mixed-bf16", 1, 2048);
+  r.training.attention = Attention::flash;
+  r.parallel.data_parallel = 8;
+  std::uint64_t previous = UINT64_MAX;
+  for (unsigned stage = 0; stage <= 3; ++stage) {
+    r.parallel.zero_stage = stage;
+    const auto e = estimate(r);
+    CAPTURE(stage, e.peak->bytes);
+    REQUIRE(e.peak->bytes < previous);
+    previous = e.peak->bytes;
+    for (const auto& m : e.peak->moments) {
+      std::uint64_t sum = 0;
+      for (auto v : m.parts) sum += v;
+      REQUIRE(sum == m.bytes);
+    }
+    // Sharded states: each rank holds an eighth of the master weights and optimizer states.
+    if (stage >= 1) {
+      const auto& m = e.peak->peak_moment();
+      REQUIRE(m.parts[static_cast<std::size_t>(Part::optimizer_state)] <=
+              *estimate(run_of("llama-2-7b", "mixed-bf16", 1, 2048)).at("optimizer_states").bytes /
+                      8 +
+                  1164);
+    }
+  }
+}

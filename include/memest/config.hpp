@@ -42,6 +42,8 @@ struct RunOptions {
   // training
   TextSetting batch, seq, grad_accum, attention, recompute, dropout, zero_grad, device, allocator,
       context_reserve;
+  // parallelism
+  TextSetting data_parallel, zero_stage;
   // hardware
   TextSetting gpu, budget, reserve;
 };
@@ -60,7 +62,7 @@ struct RunOptionInfo {
 };
 
 /// Every run option, grouped by section in display order: model, optimizer, precision,
-/// training, hardware.
+/// training, parallel, hardware.
 const std::vector<RunOptionInfo>& run_option_table();
 
 /// Copies every setting present in `overrides` over `base`. A model given in `overrides`

@@ -5,6 +5,7 @@
 #include <memest/hardware.hpp>
 #include <memest/model.hpp>
 #include <memest/optimizer.hpp>
+#include <memest/parallel.hpp>
 #include <memest/peak.hpp>
 #include <memest/precision.hpp>
 
@@ -59,6 +60,7 @@ struct RunSpec {
   PrecisionPolicy precision;
   OptimizerSpec optimizer;
   TrainingSpec training;
+  ParallelSpec parallel;         ///< data parallelism and ZeRO sharding
   std::optional<Budget> budget;  ///< the device memory to check against, when given
 };
 
