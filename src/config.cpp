@@ -183,6 +183,14 @@ ParallelSpec resolve_parallel(const RunOptions& o) {
     p.data_parallel = parse_setting(*o.data_parallel,
                                     [](std::string_view v) { return parse_positive(v, "ranks"); });
   }
+  if (o.offload) {
+    p.offload_optimizer = parse_setting(*o.offload, [](std::string_view v) {
+      if (v != "none" && v != "optimizer") {
+        throw Error(fmt::format("unknown offload \"{}\" (expected one of: none, optimizer)", v));
+      }
+      return v == "optimizer";
+    });
+  }
   if (o.zero_stage) {
     p.zero_stage = parse_setting(*o.zero_stage, [](std::string_view v) -> unsigned {
       if (v.size() != 1 || v[0] < '0' || v[0] > '3') {

@@ -125,6 +125,14 @@ Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
 // ZeRO: each rank keeps 1/N of the sharded model states (Rajbhandari et al. 2020, sec. 5).
 void shard_categories(std::vector<Category>& cats, const ParallelSpec& parallel) {
   const Sharding sh = sharding_of(parallel);
+  if (sh.offload) {
+    for (auto& c : cats) {
+      if (c.key != "master_weights" && c.key != "optimizer_states") continue;
+      if (!c.bytes || *c.bytes == 0) continue;
+      c.on_device = false;
+      c.basis += ", in host memory (optimizer offload)";
+    }
+  }
   if (sh.ranks <= 1 || (!sh.states && !sh.grads && !sh.params)) return;
   for (auto& c : cats) {
     const bool sharded =

@@ -626,7 +626,17 @@ namespace {
 // ZeRO: a rank keeps its share of the sharded states; with stage 3 the parameters of the layer
 // being computed (and the next, prefetched) are gathered in full during forward and backward.
 void shard_moment(Moment& m, const Sharding& sh, u64 gathered) {
-  if (sh.ranks <= 1) return;
+  if (sh.offload) {  // held and stepped on the host: nothing of it on the device
+    m.parts[idx(Part::master_params)] = 0;
+    m.parts[idx(Part::optimizer_state)] = 0;
+    m.parts[idx(Part::master_grads)] = 0;
+    if (m.phase == "optimizer") m.parts[idx(Part::other)] = 0;
+  }
+  if (sh.ranks <= 1) {
+    m.bytes = 0;
+    for (auto v : m.parts) m.bytes = checked_add(m.bytes, v);
+    return;
+  }
   auto cut = [&](Part p) { m.parts[idx(p)] = shard(m.parts[idx(p)], sh.ranks); };
   if (sh.states) {
     cut(Part::master_params);

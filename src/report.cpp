@@ -303,6 +303,14 @@ ordered_json inventory_json(const Inventory& inv) {
 
 std::string_view version() { return MEMEST_VERSION; }
 
+std::uint64_t host_bytes(const Estimate& e) {
+  std::uint64_t host = 0;
+  for (const auto& c : e.categories) {
+    if (!c.on_device && c.bytes) host = checked_add(host, *c.bytes);
+  }
+  return host;
+}
+
 std::string render_table(const RunSpec& run, const Estimate& e, const ReportOptions& options) {
   std::string out;
   out += model_line(run, e) + "\n";
@@ -316,9 +324,13 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
     out += fmt::format("{:<26} {:<9} {:>7} {:>16}  {}\n", c.label, dtype_or_dash(c.dtype),
                        per_element(c), size, c.basis);
   }
-  const char* what = e.total_complete ? "total (sum of the rows above)"
-                                      : "total (sum of the rows above, without activations)";
+  const char* what = e.total_complete ? "device total (sum of the device rows)"
+                                      : "device total (sum, without activations)";
   out += fmt::format("{:<44} {:>16}\n", what, format_bytes(e.total_bytes, options.unit));
+  if (const auto host = host_bytes(e); host * 100 >= unit_bytes(options.unit)) {
+    out += fmt::format("{:<44} {:>16}\n", "host memory (rows marked host)",
+                       format_bytes(host, options.unit));
+  }
   out += render_peak(run, e, options.unit);
   for (const auto& a : e.assumptions) out += fmt::format("assumed: {}\n", a);
   if (options.explain) {
@@ -364,6 +376,7 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   }
   j["categories"] = cats;
   j["total"] = {{"bytes", e.total_bytes},
+                {"host_bytes", host_bytes(e)},
                 {"method", "sum"},
                 {"complete", e.total_complete},
                 {"formatted", format_bytes(e.total_bytes, options.unit)}};

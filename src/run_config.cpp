@@ -112,6 +112,10 @@ std::vector<RunOptionInfo> build_table() {
       text("--zero", "parallel", "zero_stage", "STAGE",
            "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP)",
            &R::zero_stage, true),
+      text("--offload", "parallel", "offload", "WHAT",
+           "none, or optimizer: master weights and optimizer states in host memory, stepped on "
+           "the CPU (ZeRO-Offload)",
+           &R::offload),
       text("--allocator", "hardware", "allocator", "NAME",
            "none (bytes requested) or cuda (caching-allocator rounding; reserved bytes)",
            &R::allocator),

@@ -119,6 +119,11 @@ std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
                r);
     }
   }
+  if (!run.parallel.offload_optimizer && run.precision.master) {
+    RunSpec r = run;
+    r.parallel.offload_optimizer = true;
+    consider("master weights and optimizer states in host memory (--offload optimizer)", r);
+  }
   const bool has_batch = run.training.micro_batch > 0 && run.training.seq_len > 0;
   if (has_batch && run.training.recompute != Recompute::full) {
     RunSpec r = run;

@@ -115,6 +115,8 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted; 
        "memest: error: --zero shards over data-parallel ranks: give --dp N with N > 1"},
       {{"--params", "7B", "--dp", "8", "--zero", "4"},
        "memest: error: --zero: unknown ZeRO stage \"4\" (expected one of: 0, 1, 2, 3)"},
+      {{"--params", "7B", "--offload", "cpu"},
+       "memest: error: --offload: unknown offload \"cpu\" (expected one of: none, optimizer)"},
       {{"--params", "7B", "--bogus"},
        "memest: error: The following argument was not expected: --bogus (see memest --help)"},
       {{"--params"}, "memest: error: --params: 1 required COUNT missing (see memest --help)"},

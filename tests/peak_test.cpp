@@ -181,3 +181,21 @@ TEST_CASE("ZeRO lowers the peak stage by stage; the moments still sum", "[peak][
     }
   }
 }
+
+TEST_CASE("optimizer offload keeps master weights and states off the device", "[peak][parallel]") {
+  auto r = run_of("llama-2-7b", "mixed-bf16", 1, 1024);
+  const auto on_device = estimate(r);
+  r.parallel.offload_optimizer = true;
+  const auto offloaded = estimate(r);
+  REQUIRE_FALSE(offloaded.at("optimizer_states").on_device);
+  REQUIRE_FALSE(offloaded.at("master_weights").on_device);
+  // The device total loses exactly the master weights and the states: 12 B per parameter.
+  REQUIRE(on_device.total_bytes - offloaded.total_bytes == 12ULL * 6'738'415'616ULL);
+  for (const auto& m : offloaded.peak->moments) {
+    CAPTURE(m.name);
+    REQUIRE(m.parts[static_cast<std::size_t>(Part::optimizer_state)] == 0);
+    REQUIRE(m.parts[static_cast<std::size_t>(Part::master_params)] == 0);
+    REQUIRE(m.parts[static_cast<std::size_t>(Part::master_grads)] == 0);
+  }
+  REQUIRE(offloaded.peak->bytes < on_device.peak->bytes);
+}

@@ -43,7 +43,7 @@ struct RunOptions {
   TextSetting batch, seq, grad_accum, attention, recompute, dropout, zero_grad, device, allocator,
       context_reserve;
   // parallelism
-  TextSetting data_parallel, zero_stage;
+  TextSetting data_parallel, zero_stage, offload;
   // hardware
   TextSetting gpu, budget, reserve;
 };

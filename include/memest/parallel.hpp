@@ -11,6 +11,10 @@ namespace memest {
 struct ParallelSpec {
   std::uint64_t data_parallel = 1;  ///< ranks the states are sharded over
   unsigned zero_stage = 0;          ///< 0 (replicated), 1, 2 or 3
+  /// ZeRO-Offload (Ren et al. 2021): the master weights, optimizer states and their gradients
+  /// live in host memory and the optimizer steps on the CPU; the device keeps the model's
+  /// parameters, gradients and activations.
+  bool offload_optimizer = false;
 };
 
 /// One rank's share of `bytes` spread evenly over `ranks` (rounded up).
@@ -21,15 +25,17 @@ constexpr std::uint64_t shard(std::uint64_t bytes, std::uint64_t ranks) {
 /// Whether each model state is sharded at this stage.
 struct Sharding {
   std::uint64_t ranks = 1;
-  bool states = false;  ///< optimizer states, master weights, step temporaries (stage >= 1)
-  bool grads = false;   ///< gradients and master gradients (stage >= 2)
-  bool params = false;  ///< parameters (stage 3)
+  bool states = false;   ///< optimizer states, master weights, step temporaries (stage >= 1)
+  bool grads = false;    ///< gradients and master gradients (stage >= 2)
+  bool params = false;   ///< parameters (stage 3)
+  bool offload = false;  ///< master weights, optimizer states and master grads on the host
 };
 
 /// The sharding a ParallelSpec implies.
 constexpr Sharding sharding_of(const ParallelSpec& p) {
   return {p.data_parallel, p.zero_stage >= 1 && p.data_parallel > 1,
-          p.zero_stage >= 2 && p.data_parallel > 1, p.zero_stage >= 3 && p.data_parallel > 1};
+          p.zero_stage >= 2 && p.data_parallel > 1, p.zero_stage >= 3 && p.data_parallel > 1,
+          p.offload_optimizer};
 }
 
 }  // namespace memest
