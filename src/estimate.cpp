@@ -69,6 +69,7 @@ Category params_category(const Inventory& inv, Dtype dtype, std::uint64_t params
   c.bytes = parameter_bytes(inv, dtype);
   c.dtype.reset();
   std::vector<std::string> terms;
+  terms.reserve(parts.size());
   for (const auto& p : parts) {
     terms.push_back(basis(
         p.dtype, p.elements,

@@ -509,6 +509,7 @@ ModelSpec load_model_preset(std::string_view name) {
     }
   }
   std::vector<std::string_view> names;
+  names.reserve(presets.size());
   for (const auto& entry : presets) names.push_back(entry.first);
   std::string hint = did_you_mean(name, names);
   if (!hint.empty()) {

@@ -124,7 +124,8 @@ void add_adam8bit(const Inventory& inv, OptimizerBytes& out) {
   out.states.push_back(
       {"absmax1+absmax2", Dtype::fp32, checked_mul(8, blocks),
        fmt::format("2 x 4 B x {} blocks of {}", format_count(blocks), kAdam8bitBlock)});
-  out.states.push_back({"qmap1+qmap2", Dtype::fp32, 2 * 256 * 4, "2 x 256 x 4 B, shared"});
+  out.states.push_back(
+      {"qmap1+qmap2", Dtype::fp32, std::uint64_t{2} * 256 * 4, "2 x 256 x 4 B, shared"});
   if (small > 0) {
     out.states.push_back({"state1+state2 (fp32, small tensors)", Dtype::fp32, checked_mul(8, small),
                           fmt::format("2 x 4 B x {} params in tensors < {} elements",

@@ -480,7 +480,7 @@ std::vector<Moment> moments(const Walk& w, bool steady) {
         temp = 2 * es * nmax;
         break;
       case OptimizerKind::adafactor:
-        temp = 2 * 4 * nmax;
+        temp = u64{8} * nmax;  // two fp32 factored-update buffers
         break;
       case OptimizerKind::adam8bit:
         break;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 namespace memest {
 namespace {
@@ -54,8 +55,8 @@ std::string render_bar(const Estimate& est, const std::optional<Budget>& budget,
   const std::uint64_t usable = budget ? budget->usable() : 0;
   const std::uint64_t scale = std::max<std::uint64_t>({need, usable, 1});
   auto columns = [&](std::uint64_t bytes) {
-    return static_cast<int>(static_cast<double>(bytes) / static_cast<double>(scale) * kBarWidth +
-                            0.5);
+    return static_cast<int>(
+        std::lround(static_cast<double>(bytes) / static_cast<double>(scale) * kBarWidth));
   };
   // One string per column, so the budget mark can go inside the bar when the need exceeds it.
   std::vector<std::string> cells;

@@ -154,7 +154,8 @@ std::vector<std::string_view> keys_of_section(const std::string& section) {
 
 class Loader {
  public:
-  Loader(std::string source, std::filesystem::path dir) : source_(std::move(source)), dir_(dir) {}
+  Loader(std::string source, std::filesystem::path dir)
+      : source_(std::move(source)), dir_(std::move(dir)) {}
 
   void load(const json& root) {
     if (!root.is_object()) {
@@ -204,11 +205,11 @@ class Loader {
     const auto keys = keys_of_section(name);
     for (const auto& [key, v] : value.items()) {
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-        problem(pointer + "/" + key,
-                "unknown key" + suggestion(key, keys, " (expected one of: ", keys));
+        problem(fmt::format("{}/{}", pointer, key),
+                fmt::format("unknown key{}", suggestion(key, keys, " (expected one of: ", keys)));
         continue;
       }
-      set_key(name, key, v, pointer + "/" + key);
+      set_key(name, key, v, fmt::format("{}/{}", pointer, key));
     }
   }
 

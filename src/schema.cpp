@@ -55,6 +55,7 @@ ordered_json size() {
 std::vector<std::string_view> preset_names() {
   static const auto presets = model_presets();
   std::vector<std::string_view> names;
+  names.reserve(presets.size());
   for (const auto& p : presets) names.push_back(p.name);
   return names;
 }

@@ -230,6 +230,7 @@ int run_check(const std::vector<std::string>& files, const RunOptions& overrides
   const auto report = report_options(flags);
   if (!flags.file.empty()) throw Error("--file: not used by check (pass the files as arguments)");
   std::vector<CheckResult> results;
+  results.reserve(files.size());
   for (const auto& f : files) results.push_back(check_run_file(f, overrides));
   out << (flags.format == "json" ? render_check_json(results)
                                  : render_check_table(results, report.unit));
