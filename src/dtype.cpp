@@ -1,3 +1,5 @@
+#include "names.hpp"
+
 #include <memest/dtype.hpp>
 #include <memest/error.hpp>
 #include <memest/units.hpp>
@@ -39,14 +41,7 @@ std::string_view dtype_name(Dtype dtype) { return kNames[index(dtype)]; }
 std::span<const std::string_view> dtype_names() { return kNames; }
 
 Dtype parse_dtype(std::string_view text) {
-  for (std::size_t i = 0; i < kNames.size(); ++i) {
-    if (kNames[i] == text) return static_cast<Dtype>(i);
-  }
-  for (const auto& [alias, d] : kAliases) {
-    if (alias == text) return d;
-  }
-  throw Error(
-      fmt::format("unknown dtype \"{}\" (expected one of: {})", text, fmt::join(kNames, ", ")));
+  return detail::parse_enum<Dtype>(kNames, text, "dtype", kAliases);
 }
 
 }  // namespace memest

@@ -1,3 +1,5 @@
+#include "names.hpp"
+
 #include <memest/error.hpp>
 #include <memest/estimate.hpp>
 #include <memest/units.hpp>
@@ -15,16 +17,6 @@ constexpr std::array<std::string_view, 3> kAttentionNames = {"eager", "sdpa", "f
 constexpr std::array<std::string_view, 3> kRecomputeNames = {"none", "selective", "full"};
 constexpr std::array<std::string_view, 2> kDeviceNames = {"cuda", "cpu"};
 constexpr std::array<std::string_view, 2> kAllocatorNames = {"none", "cuda"};
-
-template <typename Enum, std::size_t N>
-Enum parse_name(const std::array<std::string_view, N>& names, std::string_view text,
-                std::string_view what) {
-  for (std::size_t i = 0; i < N; ++i) {
-    if (names[i] == text) return static_cast<Enum>(i);
-  }
-  throw Error(
-      fmt::format("unknown {} \"{}\" (expected one of: {})", what, text, fmt::join(names, ", ")));
-}
 
 std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
   return fmt::format("{} B x {} {}", bytes_per_element(d), format_count(elements), what);
@@ -151,25 +143,27 @@ void shard_categories(std::vector<Category>& cats, const ParallelSpec& parallel)
 
 std::span<const std::string_view> attention_names() { return kAttentionNames; }
 Attention parse_attention(std::string_view t) {
-  return parse_name<Attention>(kAttentionNames, t, "attention implementation");
+  return detail::parse_enum<Attention>(kAttentionNames, t, "attention implementation");
 }
 std::string_view attention_name(Attention a) {
   return kAttentionNames[static_cast<std::size_t>(a)];
 }
 std::span<const std::string_view> recompute_names() { return kRecomputeNames; }
 Recompute parse_recompute(std::string_view t) {
-  return parse_name<Recompute>(kRecomputeNames, t, "recompute policy");
+  return detail::parse_enum<Recompute>(kRecomputeNames, t, "recompute policy");
 }
 std::string_view recompute_name(Recompute r) {
   return kRecomputeNames[static_cast<std::size_t>(r)];
 }
 
 std::span<const std::string_view> device_names() { return kDeviceNames; }
-Device parse_device(std::string_view t) { return parse_name<Device>(kDeviceNames, t, "device"); }
+Device parse_device(std::string_view t) {
+  return detail::parse_enum<Device>(kDeviceNames, t, "device");
+}
 std::string_view device_name(Device d) { return kDeviceNames[static_cast<std::size_t>(d)]; }
 std::span<const std::string_view> allocator_names() { return kAllocatorNames; }
 Allocator parse_allocator(std::string_view t) {
-  return parse_name<Allocator>(kAllocatorNames, t, "allocator");
+  return detail::parse_enum<Allocator>(kAllocatorNames, t, "allocator");
 }
 std::string_view allocator_name(Allocator a) {
   return kAllocatorNames[static_cast<std::size_t>(a)];

@@ -1,3 +1,5 @@
+#include "names.hpp"
+
 #include <memest/dtype.hpp>
 #include <memest/error.hpp>
 #include <memest/model.hpp>
@@ -34,11 +36,7 @@ std::string_view role_name(Role role) { return kRoleNames[static_cast<std::size_
 std::span<const std::string_view> role_names() { return kRoleNames; }
 
 Role parse_role(std::string_view text) {
-  for (std::size_t i = 0; i < kRoleNames.size(); ++i) {
-    if (kRoleNames[i] == text) return static_cast<Role>(i);
-  }
-  throw Error(
-      fmt::format("unknown role \"{}\" (expected one of: {})", text, fmt::join(kRoleNames, ", ")));
+  return detail::parse_enum<Role>(kRoleNames, text, "role");
 }
 
 TensorGroup make_group(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,

@@ -1,3 +1,5 @@
+#include "names.hpp"
+
 #include <memest/error.hpp>
 #include <memest/optimizer.hpp>
 #include <memest/units.hpp>
@@ -142,14 +144,7 @@ std::string_view optimizer_name(OptimizerKind kind) {
 }
 
 OptimizerKind parse_optimizer(std::string_view text) {
-  for (std::size_t i = 0; i < kNames.size(); ++i) {
-    if (kNames[i] == text) return static_cast<OptimizerKind>(i);
-  }
-  for (const auto& [alias, kind] : kAliases) {
-    if (alias == text) return kind;
-  }
-  throw Error(
-      fmt::format("unknown optimizer \"{}\" (expected one of: {})", text, fmt::join(kNames, ", ")));
+  return detail::parse_enum<OptimizerKind>(kNames, text, "optimizer", kAliases);
 }
 
 OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inventory,
