@@ -8,7 +8,7 @@ bytes as the maximum over a small set of moments of the step, with its phase and
 Usage:
   python3 activation-derivation-check.py [CASES.jsonl] [--md] [-v]   per-case table + summary
   python3 activation-derivation-check.py [CASES.jsonl] --phases      also per-phase peaks
-Default CASES: /work/shared/reference/truth/cases.jsonl.  No torch needed.
+Default CASES: tests/data/truth/cases.jsonl (run from the repository root).  No torch needed.
 """
 import json
 import sys
@@ -524,7 +524,7 @@ def phase_name(p):
 
 
 def main():
-    path = "/work/shared/reference/truth/cases.jsonl"
+    path = "tests/data/truth/cases.jsonl"
     args = [x for x in sys.argv[1:] if not x.startswith("-")]
     if args:
         path = args[0]
@@ -628,4 +628,4 @@ def phase_report(path):
 
 if __name__ == "__main__" and "--phases" in sys.argv:
     _a = [x for x in sys.argv[1:] if not x.startswith("-")]
-    phase_report(_a[0] if _a else "/work/shared/reference/truth/cases.jsonl")
+    phase_report(_a[0] if _a else "tests/data/truth/cases.jsonl")
