@@ -143,7 +143,16 @@ OptimizerSpec resolve_optimizer(const RunOptions& o) {
   spec.momentum = option(o.rmsprop_momentum, {K::rmsprop}, "rmsprop");
   spec.centered = option(o.centered, {K::rmsprop}, "rmsprop");
   spec.first_moment = option(o.first_moment, {K::adafactor}, "adafactor");
-  spec.step_on_device = flag(o.fused_optimizer);
+  if (o.optimizer_impl) spec.impl = parse_setting(*o.optimizer_impl, parse_optimizer_impl);
+  if (flag(o.fused_optimizer)) {
+    if (o.optimizer_impl && spec.impl != OptimizerImpl::fused) {
+      throw Error(
+          fmt::format("{} conflicts with {} \"{}\" ({} is short for --optimizer-impl fused)",
+                      o.fused_optimizer->where, o.optimizer_impl->where, o.optimizer_impl->value,
+                      o.fused_optimizer->where));
+    }
+    spec.impl = OptimizerImpl::fused;
+  }
   return spec;
 }
 

@@ -99,7 +99,7 @@ Category optimizer_states(const OptimizerBytes& ob, std::uint64_t trainable, Dty
 Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
                        std::optional<std::uint64_t> tensors) {
   Category c{"optimizer_step", "optimizer step counters", Dtype::fp32, 0, ob.step_bytes, ""};
-  c.on_device = spec.step_on_device;
+  c.on_device = spec.impl == OptimizerImpl::fused;
   if (!ob.step_counted) {
     c.bytes.reset();
     c.dtype = Dtype::fp32;

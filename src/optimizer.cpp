@@ -139,6 +139,18 @@ void add_adam8bit(const Inventory& inv, OptimizerBytes& out) {
 
 std::span<const std::string_view> optimizer_names() { return kNames; }
 
+namespace {
+constexpr std::array<std::string_view, 3> kImplNames = {"foreach", "single", "fused"};
+}  // namespace
+
+std::span<const std::string_view> optimizer_impl_names() { return kImplNames; }
+std::string_view optimizer_impl_name(OptimizerImpl impl) {
+  return kImplNames[static_cast<std::size_t>(impl)];
+}
+OptimizerImpl parse_optimizer_impl(std::string_view text) {
+  return detail::parse_enum<OptimizerImpl>(kImplNames, text, "optimizer implementation");
+}
+
 std::string_view optimizer_name(OptimizerKind kind) {
   return kNames[static_cast<std::size_t>(kind)];
 }

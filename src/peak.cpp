@@ -449,8 +449,8 @@ std::vector<Moment> moments(const Walk& w, bool steady) {
   const u64 rec = cuda ? 0 : kRecordFunctionBytes;
   {
     const auto& o = w.run.optimizer;
-    const bool fused = cuda && o.step_on_device;
-    const bool foreach = cuda && !o.step_on_device;
+    const bool fused = cuda && o.impl == OptimizerImpl::fused;
+    const bool foreach = cuda && o.impl == OptimizerImpl::foreach;
     u64 temp = 0;
     u64 pair2 = 0, pair1 = 0, nmax = 0;
     walk_order(lp, [&](u64 prev, u64 n, u64) {
@@ -582,7 +582,8 @@ Plan make_plan(const RunSpec& run, const ActivationInputs& in) {
   st.states = state_bytes(run.optimizer, inv0, trainable, p.state);
   st.steps =
       keeps_step(run.optimizer.kind) && inv0.shapes_known ? 4 * trainable_tensor_count(inv0) : 0;
-  st.steps_on_device = run.optimizer.step_on_device || run.training.device == Device::cpu;
+  st.steps_on_device =
+      run.optimizer.impl == OptimizerImpl::fused || run.training.device == Device::cpu;
   return plan;
 }
 

@@ -54,7 +54,7 @@ ordered_json precision_json(const PrecisionPolicy& p) {
 }
 
 ordered_json optimizer_json(const OptimizerSpec& o) {
-  ordered_json j = {{"name", optimizer_name(o.kind)}};
+  ordered_json j = {{"name", optimizer_name(o.kind)}, {"impl", optimizer_impl_name(o.impl)}};
   if (o.kind == OptimizerKind::sgd_momentum) j["nesterov"] = o.nesterov;
   if (o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw) j["amsgrad"] = o.amsgrad;
   if (o.kind == OptimizerKind::rmsprop) {

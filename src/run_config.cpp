@@ -67,8 +67,14 @@ std::vector<RunOptionInfo> build_table() {
               &R::centered),
       boolean("--first-moment", "optimizer", "first_moment", "adafactor: keep exp_avg (beta1 set)",
               &R::first_moment),
-      boolean("--fused-optimizer", "optimizer", "fused",
-              "Fused/capturable optimizer: step counters in device memory", &R::fused_optimizer),
+      text("--optimizer-impl", "optimizer", "impl", "NAME",
+           "How the step runs: foreach (PyTorch's default on CUDA), single or fused",
+           &R::optimizer_impl),
+      boolean(
+          "--fused-optimizer", "optimizer", "fused",
+          "Short for --optimizer-impl fused (fused/capturable: no step temporaries, step counters "
+          "in device memory)",
+          &R::fused_optimizer),
       text("--precision", "precision", "preset", "NAME",
            "Precision policy: " + names(precision_names()) + " (default fp32)", &R::precision),
       boolean("--amp", "precision", "amp", "Short for --precision amp (torch.autocast fp16)",

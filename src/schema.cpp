@@ -78,6 +78,7 @@ ordered_json value_schema(const RunOptionInfo& info) {
   if (k == "model/freeze") return list_of(role_names());
   if (k == "model/lora_targets") return list_of(lora_target_names());
   if (k == "optimizer/name") return enum_of(names_of(optimizer_names()));
+  if (k == "optimizer/impl") return enum_of(names_of(optimizer_impl_names()));
   if (k == "precision/preset") return enum_of(names_of(precision_names()));
   if (k == "precision/master_dtype" || k == "precision/working_dtype" ||
       k == "precision/grad_accum_dtype") {

@@ -117,6 +117,12 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted; 
        "memest: error: --zero: unknown ZeRO stage \"4\" (expected one of: 0, 1, 2, 3)"},
       {{"--params", "7B", "--offload", "cpu"},
        "memest: error: --offload: unknown offload \"cpu\" (expected one of: none, optimizer)"},
+      {{"--params", "7B", "--optimizer-impl", "single", "--fused-optimizer"},
+       "memest: error: --fused-optimizer conflicts with --optimizer-impl \"single\" "
+       "(--fused-optimizer is short for --optimizer-impl fused)"},
+      {{"--params", "7B", "--optimizer-impl", "apex"},
+       "memest: error: --optimizer-impl: unknown optimizer implementation \"apex\" (expected one "
+       "of: foreach, single, fused)"},
       {{"--params", "7B", "--bogus"},
        "memest: error: The following argument was not expected: --bogus (see memest --help)"},
       {{"--params"}, "memest: error: --params: 1 required COUNT missing (see memest --help)"},

@@ -106,7 +106,7 @@ TEST_CASE("step counters are host memory unless the optimizer is fused", "[estim
   REQUIRE(bytes(e, "optimizer_step") == 12);
   REQUIRE_FALSE(e.at("optimizer_step").on_device);
   REQUIRE(e.total_bytes == 300 * 4 * 4);  // params + grads + 2 states; counters on the host
-  r.optimizer.step_on_device = true;
+  r.optimizer.impl = OptimizerImpl::fused;
   REQUIRE(estimate(r).total_bytes == 300 * 4 * 4 + 12);
 }
 

@@ -32,7 +32,8 @@ struct RunOptions {
   TextSetting lora_rank, lora_targets;
   FlagSetting qlora, double_quant;
   // optimizer
-  TextSetting optimizer;  ///< default adamw
+  TextSetting optimizer;       ///< default adamw
+  TextSetting optimizer_impl;  ///< foreach (default), single, fused
   FlagSetting nesterov, amsgrad, rmsprop_momentum, centered, first_moment, fused_optimizer;
   // precision
   TextSetting precision;  ///< preset name; default fp32

@@ -33,6 +33,13 @@ std::string_view optimizer_name(OptimizerKind kind);
 /// Parses a name (also "sgd+momentum" and "momentum"); throws Error listing the accepted names.
 OptimizerKind parse_optimizer(std::string_view text);
 
+/// PyTorch's optimizer implementations, by their temporaries.
+enum class OptimizerImpl { foreach, single, fused };
+/// Names accepted for --optimizer-impl: foreach, single, fused.
+std::span<const std::string_view> optimizer_impl_names();
+std::string_view optimizer_impl_name(OptimizerImpl impl);
+OptimizerImpl parse_optimizer_impl(std::string_view text);
+
 /// An optimizer and the options that change its state.
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::adamw;
@@ -41,9 +48,10 @@ struct OptimizerSpec {
   bool momentum = false;      ///< rmsprop: momentum_buffer
   bool centered = false;      ///< rmsprop: grad_avg
   bool first_moment = false;  ///< adafactor: keeps exp_avg (beta1 set)
-  /// Where PyTorch's per-tensor `step` counters live: host memory unless the optimizer is fused
-  /// or capturable, in which case they are device tensors.
-  bool step_on_device = false;
+  /// How the step runs on a GPU (PyTorch's implementations): foreach (the default: batched
+  /// ops whose temporaries span a whole parameter group), single (one tensor at a time) or fused
+  /// (one kernel, no temporaries; its `step` counters are device tensors, as with capturable).
+  OptimizerImpl impl = OptimizerImpl::foreach;
 };
 
 /// One kind of state tensor, summed over the trainable parameters.
