@@ -20,7 +20,7 @@ std::string_view target_key(FitTarget t) {
 std::string other_dimension(const RunSpec& run, FitTarget t) {
   return t == FitTarget::micro_batch
              ? fmt::format("at sequence length {}",
-                           run.training.seq_len ? run.training.seq_len : 2048)
+                           run.training.seq_len ? run.training.seq_len : kFitDefaultSeq)
              : fmt::format("at micro-batch {}",
                            run.training.micro_batch ? run.training.micro_batch : 1);
 }

@@ -12,8 +12,6 @@
 namespace memest {
 namespace {
 
-constexpr std::uint64_t kDefaultSeq = 2048;
-
 std::uint64_t& target_of(RunSpec& run, FitTarget t) {
   return t == FitTarget::micro_batch ? run.training.micro_batch : run.training.seq_len;
 }
@@ -21,7 +19,7 @@ std::uint64_t& target_of(RunSpec& run, FitTarget t) {
 // Fills whichever of batch and seq is unset, so activations can be estimated.
 void complete_training(RunSpec& run) {
   if (run.training.micro_batch == 0) run.training.micro_batch = 1;
-  if (run.training.seq_len == 0) run.training.seq_len = kDefaultSeq;
+  if (run.training.seq_len == 0) run.training.seq_len = kFitDefaultSeq;
 }
 
 }  // namespace

@@ -227,3 +227,18 @@ TEST_CASE("an inline architecture in a run config reproduces a measured case", "
   REQUIRE(j["categories"]["activations"]["bytes"] == 69'916'708);
   REQUIRE(j["peak"]["bytes"] == 186'664'196);
 }
+
+TEST_CASE("fit and compare keep a run config's own settings", "[cli][search]") {
+  // fit's defaults (1 sequence, 2048 tokens) fill only what neither the file nor a flag gives:
+  // the file's 4096-token sequence stays.
+  auto fit = run_cli({"fit", "--file", "configs/examples/llama-2-7b-budget.json"});
+  REQUIRE(fit.code == 0);
+  REQUIRE_THAT(fit.out, Catch::Contains("at sequence length 4096"));
+  // compare replaces the file's precision preset with each listed policy.
+  auto cmp =
+      run_cli({"compare", "--file", "configs/examples/llama-2-7b-budget.json", "--format", "json"});
+  REQUIRE(cmp.code == 0);
+  auto j = nlohmann::json::parse(cmp.out);
+  REQUIRE(j["runs"].size() == 4);
+  REQUIRE(j["runs"][0]["precision"]["name"] == "fp32");
+}

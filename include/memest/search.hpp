@@ -10,6 +10,9 @@
 
 namespace memest {
 
+/// The sequence length `fit` assumes when searching the micro-batch and none is given.
+inline constexpr std::uint64_t kFitDefaultSeq = 2048;
+
 /// What `fit` makes as large as the budget allows.
 enum class FitTarget { micro_batch, seq_len };
 
@@ -26,7 +29,8 @@ struct FitResult {
 
 /// Searches the largest micro-batch (or sequence length) in [1, limit] that fits `budget`, by
 /// doubling then bisection over bytes_needed(), which grows with both. The other training
-/// values are taken from `run`; the sequence defaults to 2048 and the batch to 1 when unset.
+/// values are taken from `run`; the sequence defaults to kFitDefaultSeq and the batch to 1 when
+/// unset.
 FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target,
                       std::uint64_t limit = 1 << 20);
 

@@ -120,12 +120,12 @@ ReportOptions report_options(const OutputFlags& f,
   return r;
 }
 
-// A run config (--file) with the flags laid over it, resolved.
-RunSpec resolve_with_file(const RunOptions& flag_options, const OutputFlags& flags) {
+// A run config (--file) with the flags laid over it.
+RunOptions with_file(const RunOptions& flag_options, const OutputFlags& flags) {
   RunOptions options;
   if (!flags.file.empty()) options = load_run_config(flags.file);
   merge(options, flag_options);
-  return resolve(options);
+  return options;
 }
 
 template <typename T, typename Parse>
@@ -156,7 +156,8 @@ struct FitFlags {
   std::string max = "1048576";
 };
 
-int run_fit(const FitFlags& ff, RunOptions options, const OutputFlags& flags, std::ostream& out) {
+int run_fit(const FitFlags& ff, const RunOptions& flag_options, const OutputFlags& flags,
+            std::ostream& out) {
   const auto report = report_options(flags);
   if (ff.target != "batch" && ff.target != "seq") {
     throw Error(
@@ -168,23 +169,20 @@ int run_fit(const FitFlags& ff, RunOptions options, const OutputFlags& flags, st
   } catch (const Error& e) {
     rethrow_with_context(e, "--max");
   }
-  // The searched value starts at 1; the other one is needed for activations: default 2048 tokens.
-  auto& searched = ff.target == "batch" ? options.batch : options.seq;
-  if (!searched) searched = Setting<std::string>{"1", "fit"};
-  auto& other = ff.target == "batch" ? options.seq : options.batch;
-  if (!other && ff.target == "batch") other = Setting<std::string>{"2048", "fit"};
-  if (!other && ff.target == "seq") other = Setting<std::string>{"1", "fit"};
-  const RunSpec run = resolve_with_file(options, flags);
+  // Defaults go in after the file, so a file's batch or sequence is kept: the searched value
+  // starts at 1, the other one defaults to 1 sequence or kFitDefaultSeq tokens.
+  RunOptions options = with_file(flag_options, flags);
+  if (!options.batch) options.batch = Setting<std::string>{"1", "fit"};
+  if (!options.seq) options.seq = Setting<std::string>{std::to_string(kFitDefaultSeq), "fit"};
+  const RunSpec run = resolve(options);
   if (!run.budget)
     throw Error("fit needs a budget: pass --gpu NAME (see 'memest gpus') or --budget SIZE");
   const FitTarget target = ff.target == "batch" ? FitTarget::micro_batch : FitTarget::seq_len;
   const FitResult fit = fit_largest(run, *run.budget, target, limit);
   std::vector<Remedy> fixes;
   if (!fit.best) {
-    RunSpec at_one = run;
+    RunSpec at_one = run;  // what would make even the smallest size fit
     (target == FitTarget::micro_batch ? at_one.training.micro_batch : at_one.training.seq_len) = 1;
-    if (at_one.training.micro_batch == 0) at_one.training.micro_batch = 1;
-    if (at_one.training.seq_len == 0) at_one.training.seq_len = 2048;
     fixes = remedies(at_one, *run.budget);
   }
   out << (flags.format == "json"
@@ -200,7 +198,7 @@ struct SweepFlags {
 int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags& flags,
               std::ostream& out) {
   report_options(flags, {"table", "csv", "jsonl"});
-  const RunSpec run = resolve_with_file(options, flags);
+  const RunSpec run = resolve(with_file(options, flags));
   SweepGrid grid;
   grid.micro_batches = parse_list<std::uint64_t>(sf.batches, "--batches", parse_whole);
   grid.seq_lens = parse_list<std::uint64_t>(sf.seqs, "--seqs", parse_whole);
@@ -243,17 +241,15 @@ int run_check(const std::vector<std::string>& files, const RunOptions& overrides
 }
 
 // The same run under each of `policies` (comma-separated precision presets).
-int run_compare(const std::string& policies, RunOptions options, const OutputFlags& flags,
-                std::ostream& out) {
+int run_compare(const std::string& policies, const RunOptions& flag_options,
+                const OutputFlags& flags, std::ostream& out) {
   const auto report = report_options(flags);
-  if (!flags.file.empty()) {
-    RunOptions file = load_run_config(flags.file);
-    merge(file, options);
-    options = file;
-  }
-  if (options.precision || options.amp) {
+  if (flag_options.precision || flag_options.amp) {
     throw Error("--precision: not used by compare (name the policies with --policies)");
   }
+  // The listed policies replace a run config's own precision preset.
+  RunOptions options = with_file(flag_options, flags);
+  options.amp.reset();
   std::vector<RunSpec> runs;
   std::vector<Estimate> estimates;
   std::istringstream list(policies);
@@ -271,10 +267,7 @@ int run_compare(const std::string& policies, RunOptions options, const OutputFla
 int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::ostream& out) {
   ReportOptions report = report_options(flags, {"table", "json", "markdown"});
   report.color = flags.color;
-  RunOptions options;
-  if (!flags.file.empty()) options = load_run_config(flags.file);
-  merge(options, flag_options);
-  const RunSpec spec = resolve(options);
+  const RunSpec spec = resolve(with_file(flag_options, flags));
   const Estimate est = estimate(spec);
   if (flags.format == "json") {
     out << render_json(spec, est, report);
