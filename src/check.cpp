@@ -14,7 +14,7 @@ std::uint64_t bytes_needed(const Estimate& estimate) {
 std::uint64_t bytes_needed(const RunSpec& run) {
   // The numeric core only: no categories, strings or report.
   if (const auto in = activation_inputs(run, false)) {
-    return peak_of(run, *in, activation_bytes(*in), false).needed;
+    return estimate_step(run, *in, false, false).peak.needed;
   }
   return bytes_needed(estimate(run));
 }

@@ -1,5 +1,3 @@
-#include "names.hpp"
-
 #include <memest/error.hpp>
 #include <memest/estimate.hpp>
 #include <memest/units.hpp>
@@ -12,11 +10,6 @@
 
 namespace memest {
 namespace {
-
-constexpr std::array<std::string_view, 3> kAttentionNames = {"eager", "sdpa", "flash"};
-constexpr std::array<std::string_view, 3> kRecomputeNames = {"none", "selective", "full"};
-constexpr std::array<std::string_view, 2> kDeviceNames = {"cuda", "cpu"};
-constexpr std::array<std::string_view, 2> kAllocatorNames = {"none", "cuda"};
 
 std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
   return fmt::format("{} B x {} {}", bytes_per_element(d), format_count(elements), what);
@@ -141,34 +134,6 @@ void shard_categories(std::vector<Category>& cats, const ParallelSpec& parallel)
 
 }  // namespace
 
-std::span<const std::string_view> attention_names() { return kAttentionNames; }
-Attention parse_attention(std::string_view t) {
-  return detail::parse_enum<Attention>(kAttentionNames, t, "attention implementation");
-}
-std::string_view attention_name(Attention a) {
-  return kAttentionNames[static_cast<std::size_t>(a)];
-}
-std::span<const std::string_view> recompute_names() { return kRecomputeNames; }
-Recompute parse_recompute(std::string_view t) {
-  return detail::parse_enum<Recompute>(kRecomputeNames, t, "recompute policy");
-}
-std::string_view recompute_name(Recompute r) {
-  return kRecomputeNames[static_cast<std::size_t>(r)];
-}
-
-std::span<const std::string_view> device_names() { return kDeviceNames; }
-Device parse_device(std::string_view t) {
-  return detail::parse_enum<Device>(kDeviceNames, t, "device");
-}
-std::string_view device_name(Device d) { return kDeviceNames[static_cast<std::size_t>(d)]; }
-std::span<const std::string_view> allocator_names() { return kAllocatorNames; }
-Allocator parse_allocator(std::string_view t) {
-  return detail::parse_enum<Allocator>(kAllocatorNames, t, "allocator");
-}
-std::string_view allocator_name(Allocator a) {
-  return kAllocatorNames[static_cast<std::size_t>(a)];
-}
-
 double Category::bytes_per_element() const {
   if (!bytes || elements == 0) return 0.0;
   return static_cast<double>(*bytes) / static_cast<double>(elements);
@@ -217,7 +182,8 @@ Estimate estimate(const RunSpec& run) {
   Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
   const auto in = activation_inputs(run);
   if (in) {
-    const ActivationBytes ab = activation_bytes(*in);
+    StepEstimate se = estimate_step(run, *in, true);
+    const ActivationBytes& ab = se.activations;
     act.bytes = ab.total;
     act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
     act.basis = fmt::format(
@@ -229,10 +195,10 @@ Estimate estimate(const RunSpec& run) {
             : fmt::format(", {} recompute", recompute_name(in->recompute)),
         attention_name(in->attention), in->cuda ? "" : ", cpu kernels",
         in->approximate ? " (approximate)" : "");
-    e.activations = ab;
     e.activations_approximate = in->approximate;
     for (const auto& n : in->notes) e.assumptions.push_back(n);
-    e.peak = peak_of(run, *in, ab);
+    e.activations = std::move(se.activations);
+    e.peak = std::move(se.peak);
   } else {
     act.basis = "not estimated: needs --batch and --seq";
   }

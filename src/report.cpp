@@ -127,30 +127,51 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
   return out;
 }
 
-std::string render_activation_terms(const RunSpec& run, const Estimate& e) {
-  const auto in = activation_inputs(run, false);
-  if (!in || !e.activations) return "";
-  std::vector<ActivationTerm> terms;
-  const ActivationBytes ab = activation_bytes(*in, &terms);
+// "4*N*h = 4 x 512 x 4096", from the tensor's width and shape.
+std::string term_formula(const ActivationTerm& t, std::uint64_t b, std::uint64_t s) {
+  if (t.shape.rank == 0) return fmt::format("{} B", t.width);
+  return fmt::format("{}*{} = {} x {}", t.width, t.shape.symbols(), t.width, t.shape.values(b, s));
+}
+
+std::string_view term_group(Scope s) {
+  switch (s) {
+    case Scope::shared:
+      return "shared";
+    case Scope::embed:
+      return "embed";
+    case Scope::head:
+      return "head";
+    default:
+      return "per layer";
+  }
+}
+
+std::string term_copies(const ActivationTerm& t) {
+  return t.count == 0 ? "recomputed in backward, not stored" : fmt::format("x {}", t.count);
+}
+
+std::string render_activation_terms(const Estimate& e) {
+  if (!e.activations) return "";
   const auto& A = *e.activations;
   std::string out = fmt::format(
-      "\nactivations saved for backward (N = b*s = {} x {} = {}; h {}, heads {}, kv heads {}, "
-      "head dim {}, MLP {}, vocab {}, layers {})\n",
-      in->b, in->s, in->b * in->s, in->h, in->a, in->k, in->d, in->I, in->V, in->L);
-  std::string_view scope;
-  for (const auto& t : terms) {
-    if (t.scope != scope) {
-      scope = t.scope;
-      out += fmt::format("  {}\n", scope == "layer" ? "per layer" : scope);
+      "\nactivations saved for backward (N = b*s = {} x {} = {}; h {}, heads a {}, kv heads {}, "
+      "head dim d {}, MLP I {}, vocab V {}, layers {})\n",
+      A.b, A.s, A.b * A.s, A.h, A.a, A.k, A.d, A.I, A.V, A.L);
+  std::string_view group;
+  for (const auto& t : A.terms) {
+    if (term_group(t.scope) != group) {
+      group = term_group(t.scope);
+      out += fmt::format("  {}\n", group);
     }
-    out += fmt::format("    {:<72} {:>16}  {}\n", t.name, format_count(t.bytes), t.formula);
+    out += fmt::format("    {:<66} {:>14}  {:<36} {}\n", t.name, format_count(t.bytes),
+                       term_formula(t, A.b, A.s), term_copies(t));
   }
   out += fmt::format("  per layer {} (without recompute {}); {} layers {}\n",
-                     format_count(A.per_layer), format_count(A.full_layer), in->L,
+                     format_count(A.per_layer), format_count(A.full_layer), A.L,
                      format_count(A.layers));
   out += fmt::format("  total = layers {} + shared {} + embed {} + head {} = {} bytes\n",
                      format_count(A.layers), format_count(A.shared), format_count(A.embed),
-                     format_count(A.head), format_count(ab.total));
+                     format_count(A.head), format_count(A.total));
   return out;
 }
 
@@ -165,28 +186,36 @@ std::string render_walk(const Estimate& e) {
   }
   out += fmt::format("  peak {} bytes at {} ({}): {}\n", format_count(pk.bytes), pk.phase,
                      pk.peak_moment().name, peak_parts(pk.peak_moment(), Unit::bytes));
+  out += "  live at the peak, tensor by tensor\n";
+  for (const auto& t : pk.live) {
+    out += fmt::format("    {:<16} {:<66} {:>18}{}\n", part_name(t.part), t.name,
+                       format_count(t.bytes),
+                       t.count > 1 ? fmt::format("  ({} x {})", t.count, format_count(t.bytes_each))
+                                   : std::string());
+  }
   return out;
 }
 
-ordered_json activations_json(const RunSpec& run, const Estimate& e) {
-  const auto in = activation_inputs(run, false);
-  if (!in || !e.activations) return nullptr;
-  std::vector<ActivationTerm> terms;
-  const ActivationBytes ab = activation_bytes(*in, &terms);
+ordered_json activations_json(const Estimate& e) {
+  if (!e.activations) return nullptr;
+  const auto& A = *e.activations;
   ordered_json list = ordered_json::array();
-  for (const auto& t : terms) {
-    list.push_back(
-        {{"scope", t.scope}, {"name", t.name}, {"bytes", t.bytes}, {"formula", t.formula}});
+  for (const auto& t : A.terms) {
+    list.push_back({{"scope", scope_name(t.scope)},
+                    {"name", t.name},
+                    {"bytes", t.bytes},
+                    {"count", t.count},
+                    {"formula", term_formula(t, A.b, A.s)}});
   }
-  return {{"bytes", ab.total},
+  return {{"bytes", A.total},
           {"approximate", e.activations_approximate},
-          {"layers", in->L},
-          {"per_layer_bytes", ab.per_layer},
-          {"full_layer_bytes", ab.full_layer},
-          {"layers_bytes", ab.layers},
-          {"shared_bytes", ab.shared},
-          {"embed_bytes", ab.embed},
-          {"head_bytes", ab.head},
+          {"layers", A.L},
+          {"per_layer_bytes", A.per_layer},
+          {"full_layer_bytes", A.full_layer},
+          {"layers_bytes", A.layers},
+          {"shared_bytes", A.shared},
+          {"embed_bytes", A.embed},
+          {"head_bytes", A.head},
           {"saved_weight_copies_bytes", e.peak ? e.peak->saved_weight_copies : 0},
           {"terms", list}};
 }
@@ -205,6 +234,11 @@ ordered_json peak_json(const Estimate& e) {
   for (const auto& ph : pk.by_phase) {
     phases[std::string(ph.phase)] = {{"bytes", ph.bytes}, {"moment", ph.moment}};
   }
+  ordered_json live = ordered_json::array();
+  for (const auto& t : pk.live) {
+    live.push_back(
+        {{"name", t.name}, {"part", part_name(t.part)}, {"count", t.count}, {"bytes", t.bytes}});
+  }
   ordered_json moments = ordered_json::array();
   for (const auto& m : pk.moments) {
     moments.push_back({{"name", m.name}, {"phase", m.phase}, {"bytes", m.bytes}});
@@ -217,6 +251,7 @@ ordered_json peak_json(const Estimate& e) {
           {"moment", pk.peak_moment().name},
           {"approximate", e.activations_approximate},
           {"composition", parts_json(pk.peak_moment())},
+          {"live", live},
           {"by_phase", phases},
           {"first_step",
            {{"bytes", pk.first_step_bytes},
@@ -335,7 +370,7 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
   for (const auto& a : e.assumptions) out += fmt::format("assumed: {}\n", a);
   if (options.explain) {
     out += render_inventory(run.model);
-    out += render_activation_terms(run, e);
+    out += render_activation_terms(e);
     out += render_walk(e);
   }
   return out;
@@ -380,7 +415,7 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
                 {"method", "sum"},
                 {"complete", e.total_complete},
                 {"formatted", format_bytes(e.total_bytes, options.unit)}};
-  j["activations"] = activations_json(run, e);
+  j["activations"] = activations_json(e);
   j["peak"] = peak_json(e);
   j["units"] = unit_label(options.unit);
   j["assumptions"] = e.assumptions;

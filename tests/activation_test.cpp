@@ -136,7 +136,7 @@ TEST_CASE("MoE: each token's expert MLP activations times the experts per token"
   // One more expert per token: its SwiGLU (4 x 2 B x N x I) and its gathered input and output
   // (2 x 2 B x N x h) and 12 B of routing weight and index per token.
   const std::uint64_t N = 1024, h = 4096, I = 14336;
-  REQUIRE(two.t.mlp - one.t.mlp == 8 * N * I + 4 * N * h + 12 * N);
+  REQUIRE(two.mlp - one.mlp == 8 * N * I + 4 * N * h + 12 * N);
 }
 
 TEST_CASE("a bare parameter count assumes a canonical decoder shape", "[activation]") {

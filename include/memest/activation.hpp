@@ -1,6 +1,8 @@
 #pragma once
 
 #include <memest/model.hpp>
+#include <memest/run_spec.hpp>
+#include <memest/step.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -9,15 +11,6 @@
 #include <vector>
 
 namespace memest {
-
-struct RunSpec;
-
-/// How attention is computed: eager keeps the s x s scores; sdpa/flash keep the output and a
-/// log-sum-exp per row.
-enum class Attention { eager, sdpa, flash };
-/// Activation recomputation: none; selective (attention core recomputed, Korthikanti et al.
-/// 2022); full (each layer keeps only its input and is recomputed in backward).
-enum class Recompute { none, selective, full };
 
 /// Which layer graph decides what is saved for backward (docs/activations.md):
 /// llama: RMSNorm computed in fp32, rotary, gated MLP, softmax(dtype=float32) (Llama, Mistral,
@@ -70,52 +63,36 @@ Architecture canonical_architecture(std::uint64_t params);
 /// the strings (the fast path of bytes_needed).
 std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_notes = true);
 
-/// Bytes per layer of each named tensor one (non-recomputed) layer saves; the peak walk
-/// subtracts individual terms. Zero when the graph has no such tensor.
-struct LayerTerms {
-  std::uint64_t norm = 0;  ///< one norm's saved internals (RMSNorm: fp32 input, rsqrt, normed;
-                           ///< LayerNorm: input, mean and rstd)
-  std::uint64_t y_q = 0;   ///< attention input (norm output, or its autocast casts)
-  std::uint64_t y_m = 0;   ///< MLP input
-  std::uint64_t q = 0, k = 0, v = 0, o_in = 0;
-  std::uint64_t sc = 0;                ///< the scaling scalar / divisor
-  std::uint64_t sm = 0;                ///< softmax output (eager)
-  std::uint64_t pc = 0;                ///< the probabilities' compute-dtype copy (eager)
-  std::uint64_t dmask = 0;             ///< attention dropout mask
-  std::uint64_t dropped = 0;           ///< attention dropout output
-  std::uint64_t lse = 0;               ///< flash/SDPA: log-sum-exp and RNG seeds
-  std::uint64_t rmask = 0, mmask = 0;  ///< residual dropout masks (attention, MLP)
-  std::uint64_t mlp = 0;               ///< MLP activation (incl. MoE experts and router)
-  std::uint64_t extra = 0;             ///< extra norms (Gemma-2), qk-norms
-  /// Selective recompute: the attention core (scores, softmax, dropout, scalar) a layer would
-  /// save under eager attention; not stored, but re-materialised during the layer's backward.
-  std::uint64_t core = 0;
+/// One saved tensor of an --explain listing: its name, size and shape (the formula is the
+/// width times the shape's symbols, with their values at the run's b and s).
+struct ActivationTerm {
+  Scope scope = Scope::layer;
+  std::string_view name;
+  std::uint64_t bytes = 0;  ///< one copy
+  std::uint64_t count = 0;  ///< copies saved (one per layer); 0 when recomputed, not stored
+  std::uint64_t width = 0;  ///< bytes per element
+  Shape shape;
 };
 
 /// Saved activations of one micro-batch (PyTorch >= 2 semantics), in bytes.
 struct ActivationBytes {
-  std::uint64_t per_layer = 0;   ///< as stored (the layer input under full recompute)
-  std::uint64_t full_layer = 0;  ///< what one layer saves without recompute (also recompute)
-  std::uint64_t layers = 0;      ///< sum over the layers, as stored
-  std::uint64_t shared = 0;      ///< rotary cos/sin, masks shared by all layers
-  std::uint64_t embed = 0;       ///< position ids, embedding dropout mask / norm
-  std::uint64_t head = 0;        ///< final norm, lm_head input, log-probs, target
-  std::uint64_t total = 0;       ///< layers + shared + embed + head
-  std::uint64_t target = 0;      ///< the loss target's storage (freed first in backward)
-  LayerTerms t;
+  std::uint64_t b = 0, s = 0;  ///< the micro-batch and sequence length they are for
+  /// The model's dimensions the shapes use: hidden, heads, kv heads, head dim, MLP, vocab, layers.
+  std::uint64_t h = 0, a = 0, k = 0, d = 0, I = 0, V = 0, L = 0;
+  std::uint64_t per_layer = 0;        ///< as stored (the layer input under full recompute)
+  std::uint64_t full_layer = 0;       ///< what one layer saves without recompute (also recompute)
+  std::uint64_t mlp = 0;              ///< the MLP's part of full_layer
+  std::uint64_t layers = 0;           ///< sum over the layers, as stored
+  std::uint64_t shared = 0;           ///< rotary cos/sin, masks shared by all layers
+  std::uint64_t embed = 0;            ///< position ids, embedding dropout mask / norm
+  std::uint64_t head = 0;             ///< final norm, lm_head input, log-probs, target
+  std::uint64_t total = 0;            ///< layers + shared + embed + head
+  std::uint64_t target = 0;           ///< the loss target's storage (freed first in backward)
+  std::vector<ActivationTerm> terms;  ///< every saved tensor, when asked for
 };
 
-/// One term of an --explain listing: what is saved, its bytes and the formula with numbers.
-struct ActivationTerm {
-  std::string scope;  ///< "layer" (bytes per layer), "shared", "embed", "head"
-  std::string name;
-  std::uint64_t bytes = 0;
-  std::string formula;
-};
-
-/// The saved activations; `terms`, when given, receives every term with its formula (slow path).
-/// Throws Error when a product overflows 2^50 bytes.
-ActivationBytes activation_bytes(const ActivationInputs& in,
-                                 std::vector<ActivationTerm>* terms = nullptr);
+/// The saved activations, from the step's tensors (include/memest/step.hpp); `with_terms`
+/// lists each tensor. Throws Error when a size passes 2^64 bytes.
+ActivationBytes activation_bytes(const ActivationInputs& in, bool with_terms = false);
 
 }  // namespace memest

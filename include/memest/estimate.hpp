@@ -8,6 +8,7 @@
 #include <memest/parallel.hpp>
 #include <memest/peak.hpp>
 #include <memest/precision.hpp>
+#include <memest/run_spec.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -17,52 +18,6 @@
 #include <vector>
 
 namespace memest {
-
-std::span<const std::string_view> attention_names();
-Attention parse_attention(std::string_view text);
-std::string_view attention_name(Attention a);
-std::span<const std::string_view> recompute_names();
-Recompute parse_recompute(std::string_view text);
-std::string_view recompute_name(Recompute r);
-
-/// Whose kernels decide what is saved and what scratch is live: CUDA (the default: what GPU
-/// training runs) or the CPU (as in the reference measurements: CPU autocast casts fewer ops,
-/// LayerNorm keeps its statistics in the input dtype).
-enum class Device { cuda, cpu };
-/// Allocation model: none counts requested bytes (torch.cuda.max_memory_allocated); cuda rounds
-/// each block as the CUDA caching allocator does and reports reserved bytes as well.
-enum class Allocator { none, cuda };
-
-std::span<const std::string_view> device_names();
-Device parse_device(std::string_view text);
-std::string_view device_name(Device d);
-std::span<const std::string_view> allocator_names();
-Allocator parse_allocator(std::string_view text);
-std::string_view allocator_name(Allocator a);
-
-/// The training loop around the model.
-struct TrainingSpec {
-  std::uint64_t micro_batch = 0;          ///< sequences per forward pass; 0 = not given
-  std::uint64_t seq_len = 0;              ///< tokens per sequence; 0 = not given
-  std::uint64_t grad_accum = 1;           ///< micro-batches per optimizer step
-  Attention attention = Attention::sdpa;  ///< PyTorch 2 and transformers default
-  Recompute recompute = Recompute::none;
-  std::optional<double> dropout;  ///< overrides every dropout probability of the config
-  bool grads_set_to_none = true;  ///< zero_grad(set_to_none=True): no grads between steps
-  Device device = Device::cuda;
-  Allocator allocator = Allocator::none;
-  std::uint64_t context_reserve = 0;  ///< a stated constant for the CUDA context, added to the peak
-};
-
-/// Everything an estimate depends on. Plain values: loading and validation happen before.
-struct RunSpec {
-  ModelSpec model;
-  PrecisionPolicy precision;
-  OptimizerSpec optimizer;
-  TrainingSpec training;
-  ParallelSpec parallel;         ///< data parallelism and ZeRO sharding
-  std::optional<Budget> budget;  ///< the device memory to check against, when given
-};
 
 /// One category of memory. Keys are stable (JSON): params, working_copies, master_weights,
 /// grads, grad_accum, optimizer_states, optimizer_step, activations.

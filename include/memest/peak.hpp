@@ -1,46 +1,37 @@
 #pragma once
 
 #include <memest/activation.hpp>
+#include <memest/run_spec.hpp>
+#include <memest/step.hpp>
 
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string_view>
 #include <vector>
 
 namespace memest {
-
-struct RunSpec;
-
-/// What is live at a moment, in the categories of the reference measurements
-/// (tests/data/truth/SOURCES.md): the parts sum to the moment's bytes.
-enum class Part {
-  params,
-  master_params,
-  optimizer_state,
-  grads,
-  master_grads,
-  grad_accum,
-  activations,
-  param_casts,
-  inputs,
-  buffers,
-  other
-};
-inline constexpr std::size_t kPartCount = 11;
-/// JSON spelling of a part: "params", "optimizer_state", ...
-std::string_view part_name(Part part);
-/// For people: "master params", "temporaries and other", ...
-std::string_view part_label(Part part);
 
 /// One moment of the step walk (docs/activation-derivation.md §4): live device bytes.
 struct Moment {
   std::string_view name;   ///< "forward_end", "backward_start", "backward_mlp_last_layer", ...
   std::string_view phase;  ///< forward, backward, grad_copy, optimizer, master_copy, zero_grad
   std::uint64_t bytes = 0;
-  std::array<std::uint64_t, kPartCount> parts{};  ///< composition, sums to `bytes`
+  std::array<std::uint64_t, kPartCount> parts{};  ///< composition: the live tensors by part
+};
+
+/// One named tensor live at the peak: `count` copies of `bytes_each`, `bytes` in all (one
+/// rank's share when sharded).
+struct LiveTensor {
+  std::string_view name;
+  Part part = Part::other;
+  std::uint64_t count = 1;
+  std::uint64_t bytes_each = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t width = 0;
+  Shape shape;
+  std::uint32_t ranks = 1;
 };
 
 /// The largest moment of one phase.
@@ -57,6 +48,8 @@ struct Peak {
   std::uint64_t bytes = 0;      ///< steady-state peak (requested bytes, max_memory_allocated)
   std::string_view phase;
   std::vector<PhasePeak> by_phase;
+  /// Every tensor live at the peak: the composition is their sum by part.
+  std::vector<LiveTensor> live;
   /// The first step: optimizer states appear lazily in its optimizer phase, and no gradients
   /// are kept from an earlier step.
   std::uint64_t first_step_bytes = 0;
@@ -82,19 +75,25 @@ inline constexpr std::uint64_t kRngStateBytes = 5056;
 /// The record_function handle torch.optim allocates in step() and zero_grad() (CPU, bytes).
 inline constexpr std::uint64_t kRecordFunctionBytes = 292;
 
-/// Walks the step and returns its peak; `act` must be activation_bytes(in). Pure and string
-/// free, so searches can call it millions of times; `first_step` false skips the first-step
-/// walk (first_step_* then repeat the steady state), which `needed` does not depend on.
-Peak peak_of(const RunSpec& run, const ActivationInputs& in, const ActivationBytes& act,
-             bool first_step = true);
+/// The saved activations and the peak of one run, from one walk of its step.
+struct StepEstimate {
+  ActivationBytes activations;
+  Peak peak;
+};
+
+/// Walks the run's step at its micro-batch and sequence length. `with_terms` lists the saved
+/// tensors; `first_step` false skips the first-step walk (first_step_* then repeat the steady
+/// state), which `needed` does not depend on. Throws Error when a size passes 2^64 bytes.
+StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
+                           bool first_step = true);
 
 /// The CUDA caching allocator's block size for a request: at least 512 B, rounded up to a
 /// multiple of 512 B (PyTorch c10/cuda/CUDACachingAllocator.cpp, round_size).
 std::uint64_t cuda_block_size(std::uint64_t bytes);
 
-/// The peak of one run at many micro-batch and sequence sizes: what depends on the model, the
-/// precision and the optimizer is computed once, so searches and sweeps pay only for the
-/// activations and the walk. needed(b, s) equals peak_of(...).needed for that run at b and s.
+/// A run's step compiled once: each moment's bytes as a polynomial in the micro-batch and the
+/// sequence length, so searches and sweeps evaluate a step with a few multiply-adds.
+/// needed(b, s) equals estimate_step(...).peak.needed for that run at b and s.
 class PeakPlan {
  public:
   /// `in` from activation_inputs(run); its micro-batch and sequence are replaced by needed().
@@ -103,8 +102,8 @@ class PeakPlan {
   PeakPlan(PeakPlan&&) noexcept;
   PeakPlan& operator=(PeakPlan&&) noexcept;
 
-  /// What a device must hold (Peak::needed) at this micro-batch and sequence length. Not
-  /// thread-safe: one plan per thread.
+  /// What a device must hold (Peak::needed) at this micro-batch and sequence length. Throws
+  /// Error past 2^64 bytes.
   std::uint64_t needed(std::uint64_t micro_batch, std::uint64_t seq_len) const;
 
  private:

@@ -1,0 +1,72 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+namespace memest {
+
+/// The monomials in the micro-batch b and the sequence length s that tensor sizes are made of:
+/// 1, s, s^2, b, b*s, b*s^2 and b*ceil32(s) (SDPA's log-sum-exp rows, padded to 32).
+inline constexpr std::size_t kMonoCount = 7;
+
+/// The value of each monomial at one (b, s) point.
+using Basis = std::array<std::uint64_t, kMonoCount>;
+
+/// The monomials at (b, s); throws Error when b*s^2 passes 2^64.
+Basis basis_at(std::uint64_t b, std::uint64_t s);
+
+/// A size as a polynomial in b and s: one coefficient per monomial.
+struct Poly {
+  std::array<std::uint64_t, kMonoCount> c{};
+
+  /// Adds k x other (checked: throws Error on overflow).
+  void add(const Poly& other, std::uint64_t k = 1);
+  /// Whether the size does not depend on b or s.
+  bool constant() const;
+  /// The value at a point (checked: throws Error on overflow).
+  std::uint64_t at(const Basis& x) const;
+};
+
+/// One factor of a shape: a model dimension (h = 4096), a count (3 projections) or a run size
+/// (b, s, N = b*s, s^2, ceil32(s), s+1). Run sizes carry exponents of b, s and ceil32(s).
+struct Sym {
+  std::string_view name;
+  std::uint64_t value = 1;  ///< model dimensions and counts; 1 for run sizes
+  std::uint8_t eb = 0, es = 0, er = 0;
+  bool plus_one = false;  ///< s + 1
+  bool run() const { return eb || es || er; }
+};
+
+/// The run sizes, by name.
+namespace sym {
+inline constexpr Sym b{"b", 1, 1, 0, 0, false};
+inline constexpr Sym s{"s", 1, 0, 1, 0, false};
+inline constexpr Sym N{"N", 1, 1, 1, 0, false};
+inline constexpr Sym s2{"s^2", 1, 0, 2, 0, false};
+inline constexpr Sym s32{"ceil32(s)", 1, 0, 0, 1, false};
+inline constexpr Sym s1{"(s+1)", 1, 0, 1, 0, true};
+}  // namespace sym
+
+/// A model dimension or a count.
+constexpr Sym dim(std::string_view name, std::uint64_t value) { return Sym{name, value}; }
+
+/// A tensor's elements: the product of up to five factors. Its size (a Poly) and its formula
+/// (the symbols, and their values at a point) come from the same factors.
+struct Shape {
+  std::array<Sym, 5> factors{};
+  std::uint8_t rank = 0;
+
+  Poly elements() const;
+  /// "N*h", "b*a*s^2"; "1" for a scalar.
+  std::string symbols() const;
+  /// "2048 x 4096": each factor's value at (b, s).
+  std::string values(std::uint64_t b, std::uint64_t s) const;
+};
+
+/// A shape from its factors; throws std::logic_error past five factors.
+Shape shape(std::initializer_list<Sym> factors);
+
+}  // namespace memest

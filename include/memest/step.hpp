@@ -1,0 +1,121 @@
+#pragma once
+
+#include <memest/shape.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace memest {
+
+/// What a live tensor is, in the categories of the reference measurements
+/// (tests/data/truth/SOURCES.md).
+enum class Part {
+  params,
+  master_params,
+  optimizer_state,
+  grads,
+  master_grads,
+  grad_accum,
+  activations,
+  param_casts,
+  inputs,
+  buffers,
+  other
+};
+inline constexpr std::size_t kPartCount = 11;
+/// JSON spelling of a part: "params", "optimizer_state", ...
+std::string_view part_name(Part part);
+/// For people: "master params", "temporaries and other", ...
+std::string_view part_label(Part part);
+
+/// Where a tensor sits in the step: what the walker selects it by.
+enum class Scope : std::uint8_t {
+  layer,       ///< saved by every layer (attention, norms, masks)
+  dense_mlp,   ///< saved by a dense MLP layer
+  moe_mlp,     ///< saved by an MoE layer
+  checkpoint,  ///< full recompute: the layer input, kept once per layer
+  core,        ///< selective recompute: the attention core, recomputed in backward, not stored
+  shared,      ///< saved once for all layers (rotary tables, masks)
+  embed,       ///< saved by the embedding
+  head,        ///< saved by the head and the loss
+  state,       ///< model and optimizer state (parameters, gradients, states, weight copies)
+  transient    ///< alive inside one op or between two (logits, gradients in flight, scratch)
+};
+
+/// JSON spelling of a scope: "layer", "dense_mlp", "shared", ...
+std::string_view scope_name(Scope scope);
+
+/// What a saved tensor of a layer is, so the walker can tell which backward op releases it.
+enum class Slot : std::uint8_t {
+  none,
+  norm1,    ///< the first norm's saved tensors
+  norm2,    ///< the second norm's (released with the MLP's backward)
+  q_in,     ///< the attention input (norm output or its autocast casts)
+  mlp_in,   ///< the MLP input
+  q,        ///< q as the attention kernel or matmul reads it
+  k,        ///< k
+  v,        ///< v
+  lse,      ///< SDPA/flash log-sum-exp and RNG seeds
+  scale,    ///< the score scale or divisor
+  sm,       ///< the softmax output
+  pc,       ///< the probabilities in the compute dtype (attn@V operand)
+  dmask,    ///< the attention dropout mask
+  dropped,  ///< the attention dropout output (attn@V operand)
+  o_in,     ///< the o_proj input
+  rmask,    ///< the residual dropout mask after attention
+  mmask,    ///< the residual dropout mask after the MLP
+  mlp,      ///< the MLP's saved tensors
+  extra,    ///< extra norms and q/k norms
+  target    ///< the loss target and total_weight: released by the loss's backward
+};
+
+/// One tensor PyTorch allocates in a training step: its name, size as a shape of symbols, the
+/// bytes per element, the part of memory it belongs to.
+struct Tensor {
+  std::string_view name;
+  Part part = Part::other;
+  Scope scope = Scope::transient;
+  Slot slot = Slot::none;
+  std::uint64_t width = 1;  ///< bytes per element; a scalar's whole size when the shape is empty
+  Shape shape;
+  Poly bytes;  ///< width x elements, from `shape`
+};
+
+/// `count` copies of tensor `tensor` (one per layer, or the layers below the current one).
+/// With `ranks` > 1 the entry is one rank's share: ceil(count x bytes / ranks) (ZeRO).
+struct Entry {
+  std::uint32_t tensor = 0;
+  std::uint32_t ranks = 1;
+  std::uint64_t count = 1;
+};
+
+/// One moment of the walk: the tensors live at it, entries [begin, end) of Step::entries.
+/// Moments of the same name are alternatives inside one op; the largest is that moment.
+struct MomentSpec {
+  std::string_view name;   ///< "forward_end", "backward_start", ...
+  std::string_view phase;  ///< forward, backward, grad_copy, optimizer, master_copy, zero_grad
+  std::uint32_t begin = 0, end = 0;
+};
+
+/// A training step as data: every tensor and every moment of the walk, for one run and one
+/// batch regime (batch 1 or more: some kernels differ at batch 1). Sizes are polynomials in b
+/// and s, so one Step serves every micro-batch and sequence length of its regime.
+struct Step {
+  bool batch_one = false;
+  std::vector<Tensor> tensors;
+  std::vector<Entry> entries;
+  std::vector<MomentSpec> steady;  ///< the steady-state walk
+  std::vector<MomentSpec> first;   ///< the first step (no states before the optimizer)
+  /// The saved tensors of the forward pass: each layer tensor counts once per layer.
+  std::vector<Entry> saved;
+  std::uint64_t layers = 0;  ///< L
+  /// The MLP the walk gives every layer: dense, MoE, or the larger of the two for models that
+  /// mix them (an upper bound for the dense layers).
+  Scope walk_mlp = Scope::dense_mlp;
+  std::uint64_t state_bytes = 0;         ///< optimizer states, without the step counters
+  std::uint64_t step_counter_bytes = 0;  ///< `step` tensors held in device memory
+};
+
+}  // namespace memest

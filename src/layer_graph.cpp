@@ -1,0 +1,384 @@
+// What each layer saves for backward, as named tensors: docs/activation-derivation.md §3
+// (measured for Llama/Mistral/Qwen2 and GPT-2 on the CPU) with the CUDA, SDPA/flash and family
+// generalisations of §5 and docs/activations.md. Sizes are shapes of symbols, so the bytes and
+// the --explain formulas come from one expression.
+#include "step_build.hpp"
+
+#include <memest/run_spec.hpp>
+#include <memest/units.hpp>
+
+#include <algorithm>
+
+namespace memest::detail {
+namespace {
+
+using u64 = std::uint64_t;
+
+// The model dimensions as symbols.
+struct Dims {
+  Sym h, a, k, d, dv, I, V, E, topk, Imoe, Ishared;
+  explicit Dims(const ActivationInputs& in)
+      : h(dim("h", in.h)),
+        a(dim("a", in.a)),
+        k(dim("kv", in.k)),
+        d(dim("d", in.d)),
+        dv(dim("d_v", in.dv)),
+        I(dim("I", in.I)),
+        V(dim("V", in.V)),
+        E(dim("E", in.experts)),
+        topk(dim("top_k", in.topk)),
+        Imoe(dim("I_moe", in.I_moe)),
+        Ishared(dim("I_shared", in.I_shared)) {}
+};
+
+class Saver {
+ public:
+  Saver(Step& step, const ActivationInputs& in) : st_(step), in_(in), D(in) {}
+
+  void all() {
+    layer();
+    mlp(Scope::dense_mlp, {sym::N}, D.I);
+    if (in_.moe_layers > 0) moe();
+    shared();
+    embed();
+    head();
+    count_layers();
+    st_.walk_mlp = walk_mlp();
+  }
+
+ private:
+  Step& st_;
+  const ActivationInputs& in_;
+  Dims D;
+  bool llama() const { return in_.graph == LayerGraph::llama; }
+
+  void add(std::string_view name, Scope sc, Slot sl, u64 width, const Shape& sh) {
+    add_tensor(st_, name, Part::activations, sc, sl, width, sh);
+  }
+  // A shape with a leading count, left out when it is 1.
+  static Shape counted(u64 n, std::string_view n_name, std::initializer_list<Sym> rest) {
+    Shape sh;
+    if (n != 1) sh.factors[sh.rank++] = dim(n_name, n);
+    for (const Sym& f : rest) sh.factors[sh.rank++] = f;
+    return sh;
+  }
+
+  // One norm over rows x width: RMSNorm keeps its fp32 input, the rsqrt and the normed output
+  // cast back (§3.1 rows 1-3); LayerNorm its input, mean and rstd (§3.2; fp32 stats on CUDA).
+  void norm(Scope sc, Slot sl, u64 n, std::string_view n_name, bool qk) {
+    const Sym w = qk ? D.d : D.h;
+    if (llama()) {
+      add("RMSNorm input in fp32 (pow, mul)", sc, sl, 4,
+          qk ? counted(n, n_name, {sym::N, D.a, w}) : counted(n, n_name, {sym::N, w}));
+      add("RMSNorm rsqrt (fp32, one per row)", sc, sl, 4,
+          qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {sym::N}));
+      add("RMSNorm output cast back", sc, sl, in_.ex,
+          qk ? counted(n, n_name, {sym::N, D.a, w}) : counted(n, n_name, {sym::N, w}));
+    } else {
+      const u64 eln = in_.cuda ? 4 : in_.ex;  // CPU keeps the statistics in the input dtype
+      add("LayerNorm input", sc, sl, in_.ex,
+          qk ? counted(n, n_name, {sym::N, D.a, w}) : counted(n, n_name, {sym::N, w}));
+      add("LayerNorm mean and rstd", sc, sl, eln,
+          qk ? counted(2 * n, "2 stats x norms", {sym::N, D.a}) : counted(2, "2 stats", {sym::N}));
+    }
+  }
+
+  void layer() {
+    const u64 main_norms = std::min<u64>(in_.norms, 2);
+    // One norm only (parallel blocks): the walk releases it with the MLP's input (§4.2).
+    norm(Scope::layer, main_norms == 2 ? Slot::norm1 : Slot::norm2, 1, "", false);
+    if (main_norms == 2) norm(Scope::layer, Slot::norm2, 1, "", false);
+    norm_outputs(main_norms);
+    if (in_.attention == Attention::eager) {
+      eager_attention();
+    } else {
+      kernel_attention();
+    }
+    if (in_.p_resid > 0) {
+      add("residual dropout mask after attention (bool)", Scope::layer, Slot::rmask, 1,
+          shape({sym::N, D.h}));
+      add("residual dropout mask after the MLP (bool)", Scope::layer, Slot::mmask, 1,
+          shape({sym::N, D.h}));
+    }
+    if (in_.norms > 2) norm(Scope::layer, Slot::extra, in_.norms - 2, "extra norms", false);
+    if (in_.qk_norm) norm(Scope::layer, Slot::extra, 2, "q and k", true);
+  }
+
+  // The matmuls' inputs: the norm output, or under autocast its casts, one per projection.
+  void norm_outputs(u64 main_norms) {
+    if (in_.amp) {
+      const u64 q_casts = in_.fused_qkv ? 1 : 3;
+      const u64 m_casts = in_.gated && !in_.fused_gate_up ? 2 : 1;
+      add("attention input: autocast casts of the norm output", Scope::layer, Slot::q_in, in_.ew,
+          counted(q_casts, "projections", {sym::N, D.h}));
+      add("MLP input: autocast casts of the norm output", Scope::layer, Slot::mlp_in, in_.ew,
+          counted(m_casts, "projections", {sym::N, D.h}));
+      return;
+    }
+    add("attention input (norm output)", Scope::layer, Slot::q_in, in_.ex, shape({sym::N, D.h}));
+    if (main_norms == 2 || !in_.parallel) {
+      add("MLP input (norm output)", Scope::layer, Slot::mlp_in, in_.ex, shape({sym::N, D.h}));
+    }
+  }
+
+  // §3.1 rows 4-11 (Llama) and §3.2 (GPT-2): the matmul operands and the s x s scores.
+  void eager_attention() {
+    const u64 ec = in_.ec;
+    add("q (matmul operand copy)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
+    const bool mqa_b1 = llama() && in_.k == 1 && st_.batch_one;
+    // MQA with batch 1: repeat_kv is a stride-0 view bmm uses without copying.
+    add("k (repeated for GQA, matmul operand)", Scope::layer, Slot::k, ec,
+        mqa_b1 && !in_.amp ? shape({sym::N, D.d}) : shape({sym::N, D.a, D.d}));
+    add("v (repeated for GQA, matmul operand)", Scope::layer, Slot::v, ec,
+        mqa_b1 ? shape({sym::N, D.dv}) : shape({sym::N, D.a, D.dv}));
+    const Scope core = in_.recompute == Recompute::selective ? Scope::core : Scope::layer;
+    add(llama() ? "scaling 1/sqrt(d) (wrapped Python float, float64)"
+                : "divisor sqrt(d) (0-d tensor)",
+        core, Slot::scale, llama() ? 8 : ec, shape({}));
+    const Shape S2 = shape({sym::b, D.a, sym::s2});
+    const bool drop = in_.p_attn > 0;
+    const u64 e_sm = llama() || ec == 4 || (in_.amp && in_.cuda) ? 4 : ec;
+    add(llama() ? "softmax output (softmax(dtype=float32))" : "softmax output", core, Slot::sm,
+        e_sm, S2);
+    if (drop) {
+      add("attention dropout mask (bool)", core, Slot::dmask, 1, S2);
+      add("attention dropout output (attn@V operand)", core, Slot::dropped, ec, S2);
+    } else if (llama() ? ec != 4 : in_.amp && in_.cuda) {
+      add("probabilities in the compute dtype (attn@V operand)", core, Slot::pc, ec, S2);
+    }
+    add("attention output (o_proj input)", Scope::layer, Slot::o_in, ec,
+        shape({sym::N, D.a, D.dv}));
+  }
+
+  // §5.2: SDPA/flash keep their inputs, the output (shared with the o_proj input) and a
+  // log-sum-exp per row.
+  void kernel_attention() {
+    const u64 ec = in_.ec;
+    const bool flash = in_.attention == Attention::flash;
+    const bool grouped = flash && llama();  // flash reads GQA k/v without repeating them
+    add("q (kernel input)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
+    add(grouped ? "k (kernel input, not repeated)" : "k (kernel input, repeated)", Scope::layer,
+        Slot::k, ec, shape({sym::N, grouped ? D.k : D.a, D.d}));
+    add(grouped ? "v (kernel input, not repeated)" : "v (kernel input, repeated)", Scope::layer,
+        Slot::v, ec, shape({sym::N, grouped ? D.k : D.a, D.dv}));
+    add("attention output = o_proj input (one storage)", Scope::layer, Slot::o_in, ec,
+        shape({sym::N, D.a, D.dv}));
+    add("log-sum-exp (fp32, one per row)", Scope::layer, Slot::lse, 4,
+        shape({sym::b, D.a, flash ? sym::s : sym::s32}));
+    add("philox seed and offset (int64)", Scope::layer, Slot::lse, 8, shape({dim("2", 2)}));
+  }
+
+  // What an MLP of `width` saves for `tokens` tokens (§3.1 variants, §3.2, §5.1).
+  void mlp(Scope sc, std::initializer_list<Sym> tokens, Sym width) {
+    const u64 ec = in_.ec;
+    Shape m = shape(tokens);
+    m.factors[m.rank++] = width;
+    switch (in_.act) {
+      case ActFn::gelu_new:
+        // pow input, tanh, 0.5x, 1+tanh, product; CUDA autocast runs pow/tanh in fp32.
+        if (in_.amp && in_.cuda) {
+          add("gelu_new: input, tanh, 0.5x, 1+tanh (fp32 under CUDA autocast)", sc, Slot::mlp, 4,
+              prepend(4, m));
+        } else {
+          add("gelu_new: input, pow input, tanh, 0.5x, 1+tanh", sc, Slot::mlp, ec, prepend(5, m));
+        }
+        add("gelu_new: three float64 scalars", sc, Slot::mlp, 8, shape({dim("3", 3)}));
+        break;
+      case ActFn::silu:
+      case ActFn::gelu:
+        add("activation input (gate / fc output)", sc, Slot::mlp, ec, m);
+        add("activation output", sc, Slot::mlp, ec, m);
+        break;
+      case ActFn::relu:
+        add("relu output (saved once for relu and the next matmul)", sc, Slot::mlp, ec, m);
+        break;
+    }
+    if (in_.gated) {
+      add("up projection output", sc, Slot::mlp, ec, m);
+      add("gate x up product (down_proj input)", sc, Slot::mlp, ec, m);
+    }
+  }
+
+  static Shape prepend(u64 n, const Shape& m) {
+    Shape sh;
+    sh.factors[sh.rank++] = dim(n == 4 ? "4" : "5", n);
+    for (std::uint8_t i = 0; i < m.rank; ++i) sh.factors[sh.rank++] = m.factors[i];
+    return sh;
+  }
+
+  // An MoE layer: the routed experts on N*top_k tokens, the gathered inputs and outputs, the
+  // router's fp32 softmax, the routing weights and indices, and any shared expert.
+  void moe() {
+    mlp(Scope::moe_mlp, {sym::N, D.topk}, D.Imoe);
+    add("MoE: gathered expert inputs and outputs", Scope::moe_mlp, Slot::mlp, in_.ec,
+        shape({dim("2", 2), sym::N, D.topk, D.h}));
+    add("MoE: router probabilities (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, D.E}));
+    add("MoE: routing weights (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, D.topk}));
+    add("MoE: expert indices (int64)", Scope::moe_mlp, Slot::mlp, 8, shape({sym::N, D.topk}));
+    if (in_.I_shared > 0) {
+      mlp(Scope::moe_mlp, {sym::N}, D.Ishared);
+      if (in_.shared_gate) {
+        add("MoE: shared expert gate (logit and sigmoid)", Scope::moe_mlp, Slot::mlp, in_.ec,
+            shape({dim("2", 2), sym::N}));
+      }
+    }
+  }
+
+  void shared() {
+    const bool full = in_.recompute == Recompute::full;
+    if (in_.rotary) {
+      add("rotary cos and sin", Scope::shared, Slot::none, in_.ex,
+          shape({dim("2", 2), sym::s, D.d}));
+    }
+    if (llama()) {
+      if (full && in_.causal) {
+        add("additive causal mask (a checkpoint argument)", Scope::shared, Slot::none, in_.ex,
+            shape({sym::s2}));
+      }
+    } else if (in_.causal && in_.attention == Attention::eager) {
+      add("causal bool mask", Scope::shared, Slot::none, 1, shape({sym::s2}));
+    }
+    if (full) {
+      add("layer input (kept by full recompute)", Scope::checkpoint, Slot::none, in_.ex,
+          shape({sym::N, D.h}));
+    }
+  }
+
+  void embed() {
+    if (!llama() && in_.learned_positions) {
+      add("position ids (int64)", Scope::embed, Slot::none, 8, shape({sym::s}));
+    }
+    if (in_.embedding_norm) norm(Scope::embed, Slot::none, 1, "", false);
+    if (in_.p_embd > 0) {
+      add("embedding dropout mask (bool)", Scope::embed, Slot::none, 1, shape({sym::N, D.h}));
+    }
+  }
+
+  // Final norm, lm_head input, log-softmax and the loss target (§3.1 head rows).
+  void head() {
+    if (in_.final_norm) norm(Scope::head, Slot::none, 1, "", false);
+    if (!in_.lm_head) return;
+    add(in_.amp ? "lm_head input (autocast cast)" : "lm_head input (final norm output)",
+        Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({sym::N, D.h}));
+    add("log_softmax(logits.float()) (fp32 N x V)", Scope::head, Slot::none, 4,
+        shape({sym::N, D.V}));
+    // Batch 1: the padded labels themselves are the saved target.
+    add("loss target (int64 labels)", Scope::head, Slot::target, 8,
+        st_.batch_one ? shape({sym::s1}) : shape({sym::N}));
+    add("total_weight (0-d fp32)", Scope::head, Slot::target, 4, shape({}));
+  }
+
+  // The MLP the walk's layers carry: the MoE one when every layer is MoE, else the larger
+  // (per token) of the dense and the MoE one.
+  Scope walk_mlp() const {
+    if (in_.moe_layers == 0) return Scope::dense_mlp;
+    if (in_.moe_layers == in_.L) return Scope::moe_mlp;
+    Poly dense, moe;
+    for (const auto& t : st_.tensors) {
+      if (t.scope == Scope::dense_mlp) dense.add(t.bytes);
+      if (t.scope == Scope::moe_mlp) moe.add(t.bytes);
+    }
+    const auto bs = 4;  // the b*s monomial
+    if (moe.c[bs] != dense.c[bs])
+      return moe.c[bs] > dense.c[bs] ? Scope::moe_mlp : Scope::dense_mlp;
+    return moe.c[0] >= dense.c[0] ? Scope::moe_mlp : Scope::dense_mlp;
+  }
+
+  // Step::saved: what the forward pass leaves saved, each tensor with its number of copies.
+  void count_layers() {
+    const u64 L = in_.L;
+    const bool full = in_.recompute == Recompute::full;
+    const u64 moe_layers = in_.moe_layers, dense_layers = L - moe_layers;
+    st_.layers = L;
+    for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
+      const Tensor& t = st_.tensors[i];
+      if (t.part != Part::activations) continue;
+      u64 n = 0;
+      switch (t.scope) {
+        case Scope::layer:
+          n = full ? 0 : L;
+          break;
+        case Scope::checkpoint:
+          n = L;
+          break;
+        case Scope::dense_mlp:
+          n = full ? 0 : dense_layers;
+          break;
+        case Scope::moe_mlp:
+          n = full ? 0 : moe_layers;
+          break;
+        case Scope::shared:
+        case Scope::embed:
+        case Scope::head:
+          n = 1;
+          break;
+        default:
+          break;
+      }
+      if (n > 0) st_.saved.push_back({i, 1, n});
+    }
+  }
+};
+
+}  // namespace
+
+std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
+                         std::uint64_t width, const Shape& shape) {
+  Tensor t{name, part, scope, slot, width, shape, {}};
+  t.bytes.add(shape.elements(), width);
+  step.tensors.push_back(t);
+  return static_cast<std::uint32_t>(step.tensors.size() - 1);
+}
+
+void add_saved_tensors(Step& step, const ActivationInputs& in) { Saver(step, in).all(); }
+
+ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
+                            bool with_terms) {
+  ActivationBytes r;
+  r.b = x[3];
+  r.s = x[1];
+  r.h = in.h;
+  r.a = in.a;
+  r.k = in.k;
+  r.d = in.d;
+  r.I = in.I;
+  r.V = in.V;
+  r.L = in.L;
+  const bool full = in.recompute == Recompute::full;
+  for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {
+    const Tensor& t = step.tensors[i];
+    if (t.part != Part::activations) continue;
+    const u64 v = t.bytes.at(x);
+    if (t.scope == Scope::layer) r.full_layer += v;
+    if (t.scope == step.walk_mlp) r.mlp += v;
+    if (t.scope == Scope::checkpoint) r.per_layer = v;
+    if (t.slot == Slot::target && t.width == 8) r.target = v;
+  }
+  r.full_layer += r.mlp;
+  if (!full) r.per_layer = r.full_layer;
+  for (const Entry& e : step.saved) {
+    const Tensor& t = step.tensors[e.tensor];
+    const u64 v = checked_mul(t.bytes.at(x), e.count);
+    u64& sum = t.scope == Scope::shared  ? r.shared
+               : t.scope == Scope::embed ? r.embed
+               : t.scope == Scope::head  ? r.head
+                                         : r.layers;
+    sum = checked_add(sum, v);
+  }
+  r.total = checked_add(checked_add(r.layers, r.shared), checked_add(r.embed, r.head));
+  if (!with_terms) return r;
+  for (const Entry& e : step.saved) {
+    const Tensor& t = step.tensors[e.tensor];
+    r.terms.push_back({t.scope, t.name, t.bytes.at(x), e.count, t.width, t.shape});
+  }
+  for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {  // recomputed, not stored
+    const Tensor& t = step.tensors[i];
+    const bool recomputed =
+        t.scope == Scope::core || (full && (t.scope == Scope::layer || t.scope == step.walk_mlp));
+    if (t.part == Part::activations && recomputed)
+      r.terms.push_back({t.scope, t.name, t.bytes.at(x), 0, t.width, t.shape});
+  }
+  return r;
+}
+
+}  // namespace memest::detail

@@ -1,0 +1,336 @@
+// A step compiled to polynomials and evaluated at a (micro-batch, sequence) point: the peak,
+// its phase, what is live then, and the allocator's view (docs/design.md, "The step as data").
+#include "step_build.hpp"
+
+#include <memest/error.hpp>
+#include <memest/parallel.hpp>
+#include <memest/peak.hpp>
+#include <memest/units.hpp>
+
+#include <algorithm>
+
+namespace memest {
+namespace {
+
+using u64 = std::uint64_t;
+using detail::build_step;
+
+std::size_t idx(Part p) { return static_cast<std::size_t>(p); }
+
+// One entry's bytes as a polynomial: count copies, one rank's share when sharded (only model
+// states are sharded, and their sizes do not depend on b or s).
+Poly entry_bytes(const Step& step, const Entry& e) {
+  const Poly& t = step.tensors[e.tensor].bytes;
+  Poly p;
+  if (e.ranks > 1 && t.constant()) {
+    p.c[0] = shard(checked_mul(t.c[0], e.count), e.ranks);
+  } else {
+    p.add(t, e.count);
+  }
+  return p;
+}
+
+struct Compiled {
+  std::string_view name, phase;
+  Poly total;
+  std::array<Poly, kPartCount> parts{};
+};
+
+std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& walk) {
+  std::vector<Compiled> out;
+  out.reserve(walk.size());
+  for (const MomentSpec& m : walk) {
+    Compiled c{m.name, m.phase, {}, {}};
+    for (std::uint32_t i = m.begin; i < m.end; ++i) {
+      const Entry& e = step.entries[i];
+      const Poly p = entry_bytes(step, e);
+      c.parts[idx(step.tensors[e.tensor].part)].add(p);
+      c.total.add(p);
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Whether a's polynomial is at least b's everywhere (every coefficient is).
+bool dominates(const Poly& a, const Poly& b) {
+  for (std::size_t i = 0; i < kMonoCount; ++i) {
+    if (a.c[i] < b.c[i]) return false;
+  }
+  return true;
+}
+
+// The moment totals that can be the maximum somewhere: a moment whose every coefficient is at
+// most another's never wins.
+std::vector<Poly> frontier(const std::vector<Compiled>& ms) {
+  std::vector<Poly> out;
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    bool beaten = false;
+    for (std::size_t j = 0; j < ms.size() && !beaten; ++j) {
+      if (i == j || !dominates(ms[j].total, ms[i].total)) continue;
+      beaten = ms[j].total.c != ms[i].total.c || j < i;
+    }
+    if (!beaten) out.push_back(ms[i].total);
+  }
+  return out;
+}
+
+// Alternatives of one moment (the same name) count as the largest of them.
+std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x,
+                             std::vector<std::size_t>* chosen) {
+  std::vector<Moment> out;
+  out.reserve(ms.size());
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    const Compiled& c = ms[i];
+    Moment m{c.name, c.phase, 0, {}};
+    for (std::size_t p = 0; p < kPartCount; ++p) {
+      m.parts[p] = c.parts[p].at(x);
+      m.bytes = checked_add(m.bytes, m.parts[p]);
+    }
+    if (!out.empty() && out.back().name == m.name) {
+      if (m.bytes > out.back().bytes) {
+        out.back() = m;
+        if (chosen) chosen->back() = i;
+      }
+      continue;
+    }
+    out.push_back(m);
+    if (chosen) chosen->push_back(i);
+  }
+  return out;
+}
+
+std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Basis& x) {
+  std::vector<LiveTensor> out;
+  out.reserve(m.end - m.begin);
+  for (std::uint32_t i = m.begin; i < m.end; ++i) {
+    const Entry& e = step.entries[i];
+    const Tensor& t = step.tensors[e.tensor];
+    const u64 each = t.bytes.at(x);
+    const u64 all =
+        e.ranks > 1 ? shard(checked_mul(each, e.count), e.ranks) : checked_mul(each, e.count);
+    out.push_back({t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks});
+  }
+  return out;
+}
+
+void by_phase(Peak& pk) {
+  for (std::size_t i = 0; i < pk.moments.size(); ++i) {
+    const auto& m = pk.moments[i];
+    if (m.bytes > pk.moments[pk.winner].bytes) pk.winner = i;
+    auto it = std::find_if(pk.by_phase.begin(), pk.by_phase.end(),
+                           [&](const PhasePeak& ph) { return ph.phase == m.phase; });
+    if (it == pk.by_phase.end()) {
+      pk.by_phase.push_back({m.phase, m.bytes, m.name});
+    } else if (m.bytes > it->bytes) {
+      it->bytes = m.bytes;
+      it->moment = m.name;
+    }
+  }
+}
+
+constexpr u64 kMiB = u64{1} << 20;
+constexpr u64 kSmallSize = kMiB;        // requests up to 1 MiB use the small pool
+constexpr u64 kSmallBuffer = 2 * kMiB;  // small-pool segments
+constexpr u64 kMinLargeAlloc = 10 * kMiB;
+constexpr u64 kLargeBuffer = 20 * kMiB;  // segments for requests in (1 MiB, 10 MiB)
+constexpr u64 kRoundLarge = 2 * kMiB;    // larger requests get their own segment
+
+u64 round_up(u64 x, u64 m) { return ceil_div(x, m) * m; }
+u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
+
+// Blocks of one part, by pool: rounded sizes, and the segment bytes of the large ones.
+struct Pool {
+  u64 raw = 0, small = 0, mid = 0, large = 0, large_seg = 0;
+  void add(u64 bytes, u64 count) {
+    if (bytes == 0 || count == 0) return;
+    const u64 r = cuda_block_size(bytes);
+    raw += bytes * count;
+    if (r <= kSmallSize) {
+      small += r * count;
+    } else if (r < kMinLargeAlloc) {
+      mid += r * count;
+    } else {
+      large += r * count;
+      large_seg += round_up(r, kRoundLarge) * count;
+    }
+  }
+};
+
+// The blocks a part is made of: the model states per parameter tensor, the activations per
+// saved tensor; parts the model cannot split are one block.
+Pool part_pool(const RunSpec& run, const Step& step, const Basis& x, Part part) {
+  Pool pool;
+  const auto& inv = detail::walk_inventory(run);
+  const auto& p = run.precision;
+  const u64 trainable = trainable_count(run.model.inventory);
+  const u64 per = trainable ? step.state_bytes / trainable : 0;
+  for (const auto& g : inv.groups) {
+    const u64 n = g.tensor_elements();
+    const bool train = g.trainable && !g.quant_state;
+    switch (part) {
+      case Part::params:
+        pool.add(bytes_for(g.storage.value_or(p.param), n), g.count);
+        break;
+      case Part::grads:
+        if (train) pool.add(width(p.grad) * n, g.count);
+        break;
+      case Part::grad_accum:
+        if (train && p.grad_accum) pool.add(width(*p.grad_accum) * n, g.count);
+        break;
+      case Part::master_params:
+      case Part::master_grads:
+        if (train && p.master) pool.add(width(*p.master) * n, g.count);
+        break;
+      case Part::optimizer_state:
+        if (train && trainable) {
+          pool.add(std::max<u64>(per, 1) * n, per ? g.count : 0);
+          if (step.step_counter_bytes) pool.add(4, g.count);
+        }
+        break;
+      case Part::param_casts:
+        if (g.matmul && !g.storage) pool.add(width(p.working.value_or(p.activation)) * n, g.count);
+        break;
+      default:
+        break;
+    }
+  }
+  if (part == Part::activations) {
+    for (const Entry& e : step.saved) pool.add(step.tensors[e.tensor].bytes.at(x), e.count);
+  }
+  return pool;
+}
+
+// --allocator cuda: each part's blocks rounded as the caching allocator does; a part only
+// partly live at the peak (grads during backward) contributes in proportion.
+void allocator_view(const RunSpec& run, const Step& step, const Basis& x, Peak& pk) {
+  const auto& m = pk.peak_moment();
+  u64 small = 0, mid = 0, large = 0, large_seg = 0;
+  for (std::size_t i = 0; i < kPartCount; ++i) {
+    const u64 live = m.parts[i];
+    if (live == 0) continue;
+    Pool pool = part_pool(run, step, x, static_cast<Part>(i));
+    if (pool.raw == 0) {
+      pool = Pool{};
+      pool.add(live, 1);
+    }
+    const auto scale = [&](u64 v) {
+      if (live >= pool.raw) return v + (live - pool.raw);
+      return static_cast<u64>(static_cast<double>(v) * static_cast<double>(live) /
+                              static_cast<double>(pool.raw));
+    };
+    small += scale(pool.small);
+    mid += scale(pool.mid);
+    large += scale(pool.large);
+    large_seg += scale(pool.large_seg);
+  }
+  pk.allocated_bytes = small + mid + large;
+  pk.reserved_bytes = round_up(small, kSmallBuffer) + round_up(mid, kLargeBuffer) + large_seg;
+}
+
+Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& steady,
+             const std::vector<Compiled>* first, const Basis& x) {
+  Peak pk;
+  std::vector<std::size_t> chosen;
+  pk.moments = evaluate(steady, x, &chosen);
+  by_phase(pk);
+  pk.bytes = pk.peak_moment().bytes;
+  pk.phase = pk.peak_moment().phase;
+  pk.live = live_at(step, step.steady[chosen[pk.winner]], x);
+  for (const auto& m : pk.moments) {
+    if (m.name == "backward_start") pk.saved_weight_copies = m.parts[idx(Part::param_casts)];
+  }
+  pk.first_step_bytes = pk.bytes;
+  pk.first_step_phase = pk.phase;
+  pk.first_step_moment = pk.peak_moment().name;
+  if (first) {
+    const auto fm = evaluate(*first, x, nullptr);
+    const auto it = std::max_element(
+        fm.begin(), fm.end(), [](const Moment& a, const Moment& b) { return a.bytes < b.bytes; });
+    pk.first_step_bytes = it->bytes;
+    pk.first_step_phase = it->phase;
+    pk.first_step_moment = it->name;
+  }
+  pk.context_reserve = run.training.context_reserve;
+  u64 device = pk.bytes;
+  if (run.training.allocator == Allocator::cuda) {
+    allocator_view(run, step, x, pk);
+    device = *pk.reserved_bytes;
+  }
+  pk.needed = checked_add(device, pk.context_reserve);
+  return pk;
+}
+
+}  // namespace
+
+std::uint64_t cuda_block_size(std::uint64_t bytes) {
+  constexpr u64 kMinBlock = 512;
+  return bytes < kMinBlock ? kMinBlock : round_up(bytes, kMinBlock);
+}
+
+StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
+                           bool first_step) {
+  const Step step = build_step(run, in, in.b == 1);
+  const Basis x = basis_at(in.b, in.s);
+  const auto steady = compile(step, step.steady);
+  std::vector<Compiled> first;
+  if (first_step) first = compile(step, step.first);
+  StepEstimate r;
+  r.activations = detail::saved_bytes(step, in, x, with_terms);
+  r.peak = peak_at(run, step, steady, first_step ? &first : nullptr, x);
+  return r;
+}
+
+ActivationBytes activation_bytes(const ActivationInputs& in, bool with_terms) {
+  Step step;
+  step.batch_one = in.b == 1;
+  detail::add_saved_tensors(step, in);
+  return detail::saved_bytes(step, in, basis_at(in.b, in.s), with_terms);
+}
+
+// Per batch regime (batch 1, or more): the step, its compiled moments, and the frontier of
+// moment totals that needed() maximises over.
+struct Regime {
+  Step step;
+  std::vector<Compiled> steady;
+  std::vector<Poly> frontier;
+};
+
+struct PeakPlan::Impl {
+  RunSpec run;
+  std::array<Regime, 2> regimes;  // [0] batch > 1, [1] batch 1
+  bool allocator = false;
+  u64 context_reserve = 0;
+};
+
+PeakPlan::PeakPlan(const RunSpec& run, const ActivationInputs& in) : impl_(new Impl) {
+  impl_->run = run;
+  impl_->allocator = run.training.allocator == Allocator::cuda;
+  impl_->context_reserve = run.training.context_reserve;
+  for (std::size_t one = 0; one < 2; ++one) {
+    Regime& r = impl_->regimes[one];
+    r.step = build_step(run, in, one == 1);
+    r.steady = compile(r.step, r.step.steady);
+    r.frontier = frontier(r.steady);
+  }
+}
+
+PeakPlan::~PeakPlan() = default;
+PeakPlan::PeakPlan(PeakPlan&&) noexcept = default;
+PeakPlan& PeakPlan::operator=(PeakPlan&&) noexcept = default;
+
+std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len) const {
+  const Regime& r = impl_->regimes[micro_batch == 1 ? 1 : 0];
+  const Basis x = basis_at(micro_batch, seq_len);
+  if (impl_->allocator) {
+    RunSpec run = impl_->run;
+    run.training.micro_batch = micro_batch;
+    run.training.seq_len = seq_len;
+    return peak_at(run, r.step, r.steady, nullptr, x).needed;
+  }
+  u64 peak = 0;
+  for (const Poly& p : r.frontier) peak = std::max(peak, p.at(x));
+  return checked_add(peak, impl_->context_reserve);
+}
+
+}  // namespace memest

@@ -1,0 +1,44 @@
+#include "names.hpp"
+
+#include <memest/run_spec.hpp>
+
+#include <array>
+
+namespace memest {
+namespace {
+
+constexpr std::array<std::string_view, 3> kAttentionNames = {"eager", "sdpa", "flash"};
+constexpr std::array<std::string_view, 3> kRecomputeNames = {"none", "selective", "full"};
+constexpr std::array<std::string_view, 2> kDeviceNames = {"cuda", "cpu"};
+constexpr std::array<std::string_view, 2> kAllocatorNames = {"none", "cuda"};
+
+}  // namespace
+
+std::span<const std::string_view> attention_names() { return kAttentionNames; }
+Attention parse_attention(std::string_view t) {
+  return detail::parse_enum<Attention>(kAttentionNames, t, "attention implementation");
+}
+std::string_view attention_name(Attention a) {
+  return kAttentionNames[static_cast<std::size_t>(a)];
+}
+std::span<const std::string_view> recompute_names() { return kRecomputeNames; }
+Recompute parse_recompute(std::string_view t) {
+  return detail::parse_enum<Recompute>(kRecomputeNames, t, "recompute policy");
+}
+std::string_view recompute_name(Recompute r) {
+  return kRecomputeNames[static_cast<std::size_t>(r)];
+}
+std::span<const std::string_view> device_names() { return kDeviceNames; }
+Device parse_device(std::string_view t) {
+  return detail::parse_enum<Device>(kDeviceNames, t, "device");
+}
+std::string_view device_name(Device d) { return kDeviceNames[static_cast<std::size_t>(d)]; }
+std::span<const std::string_view> allocator_names() { return kAllocatorNames; }
+Allocator parse_allocator(std::string_view t) {
+  return detail::parse_enum<Allocator>(kAllocatorNames, t, "allocator");
+}
+std::string_view allocator_name(Allocator a) {
+  return kAllocatorNames[static_cast<std::size_t>(a)];
+}
+
+}  // namespace memest

@@ -1,0 +1,109 @@
+// Sizes as polynomials in the micro-batch and the sequence length (docs/design.md, "The step
+// as data"): what lets a compiled plan evaluate a whole step with a few multiply-adds.
+#include <memest/error.hpp>
+#include <memest/shape.hpp>
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace memest {
+namespace {
+
+struct Exps {
+  std::uint8_t b, s, r;
+};
+// Monomial i is b^eb s^es ceil32(s)^er.
+constexpr std::array<Exps, kMonoCount> kExps = {
+    {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 0, 1}}};
+
+std::size_t mono_of(unsigned b, unsigned s, unsigned r) {
+  for (std::size_t i = 0; i < kMonoCount; ++i) {
+    if (kExps[i].b == b && kExps[i].s == s && kExps[i].r == r) return i;
+  }
+  throw std::logic_error(fmt::format("shape: no monomial b^{} s^{} ceil32(s)^{}", b, s, r));
+}
+
+// p x (a run size): every monomial's exponents shift; s+1 also keeps p itself.
+Poly times_run(const Poly& p, const Sym& f) {
+  Poly out;
+  for (std::size_t i = 0; i < kMonoCount; ++i) {
+    if (p.c[i] == 0) continue;
+    const auto& e = kExps[i];
+    out.c[mono_of(e.b + f.eb, e.s + f.es, e.r + f.er)] += p.c[i];
+  }
+  if (f.plus_one) out.add(p);
+  return out;
+}
+
+std::uint64_t value_at(const Sym& f, std::uint64_t b, std::uint64_t s) {
+  if (!f.run()) return f.value;
+  if (f.er) return b * ceil_div(s, 32) * 32;
+  std::uint64_t v = f.eb ? b : 1;
+  for (unsigned i = 0; i < f.es; ++i) v *= s;
+  return f.plus_one ? v + 1 : v;
+}
+
+}  // namespace
+
+Basis basis_at(std::uint64_t b, std::uint64_t s) {
+  const std::uint64_t s2 = checked_mul(s, s);
+  return {1, s, s2, b, checked_mul(b, s), checked_mul(b, s2), checked_mul(b, ceil_div(s, 32) * 32)};
+}
+
+void Poly::add(const Poly& other, std::uint64_t k) {
+  for (std::size_t i = 0; i < kMonoCount; ++i) c[i] = checked_add(c[i], checked_mul(k, other.c[i]));
+}
+
+bool Poly::constant() const {
+  for (std::size_t i = 1; i < kMonoCount; ++i) {
+    if (c[i] != 0) return false;
+  }
+  return true;
+}
+
+std::uint64_t Poly::at(const Basis& x) const {
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < kMonoCount; ++i) sum = checked_add(sum, checked_mul(c[i], x[i]));
+  return sum;
+}
+
+Poly Shape::elements() const {
+  Poly p;
+  p.c[0] = 1;
+  for (std::uint8_t i = 0; i < rank; ++i) {
+    const Sym& f = factors[i];
+    if (f.run()) {
+      p = times_run(p, f);
+    } else {
+      for (auto& x : p.c) x = checked_mul(x, f.value);
+    }
+  }
+  return p;
+}
+
+std::string Shape::symbols() const {
+  if (rank == 0) return "1";
+  std::string out(factors[0].name);
+  for (std::uint8_t i = 1; i < rank; ++i)
+    fmt::format_to(std::back_inserter(out), "*{}", factors[i].name);
+  return out;
+}
+
+std::string Shape::values(std::uint64_t b, std::uint64_t s) const {
+  if (rank == 0) return "1";
+  std::string out = std::to_string(value_at(factors[0], b, s));
+  for (std::uint8_t i = 1; i < rank; ++i)
+    fmt::format_to(std::back_inserter(out), " x {}", value_at(factors[i], b, s));
+  return out;
+}
+
+Shape shape(std::initializer_list<Sym> factors) {
+  Shape sh;
+  if (factors.size() > sh.factors.size()) throw std::logic_error("shape: more than five factors");
+  for (const Sym& f : factors) sh.factors[sh.rank++] = f;
+  return sh;
+}
+
+}  // namespace memest

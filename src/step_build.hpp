@@ -1,0 +1,31 @@
+// Private to the core: building a Step (include/memest/step.hpp) from a run.
+#pragma once
+
+#include <memest/activation.hpp>
+#include <memest/step.hpp>
+
+#include <initializer_list>
+
+namespace memest::detail {
+
+/// Appends a tensor; returns its index.
+std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
+                         std::uint64_t width, const Shape& shape);
+
+/// The tensors one layer, the embedding, the head and the loss save for backward
+/// (docs/activation-derivation.md §3, §5), with Step::saved listing them with their counts.
+void add_saved_tensors(Step& step, const ActivationInputs& in);
+
+/// Sums of saved tensors at a point, the ActivationBytes of activation.hpp.
+/// `with_terms` lists every saved (and recomputed) tensor for --explain.
+ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
+                            bool with_terms);
+
+/// The whole step of a run: the saved tensors and every moment of the steady-state and the
+/// first-step walks (src/walk.cpp).
+Step build_step(const RunSpec& run, const ActivationInputs& in, bool batch_one);
+
+/// The inventory the walk reads: the run's, or the canonical one of a bare parameter count.
+const Inventory& walk_inventory(const RunSpec& run);
+
+}  // namespace memest::detail

@@ -1,0 +1,913 @@
+// The walk over a training step (docs/activation-derivation.md §4 and docs/activations.md):
+// forward through the layers and the head, the loss, backward layer by layer while gradients
+// appear, grad copy, the optimizer step with its implementation's temporaries, zero_grad. Each
+// moment is the list of tensors live at it; its bytes and composition are their sums.
+#include "step_build.hpp"
+
+#include <memest/optimizer.hpp>
+#include <memest/parallel.hpp>
+#include <memest/peak.hpp>
+#include <memest/run_spec.hpp>
+#include <memest/units.hpp>
+
+#include <algorithm>
+
+namespace memest::detail {
+namespace {
+
+using u64 = std::uint64_t;
+
+u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
+
+// The parameter layout the walk needs: per-layer sums and the order of the trainable tensors.
+struct Layout {
+  const Inventory* inv = nullptr;
+  u64 L = 1;
+  u64 trainable = 0;
+  u64 mm_all = 0;   // matmul weights autocast copies (not QLoRA-stored ones)
+  u64 bias_mm = 0;  // biases of matmul modules (cached by autocast during forward)
+  u64 layer_trainable = 0, l_mlp = 0, l_down = 0, l_n2 = 0, l_o = 0, l_mm = 0, l_mm_mlp = 0,
+      l_mm_o = 0, l_qkv = 0;
+  u64 head_trainable = 0;  // groups after the layers (final norm, lm_head, pooler)
+
+  bool per_layer(const TensorGroup& g) const {
+    return L > 1 && g.name.find('*') != std::string::npos && g.count % L == 0;
+  }
+};
+
+void add_layer_group(Layout& l, const TensorGroup& g, u64& layer_norms) {
+  const u64 per = g.elements() / l.L;
+  if (g.trainable) l.layer_trainable += per;
+  const bool mlp = g.role == Role::mlp || g.role == Role::expert || g.role == Role::router;
+  if (mlp) l.l_mlp += per;
+  if (g.kind == "down") l.l_down += per / std::max<u64>(1, g.count / l.L);
+  if (g.kind == "o") l.l_o += per;
+  if (g.role == Role::norm) layer_norms += per;
+  if (!g.matmul) return;
+  l.l_mm += per;
+  if (mlp) l.l_mm_mlp += per;
+  if (g.kind == "o") l.l_mm_o += per;
+  if (g.kind == "q" || g.kind == "k" || g.kind == "v" || g.kind == "qkv" || g.kind == "kv")
+    l.l_qkv += per;
+}
+
+Layout layout(const Inventory& inv, u64 layers, u64 norms_per_layer) {
+  Layout l;
+  l.inv = &inv;
+  l.L = std::max<u64>(1, layers);
+  bool seen_block = false;
+  u64 layer_norms = 0;
+  for (const auto& g : inv.groups) {
+    if (g.quant_state) continue;
+    const u64 n = g.elements();
+    if (g.matmul && !g.storage) l.mm_all += n;
+    if (g.rows == 1 && !g.kind.empty()) l.bias_mm += n;
+    if (l.per_layer(g)) {
+      seen_block = true;
+      add_layer_group(l, g, layer_norms);
+    } else if (seen_block && g.trainable) {
+      l.head_trainable += n;
+    }
+  }
+  l.l_n2 = layer_norms / std::max<u64>(1, norms_per_layer);
+  return l;
+}
+
+// Visits the trainable tensors in parameters() order: f(previous elements, elements, prefix
+// through this tensor), once per distinct position (the last layer for per-layer groups, which
+// has the largest prefix), plus the layer wrap-around pair.
+template <typename F>
+void walk_order(const Layout& l, F&& f) {
+  u64 pre_total = 0, block_total = 0;
+  bool seen_block = false;
+  for (const auto& g : l.inv->groups) {
+    if (g.quant_state || !g.trainable) continue;
+    if (l.per_layer(g)) {
+      seen_block = true;
+      block_total += g.elements() / l.L;
+    } else if (!seen_block) {
+      pre_total += g.elements();
+    }
+  }
+  u64 prefix = 0, prev = 0, block_first = 0, block_last = 0;
+  bool in_block = false, after_block = false;
+  for (const auto& g : l.inv->groups) {
+    if (g.quant_state || !g.trainable) continue;
+    const u64 n = g.tensor_elements();
+    const bool pl = l.per_layer(g);
+    if (pl && !in_block) {
+      in_block = true;
+      prefix = pre_total + (l.L - 1) * block_total;  // position in the last layer
+      block_first = n;
+    }
+    if (!pl && in_block && !after_block) {
+      after_block = true;
+      if (l.L > 1) f(block_last, block_first, 0);
+      prefix = pre_total + l.L * block_total;
+    }
+    const u64 copies = pl ? g.count / l.L : g.count;
+    f(prev, n, prefix + n);
+    if (copies > 1) f(n, n, prefix + copies * n);
+    prefix += copies * n;
+    prev = n;
+    if (pl) block_last = n;
+  }
+  if (in_block && !after_block && l.L > 1) f(block_last, block_first, 0);
+}
+
+// States per trainable element for the optimizers whose state is elementwise.
+u64 state_bytes(const OptimizerSpec& o, const Inventory& inv, u64 trainable, Dtype d) {
+  u64 n = 0;
+  switch (o.kind) {
+    case OptimizerKind::sgd:
+      return 0;
+    case OptimizerKind::sgd_momentum:
+    case OptimizerKind::adagrad:
+    case OptimizerKind::lion:
+      n = 1;
+      break;
+    case OptimizerKind::adam:
+    case OptimizerKind::adamw:
+      n = o.amsgrad ? 3 : 2;
+      break;
+    case OptimizerKind::rmsprop:
+      n = 1 + (o.momentum ? u64{1} : 0) + (o.centered ? u64{1} : 0);
+      break;
+    case OptimizerKind::adafactor:
+    case OptimizerKind::adam8bit:
+      return optimizer_bytes(o, inv, d).state_bytes;
+  }
+  return checked_mul(n * width(d), trainable);
+}
+
+bool keeps_step(OptimizerKind k) {
+  return k == OptimizerKind::adam || k == OptimizerKind::adamw || k == OptimizerKind::adagrad ||
+         k == OptimizerKind::rmsprop;
+}
+
+const Inventory& canonical_inventory(u64 params) {
+  // Searches over batch and sequence call this with one count many times.
+  thread_local u64 cached_params = 0;
+  thread_local Inventory cached;
+  if (cached_params != params || cached.groups.empty()) {
+    cached = build_inventory(canonical_architecture(params));
+    cached_params = params;
+  }
+  return cached;
+}
+
+// The optimizer step's temporaries at its worst moment (§4.4), by implementation: foreach
+// holds a whole group's intermediate, single-tensor two of the largest, fused none.
+u64 step_temporaries(const OptimizerSpec& o, const Layout& lp, bool cuda, u64 es, u64 eg) {
+  const bool fused = cuda && o.impl == OptimizerImpl::fused;
+  const bool foreach = cuda && o.impl == OptimizerImpl::foreach;
+  u64 pair2 = 0, pair1 = 0, nmax = 0;
+  walk_order(lp, [&](u64 prev, u64 n, u64) {
+    pair2 = std::max(pair2, 2 * n + prev);
+    pair1 = std::max(pair1, n + prev);
+    nmax = std::max(nmax, n);
+  });
+  switch (o.kind) {
+    case OptimizerKind::adam:
+    case OptimizerKind::adamw:
+      return fused ? 0 : foreach ? es * lp.trainable : es * pair2 + 8 + es;
+    case OptimizerKind::adagrad:
+      return fused ? 0 : foreach ? es * lp.trainable : es * pair1 + 8 + es;
+    case OptimizerKind::rmsprop:
+      return fused     ? 0
+             : foreach ? (o.centered ? 2 : 1) * es * lp.trainable
+                       : std::max(es * pair1, es * nmax + 8 + es);
+    case OptimizerKind::sgd:
+      return 0;
+    case OptimizerKind::sgd_momentum:
+      return foreach && o.nesterov ? eg * lp.trainable : 0;
+    case OptimizerKind::lion:
+      return 2 * es * nmax;
+    case OptimizerKind::adafactor:
+      return u64{8} * nmax;  // two fp32 factored-update buffers
+    case OptimizerKind::adam8bit:
+      return 0;
+  }
+  return 0;
+}
+
+std::string_view step_temporaries_name(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::adam:
+    case OptimizerKind::adamw:
+      return "optimizer step: denom = exp_avg_sq.sqrt() / bias correction (sqrt and quotient)";
+    case OptimizerKind::adagrad:
+      return "optimizer step: std = state_sum.sqrt() (this and the previous tensor's)";
+    case OptimizerKind::rmsprop:
+      return "optimizer step: avg = square_avg.sqrt() (this and the previous tensor's)";
+    case OptimizerKind::sgd_momentum:
+      return "optimizer step: Nesterov look-ahead (one per gradient)";
+    case OptimizerKind::lion:
+      return "optimizer step: interpolated update and its sign (largest tensor)";
+    case OptimizerKind::adafactor:
+      return "optimizer step: factored update buffers (fp32, largest tensor)";
+    default:
+      return "optimizer step temporaries";
+  }
+}
+
+// Builds the moments of one step as lists of tensors.
+class Walker {
+ public:
+  Walker(Step& step, const RunSpec& run, const ActivationInputs& in, const Layout& lay)
+      : st_(step), run_(run), in_(in), lp_(lay), sh_(sharding_of(run.parallel)) {}
+
+  void statics(const Inventory& inv0);
+  void walk(bool steady);
+
+ private:
+  Step& st_;
+  const RunSpec& run_;
+  const ActivationInputs& in_;
+  const Layout& lp_;
+  Sharding sh_;
+  std::string_view phase_;
+  std::uint32_t gathered_ = 0;
+  std::vector<MomentSpec>* out_ = nullptr;
+  // State tensors.
+  std::uint32_t params_ = 0, master_ = 0, states_ = 0, grad_accum_ = 0, inputs_ = 0, buffers_ = 0,
+                grads_ = 0, opt_grads_ = 0, head_grads_ = 0, layer_grads_ = 0;
+  // Autocast copies of one layer's weights, split by the backward op that releases them.
+  std::uint32_t cast_down_ = 0, cast_mlp_ = 0, cast_o_ = 0, cast_rest_ = 0;
+  std::uint32_t loss_ = 0, seed_ = 0, rng_ = 0, grad_out_ = 0;
+  bool copy_grads_ = false;
+  u64 gopt_bytes_ = 0;
+
+  std::uint32_t constant(std::string_view name, Part part, u64 bytes) {
+    return add_tensor(st_, name, part, Scope::state, Slot::none, bytes, shape({}));
+  }
+  // A gradient or copy alive inside one op: whole on every rank, even where states are sharded.
+  std::uint32_t in_flight(std::string_view name, Part part, u64 bytes) {
+    return add_tensor(st_, name, part, Scope::transient, Slot::none, bytes, shape({}));
+  }
+  std::uint32_t temp(std::string_view name, Part part, u64 width, const Shape& sh) {
+    return add_tensor(st_, name, part, Scope::transient, Slot::none, width, sh);
+  }
+  void begin(std::string_view name, std::string_view phase) {
+    phase_ = phase;
+    out_->push_back({name, phase, static_cast<std::uint32_t>(st_.entries.size()), 0});
+    if (sh_.params && (phase == "forward" || phase == "backward")) add(gathered_);
+  }
+  void end() { out_->back().end = static_cast<std::uint32_t>(st_.entries.size()); }
+  void add(std::uint32_t t, u64 count = 1) {
+    const Poly& p = st_.tensors[t].bytes;
+    if (count == 0 || std::all_of(p.c.begin(), p.c.end(), [](u64 c) { return c == 0; })) return;
+    const Part part = st_.tensors[t].part;
+    const bool step_temp = phase_ == "optimizer" && part == Part::other;
+    const bool host = part == Part::master_params || part == Part::optimizer_state ||
+                      part == Part::master_grads || step_temp;
+    if (sh_.offload && host) return;  // held and stepped on the host (ZeRO-Offload)
+    const bool state = st_.tensors[t].scope == Scope::state;  // in-flight tensors are whole
+    st_.entries.push_back({t, state ? shard_ranks(part, step_temp) : 1, count});
+  }
+  // ZeRO (Rajbhandari et al. 2020): a rank keeps 1/ranks of each sharded state.
+  std::uint32_t shard_ranks(Part part, bool step_temp) const {
+    const bool sharded =
+        (sh_.states &&
+         (part == Part::master_params || part == Part::optimizer_state || step_temp)) ||
+        (sh_.grads &&
+         (part == Part::grads || part == Part::master_grads || part == Part::grad_accum)) ||
+        (sh_.params && part == Part::params);
+    return sharded ? static_cast<std::uint32_t>(sh_.ranks) : 1;
+  }
+  // What exists when the step starts (§2.2), with or without the states and gradients.
+  void baseline(bool with_states, bool with_grads) {
+    add(params_);
+    add(master_);
+    if (with_states) add(states_);
+    add(grad_accum_);
+    add(inputs_);
+    add(buffers_);
+    if (with_grads) add(grads_);
+  }
+  bool is(Scope s, const Tensor& t) const { return t.scope == s; }
+  // The saved tensors of `count` layers, except those whose slot `freed` says are released.
+  template <typename Freed>
+  void layers(u64 count, Freed&& freed) {
+    for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
+      const Tensor& t = st_.tensors[i];
+      if (t.part != Part::activations) continue;
+      if ((t.scope == Scope::layer || t.scope == st_.walk_mlp) && !freed(t.slot)) add(i, count);
+    }
+  }
+  void layers(u64 count) {
+    layers(count, [](Slot) { return false; });
+  }
+  void scoped(Scope s, u64 count = 1) {
+    for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
+      const Tensor& t = st_.tensors[i];
+      if (t.part == Part::activations && t.scope == s) add(i, count);
+    }
+  }
+  void saved_except_target() {
+    for (const Entry& e : st_.saved) {
+      if (st_.tensors[e.tensor].slot != Slot::target) add(e.tensor, e.count);
+    }
+  }
+  void layer_casts(u64 count) {
+    add(cast_down_, count);
+    add(cast_mlp_, count);
+    add(cast_o_, count);
+    add(cast_rest_, count);
+  }
+  bool ck() const { return in_.recompute == Recompute::full; }
+  bool llama() const { return in_.graph == LayerGraph::llama; }
+  bool grads_live(bool steady) const {
+    return (steady && !run_.training.grads_set_to_none) || run_.training.grad_accum > 1;
+  }
+
+  void forward_end(bool steady);
+  void forward_attention(bool steady);
+  void forward_attention_checkpointed(bool steady);
+  void forward_layers_below(bool steady);
+  void backward_start(bool steady);
+  void backward_end(bool steady);
+  void backward_layer(bool steady, u64 j);
+  void layer_x0(bool steady, u64 j);
+  void backward_mlp(bool steady, u64 j);
+  void backward_attention(bool steady, u64 j);
+  void after_backward(bool steady);
+};
+
+void Walker::statics(const Inventory& inv0) {
+  const auto& p = run_.precision;
+  const u64 trainable = lp_.trainable;
+  const u64 eg = width(p.grad);
+  params_ = constant("parameters", Part::params, parameter_bytes(inv0, p.param));
+  master_ = constant("master weights", Part::master_params,
+                     p.master ? checked_mul(width(*p.master), trainable) : 0);
+  st_.state_bytes = state_bytes(run_.optimizer, inv0, trainable, p.state);
+  const bool steps_on_device =
+      run_.optimizer.impl == OptimizerImpl::fused || run_.training.device == Device::cpu;
+  if (keeps_step(run_.optimizer.kind) && inv0.shapes_known && steps_on_device)
+    st_.step_counter_bytes = 4 * trainable_tensor_count(inv0);
+  states_ = constant("optimizer states", Part::optimizer_state,
+                     checked_add(st_.state_bytes, st_.step_counter_bytes));
+  grad_accum_ = constant("grad accumulation buffer", Part::grad_accum,
+                         p.grad_accum ? checked_mul(width(*p.grad_accum), trainable) : 0);
+  inputs_ = temp("input ids (int64)", Part::inputs, 8, shape({sym::N}));
+  buffers_ = temp("rotary inv_freq buffer", Part::buffers, in_.ex,
+                  shape({dim("d/2", in_.rotary ? in_.d / 2 : 0)}));
+  grads_ = constant("gradients", Part::grads, checked_mul(eg, trainable));
+  copy_grads_ = p.master && width(p.grad) < width(*p.master);
+  const u64 em = p.master ? width(*p.master) : 4;
+  gopt_bytes_ = copy_grads_ ? checked_mul(em, trainable) : checked_mul(eg, trainable);
+  opt_grads_ = copy_grads_ ? constant("master gradients", Part::master_grads, gopt_bytes_) : grads_;
+  const u64 lm = in_.lm_head ? in_.V * in_.h : 0;
+  head_grads_ = constant("gradients of the head (final norm, lm_head)", Part::grads,
+                         eg * (lp_.head_trainable + (in_.tied ? lm : 0)));
+  layer_grads_ = constant("gradients of one layer", Part::grads, eg * lp_.layer_trainable);
+  const u64 ew = in_.amp ? in_.ew : 0;
+  const u64 I = in_.moe_layers == in_.L && in_.moe_layers ? in_.I_moe : in_.I;
+  const u64 down = std::min(ew * I * in_.h, ew * lp_.l_mm_mlp);
+  cast_down_ = constant("autocast copy of the MLP down projection", Part::param_casts, down);
+  cast_mlp_ = constant("autocast copies of the other MLP weights", Part::param_casts,
+                       ew * lp_.l_mm_mlp - down);
+  cast_o_ = constant("autocast copy of o_proj", Part::param_casts, ew * lp_.l_mm_o);
+  cast_rest_ = constant("autocast copies of the attention input projections", Part::param_casts,
+                        ew * (lp_.l_mm - lp_.l_mm_mlp - lp_.l_mm_o));
+  loss_ = constant("loss (0-d fp32)", Part::other, 4);
+  seed_ = constant("backward seed (ones_like of the loss)", Part::other, 4);
+  // torch.utils.checkpoint keeps the CPU RNG state per layer; on CUDA it lives on the host.
+  rng_ = temp("checkpoint CPU RNG states", Part::other, kRngStateBytes,
+              shape({dim("L", ck() && !in_.cuda ? in_.L : 0)}));
+  grad_out_ =
+      temp("gradient of the layer output", Part::other, in_.ex, shape({sym::N, dim("h", in_.h)}));
+  // ZeRO-3 gathers the layer being computed and prefetches the next.
+  gathered_ = constant("gathered parameters (this layer and the prefetched next)", Part::other,
+                       2 * (parameter_bytes(inv0, p.param) / std::max<u64>(1, in_.L)));
+}
+
+void Walker::walk(bool steady) {
+  out_ = steady ? &st_.steady : &st_.first;
+  forward_end(steady);
+  if (ck()) {
+    forward_attention_checkpointed(steady);
+  } else {
+    forward_attention(steady);
+  }
+  backward_start(steady);
+  backward_end(steady);
+  backward_layer(steady, in_.L - 1);
+  if (in_.L > 1) backward_layer(steady, 0);
+  after_backward(steady);
+}
+
+// At nll_loss: everything saved, the logits, the padded labels, the loss (§4.1).
+void Walker::forward_end(bool steady) {
+  const Sym h = dim("h", in_.h), V = dim("V", in_.V);
+  begin("forward_end", "forward");
+  baseline(steady, grads_live(steady));
+  for (const Entry& e : st_.saved) add(e.tensor, e.count);
+  if (in_.amp) {
+    add(constant("autocast weight cache (every matmul weight and bias)", Part::param_casts,
+                 in_.ew * (lp_.mm_all + lp_.bias_mm) +
+                     (in_.tied && in_.lm_head ? in_.ew * in_.V * in_.h : 0)));
+    add(temp("final norm output (fp32, referenced by forward)", Part::other, 4,
+             shape({sym::N, h})));
+  }
+  if (in_.lm_head) {
+    if (in_.ec != 4) add(temp("logits", Part::other, in_.ec, shape({sym::N, V})));
+    add(temp("logits.float()", Part::other, 4, shape({sym::N, V})));
+    if (!st_.batch_one)
+      add(temp("padded labels (int64)", Part::other, 8, shape({sym::b, sym::s1})));
+    add(loss_);
+  }
+  add(rng_);
+  end();
+}
+
+// The layers below the current one, and what the forward keeps outside the saved tensors.
+void Walker::forward_layers_below(bool steady) {
+  baseline(steady, grads_live(steady));
+  scoped(Scope::embed);
+  scoped(Scope::shared);
+  if (llama()) {
+    if (!ck() && in_.causal)
+      add(temp("additive causal mask (not saved)", Part::other, in_.ex, shape({sym::s2})));
+    add(temp("position ids (int64)", Part::other, 8, shape({sym::s})));
+  }
+}
+
+// The first norm of the current layer (the only one in a parallel block).
+bool first_norm(Slot s, bool has_norm1) { return s == (has_norm1 ? Slot::norm1 : Slot::norm2); }
+
+// The last layer's attention in the forward pass (§4.1 forward_attn): the layers below, the
+// current layer's tensors so far, and the score temporaries, one moment per alternative.
+void Walker::forward_attention(bool steady) {
+  const Sym h = dim("h", in_.h), a = dim("a", in_.a), d = dim("d", in_.d);
+  const Shape S2 = shape({sym::b, a, sym::s2});
+  const u64 ec = in_.ec, L = in_.L;
+  const bool amp = in_.amp, cuda = in_.cuda, pa = in_.p_attn > 0;
+  const bool has_norm1 = std::any_of(st_.tensors.begin(), st_.tensors.end(),
+                                     [](const Tensor& t) { return t.slot == Slot::norm1; });
+  const std::uint32_t bias_cache =
+      constant("autocast bias cache", Part::param_casts, amp ? in_.ew * lp_.bias_mm : 0);
+  const std::uint32_t qkv_casts = constant("autocast copies of this layer's q/k/v weights",
+                                           Part::param_casts, amp ? in_.ew * lp_.l_qkv : 0);
+  const std::uint32_t norm32 =
+      temp("norm output in fp32 (autocast input)", Part::other, 4, shape({sym::N, h}));
+  const std::uint32_t qkv32 = temp("q, k, v in fp32 (rotary under autocast)", Part::other, 4,
+                                   shape({dim("3", 3), sym::N, a, d}));
+  const std::uint32_t qrot =
+      temp("rotated q (not saved)", Part::other, in_.ex, shape({sym::N, a, d}));
+  const auto common = [&](auto&& current) {
+    begin("forward_attention", "forward");
+    forward_layers_below(steady);
+    layers(L - 1);
+    layer_casts(L - 1);
+    layers(1, [&](Slot s) { return !current(s); });
+    if (amp) {
+      add(bias_cache);
+      add(qkv_casts);
+      add(norm32);
+      if (llama()) add(qkv32);
+    }
+  };
+  const bool eager = in_.attention == Attention::eager;
+  if (!eager) {
+    common([&](Slot s) {
+      return first_norm(s, has_norm1) || s == Slot::q_in || s == Slot::q || s == Slot::k ||
+             s == Slot::v || s == Slot::o_in || s == Slot::lse;
+    });
+    if (llama() && !amp) add(qrot);
+    end();
+    return;
+  }
+  if (llama()) {
+    const auto current = [&](Slot s) {
+      return first_norm(s, has_norm1) || s == Slot::q_in || s == Slot::q || s == Slot::k ||
+             s == Slot::v || s == Slot::scale;
+    };
+    const auto alternative = [&](std::string_view name, u64 width, u64 scalars) {
+      common(current);
+      if (!amp) add(qrot);
+      add(temp(name, Part::other, width, S2));
+      add(constant("score scalars", Part::other, scalars));
+      end();
+    };
+    if (ec == 4) {
+      alternative("scores q@k^T and scores x scale (fp32)", 8, 4);
+    } else if (amp) {
+      alternative(cuda ? "scores in fp32 and scores + mask (CUDA autocast)"
+                       : "scores (bf16), their fp32 copy, scores + mask (fp32)",
+                  cuda ? 8 : 10, 0);
+    } else {
+      alternative("scores + mask (bf16), fp32 copy, softmax output (fp32)", 10, 0);
+    }
+    if (pa) {
+      const u64 w = ec != 4 && !amp ? (cuda ? 9 : 11) : (cuda ? 9 : 13);
+      alternative(cuda ? "softmax output, dropout mask and output (fused dropout)"
+                       : "softmax output, dropout mask, its fp32 cast, dropout output",
+                  w, 0);
+    }
+    return;
+  }
+  // GPT-2: the fused qkv output stays referenced by the q/k/v views.
+  const u64 e = ec == 4 ? 4 : 2;
+  const auto current = [&](Slot s) {
+    return first_norm(s, has_norm1) || s == Slot::q_in || s == Slot::q || s == Slot::k;
+  };
+  const auto partial = [&] {
+    common(current);
+    add(temp("fused qkv output (held by the q/k/v views)", Part::other, ec,
+             shape({dim("3", 3), sym::N, h})));
+    add(constant("divisor sqrt(d)", Part::other, ec));
+    add(constant("mask_value (0-d fp32)", Part::other, 4));
+  };
+  partial();
+  add(temp("scores and masked scores", Part::other, 2 * e, S2));
+  end();
+  if (pa) {
+    partial();
+    if (in_.recompute == Recompute::selective) {
+      scoped(Scope::core);
+    } else {
+      layers(1, [](Slot s) { return s != Slot::sm; });
+    }
+    add(temp("attention dropout mask (bool)", Part::other, 1, S2));
+    if (!cuda) add(temp("dropout mask cast", Part::other, e, S2));
+    add(temp("attention dropout output", Part::other, e, S2));
+    end();
+  }
+}
+
+// Under full recompute the layers run without saving; the forward keeps each layer's input.
+void Walker::forward_attention_checkpointed(bool steady) {
+  const Sym h = dim("h", in_.h), a = dim("a", in_.a), d = dim("d", in_.d);
+  const Shape S2 = shape({sym::b, a, sym::s2});
+  const u64 ec = in_.ec, L = in_.L;
+  const bool amp = in_.amp, cuda = in_.cuda, pa = in_.p_attn > 0;
+  const std::uint32_t bias_cache =
+      constant("autocast bias cache", Part::param_casts, amp ? in_.ew * lp_.bias_mm : 0);
+  const auto common = [&] {
+    begin("forward_attention", "forward");
+    forward_layers_below(steady);
+    scoped(Scope::checkpoint, L);
+    add(rng_);
+    layer_casts(L - 1);
+  };
+  const bool eager = in_.attention == Attention::eager;
+  if (!eager) {
+    common();
+    add(bias_cache);
+    add(temp("norm output (no grad)", Part::other, in_.ex, shape({sym::N, h})));
+    layers(1, [](Slot s) {
+      return !(s == Slot::q || s == Slot::k || s == Slot::v || s == Slot::o_in || s == Slot::lse);
+    });
+    if (amp) {
+      add(constant("autocast copies of this layer's q/k/v weights", Part::param_casts,
+                   in_.ew * lp_.l_qkv));
+      add(temp("norm output in fp32 (autocast input)", Part::other, 4, shape({sym::N, h})));
+      if (llama())
+        add(temp("q, k, v in fp32 (rotary under autocast)", Part::other, 4,
+                 shape({dim("3", 3), sym::N, a, d})));
+    }
+    end();
+    return;
+  }
+  if (llama()) {
+    const auto alternative = [&](std::string_view name, u64 width, u64 scalars) {
+      common();
+      if (amp) {
+        add(bias_cache);
+        add(temp("norm output in fp32 (autocast input)", Part::other, 4, shape({sym::N, h})));
+        add(temp("q, k, v in fp32 (rotary under autocast)", Part::other, 4,
+                 shape({dim("3", 3), sym::N, a, d})));
+      } else {
+        add(temp("norm output (no grad)", Part::other, in_.ex, shape({sym::N, h})));
+        add(temp("rotated q (not saved)", Part::other, in_.ex, shape({sym::N, a, d})));
+        layers(1, [](Slot s) { return !(s == Slot::k || s == Slot::v); });
+      }
+      add(temp(name, Part::other, width, S2));
+      add(constant("score scalars", Part::other, scalars));
+      end();
+    };
+    // In no-grad the fp32 softmax output dies once it is cast.
+    if (ec == 4) {
+      alternative("scores q@k^T and scores x scale (fp32)", 8, 12);
+    } else {
+      alternative("scores and softmax output (no grad)", 4, 10);
+      alternative(amp && cuda ? "scores in fp32 and scores + mask (CUDA autocast)"
+                              : "scores, their fp32 copy, scores + mask",
+                  amp && cuda ? 8 : 10, 0);
+    }
+    if (pa) {
+      const u64 w = ec == 2 && !amp ? (cuda ? 5 : 7) : (cuda ? 9 : 13);
+      alternative("softmax output, dropout mask and output (no grad)", w, 0);
+    }
+    return;
+  }
+  const u64 e = ec == 4 ? 4 : 2;
+  const auto partial = [&] {
+    common();
+    add(bias_cache);
+    add(temp("ln_1 output (no grad)", Part::other, amp ? 4 : in_.ex, shape({sym::N, h})));
+    add(temp("fused qkv output (held by the q/k/v views)", Part::other, ec,
+             shape({dim("3", 3), sym::N, h})));
+  };
+  partial();
+  add(temp("scores and masked scores", Part::other, 2 * e, S2));
+  end();
+  if (pa) {
+    partial();
+    add(temp("softmax output", Part::other, e, S2));
+    add(temp("attention dropout mask (bool)", Part::other, 1, S2));
+    if (!cuda) add(temp("dropout mask cast", Part::other, e, S2));
+    add(temp("attention dropout output", Part::other, e, S2));
+    end();
+  }
+}
+
+// After NllLossBackward0, while LogSoftmaxBackward0 allocates grad_logits (§4.2).
+void Walker::backward_start(bool steady) {
+  const Sym V = dim("V", in_.V);
+  begin("backward_start", "backward");
+  baseline(steady, grads_live(steady));
+  saved_except_target();
+  u64 casts = 0;
+  if (in_.amp) {
+    const u64 tied_copy = in_.tied && in_.lm_head ? in_.ew * in_.V * in_.h : 0;
+    casts = ck() ? (in_.lm_head ? in_.ew * in_.V * in_.h : 0) : in_.ew * lp_.mm_all + tied_copy;
+  }
+  add(constant("autocast weight copies saved for backward", Part::param_casts, casts));
+  if (in_.lm_head) {
+    add(temp("gradient of the log-probs (fp32)", Part::other, 4, shape({sym::N, V})));
+    add(temp("gradient of the logits (fp32)", Part::other, 4, shape({sym::N, V})));
+  }
+  add(loss_);
+  add(seed_);
+  add(rng_);
+  end();
+}
+
+// The embedding's backward, when every gradient exists.
+void Walker::backward_end(bool steady) {
+  begin("backward_end", "backward");
+  baseline(steady, true);
+  if (in_.tied && in_.lm_head) {
+    // The tied weight's gradient arrives twice (AccumulateGrad's buffer, then the embedding's
+    // zeros-initialised grad) and is summed out of place.
+    add(temp("tied embedding gradient: lm_head's and the embedding's", Part::other,
+             width(run_.precision.grad), shape({dim("2", 2), dim("V", in_.V), dim("h", in_.h)})));
+  } else {
+    add(temp("gradient of the embedding output", Part::other, in_.ex,
+             shape({sym::N, dim("h", in_.h)})));
+  }
+  add(loss_);
+  add(seed_);
+  add(rng_);
+  end();
+}
+
+// What layer j's backward starts with, without the current layer's own tensors and copies.
+void Walker::layer_x0(bool steady, u64 j) {
+  baseline(steady, grads_live(steady));
+  add(loss_);
+  add(seed_);
+  scoped(Scope::embed);
+  scoped(Scope::shared);
+  if (ck()) {
+    add(rng_);
+    scoped(Scope::checkpoint, j + 1);
+    if (llama() && in_.ex == 2) {  // the recompute saves a new copy of the layer input
+      add(temp("layer input re-saved by the recompute", Part::activations, in_.ex,
+               shape({sym::N, dim("h", in_.h)})));
+    }
+  } else {
+    layers(j);
+    layer_casts(j);
+  }
+  if (!grads_live(steady)) {
+    add(head_grads_);
+    add(layer_grads_, in_.L - 1 - j);
+  }
+  add(grad_out_);
+}
+
+void Walker::backward_layer(bool steady, u64 j) {
+  backward_mlp(steady, j);
+  backward_attention(steady, j);
+}
+
+// MulBackward0 of act(gate) x up (Llama), or c_proj's AddmmBackward and the first
+// activation-backward op (GPT-2); down_proj's autocast copy is released first.
+void Walker::backward_mlp(bool steady, u64 j) {
+  const std::string_view name =
+      j == in_.L - 1 ? "backward_mlp_last_layer" : "backward_mlp_first_layer";
+  const Sym h = dim("h", in_.h);
+  const bool all_moe = in_.moe_layers == in_.L && in_.moe_layers;
+  const Sym I = all_moe ? dim("I_moe", in_.I_moe) : dim("I", in_.I);
+  const Shape NI = all_moe ? shape({sym::N, dim("top_k", in_.topk), I}) : shape({sym::N, I});
+  const u64 ec = in_.ec, eg = width(run_.precision.grad);
+  const std::uint32_t down_grad =
+      in_flight("gradient of the down projection weight", Part::grads, eg * lp_.l_down);
+  const auto current = [&](bool keep_down_copy, bool keep_mmask) {
+    layer_x0(steady, j);
+    layers(1, [&](Slot s) { return !keep_mmask && s == Slot::mmask; });
+    if (keep_down_copy) add(cast_down_);
+    add(cast_mlp_);
+    add(cast_o_);
+    add(cast_rest_);
+  };
+  if (llama()) {
+    begin(name, "backward");
+    current(false, true);
+    add(down_grad);
+    Shape two = NI;
+    std::copy_backward(two.factors.begin(), two.factors.begin() + two.rank,
+                       two.factors.begin() + two.rank + 1);
+    two.factors[0] = dim("2", 2);
+    ++two.rank;
+    add(temp("gradients of act(gate) and of up (MulBackward0)", Part::other, ec, two));
+    end();
+    return;
+  }
+  begin(name, "backward");
+  current(true, false);
+  add(temp("gradient of the MLP output", Part::other, ec, shape({sym::N, h})));
+  add(temp("gradient of the c_proj input", Part::other, ec, NI));
+  if (in_.amp) {
+    add(in_flight("c_proj weight copy for the input gradient", Part::param_casts,
+                  in_.ew * in_.I * in_.h));
+  } else {
+    add(down_grad);
+  }
+  end();
+  begin(name, "backward");
+  current(false, false);
+  const u64 two = in_.act == ActFn::gelu_new || in_.act == ActFn::relu ? 2 : 1;
+  add(temp("activation backward temporaries", Part::other, two * ec, NI));
+  add(down_grad);
+  end();
+}
+
+// The attention core's backward (SoftmaxBackward0, or the SDPA/flash kernel's), after the
+// MLP, the second norm and o_proj have released their saved tensors and weight copies.
+void Walker::backward_attention(bool steady, u64 j) {
+  const std::string_view name =
+      j == in_.L - 1 ? "backward_attention_last_layer" : "backward_attention_first_layer";
+  const Sym h = dim("h", in_.h), a = dim("a", in_.a), d = dim("d", in_.d);
+  const Shape S2 = shape({sym::b, a, sym::s2});
+  const u64 ec = in_.ec, eg = width(run_.precision.grad);
+  const bool amp = in_.amp, cuda = in_.cuda, pa = in_.p_attn > 0;
+  const bool eager = in_.attention == Attention::eager;
+  const bool selective = in_.recompute == Recompute::selective;
+  const auto released = [&](Slot s, Slot also) {
+    const bool mlp_side =
+        s == Slot::mlp || s == Slot::norm2 || s == Slot::mlp_in || s == Slot::o_in;
+    const bool gpt2_side = !llama() && (s == Slot::mmask || s == Slot::rmask);
+    return mlp_side || gpt2_side || (also != Slot::none && s == also);
+  };
+  const auto base = [&](Slot also) {
+    begin(name, "backward");
+    layer_x0(steady, j);
+    layers(1, [&](Slot s) { return released(s, also); });
+    add(cast_rest_);
+    add(in_flight("gradients of the MLP, post-attention norm and o_proj weights", Part::grads,
+                  eg * (lp_.l_mlp + lp_.l_n2 + lp_.l_o)));
+    if (eager && selective) {  // the recomputed core is live again
+      for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
+        const Tensor& t = st_.tensors[i];
+        if (t.part == Part::activations && t.scope == Scope::core && t.slot != also) add(i);
+      }
+    }
+    if (ck()) {
+      add(temp("gradient of the layer output kept by checkpoint", Part::other, in_.ex,
+               shape({sym::N, h})));
+    }
+  };
+  if (!eager) {
+    base(Slot::none);
+    add(temp("gradients of q, k and v", Part::other, ec, shape({dim("3", 3), sym::N, a, d})));
+    add(temp("softmax delta (fp32, one per row)", Part::other, 4, shape({sym::b, a, sym::s})));
+    if (in_.attention == Attention::flash)
+      add(temp("dq accumulator (fp32)", Part::other, 4, shape({sym::N, a, d})));
+    end();
+    return;
+  }
+  if (llama()) {
+    // v's gradient beyond a v saved as a view (MQA at batch 1) or narrower than q (MLA).
+    const bool mqa_b1 = in_.k == 1 && st_.batch_one;
+    const u64 qd = in_.a * in_.d, vd = mqa_b1 ? in_.dv : in_.a * in_.dv;
+    const std::uint32_t v_grad = temp("gradient of v beyond the saved v", Part::other, ec,
+                                      shape({sym::N, dim("a*d - v width", qd > vd ? qd - vd : 0)}));
+    if (pa) {
+      const u64 e_do = in_.ex == 2 && !amp ? 2 : 4;
+      base(Slot::dropped);
+      add(temp(cuda ? "dropout backward (fused): mask cast and product"
+                    : "dropout backward: mask cast and two products",
+               Part::other, (cuda ? 2 : 3) * e_do, S2));
+      add(constant("dropout backward scalars", Part::other, cuda ? 0 : 8 + e_do));
+      add(v_grad);
+      end();
+      base(Slot::dropped);
+      add(temp("softmax backward: grads of the probabilities and the scores", Part::other, 7, S2));
+      add(v_grad);
+      end();
+      return;
+    }
+    base(Slot::pc);
+    add(temp("softmax backward: grads of the probabilities and the scores (fp32)", Part::other, 4,
+             shape({dim("2", 2), sym::b, a, sym::s2})));
+    add(v_grad);
+    end();
+    return;
+  }
+  const u64 e_sm = ec == 4 || (amp && cuda) ? 4 : ec;
+  base(Slot::none);
+  if (pa) {
+    add(temp(cuda ? "dropout backward (fused)" : "dropout backward: mask cast and product",
+             Part::other, (cuda ? 1 : 2) * e_sm, S2));
+    add(constant("dropout backward scalars", Part::other, cuda ? 0 : 8 + e_sm));
+  } else {
+    add(temp("softmax backward: grads of the probabilities and the scores", Part::other, e_sm,
+             shape({dim("2", 2), sym::b, a, sym::s2})));
+  }
+  if (st_.batch_one) {  // q/k/v share one storage at batch 1: the v copy is not freed
+    add(temp("v copy kept (q/k/v share one storage)", Part::other, ec, shape({sym::N, h})));
+  }
+  end();
+}
+
+// grad_copy (master weights with lower-precision grads), the optimizer step, master_copy and
+// zero_grad (§4.3-4.5). The optimizer creates its states lazily on the first step, before its
+// update loop.
+void Walker::after_backward(bool steady) {
+  const auto& p = run_.precision;
+  const u64 eg = width(p.grad), es = width(p.state);
+  if (copy_grads_) {
+    const u64 em = width(*p.master);
+    u64 best = 0, best_pre = 0, best_n = 0;
+    walk_order(lp_, [&](u64, u64 n, u64 prefix) {
+      if (prefix == 0) return;
+      const u64 v = (em - eg) * prefix + eg * n;
+      if (v > best) {
+        best = v;
+        best_pre = prefix;
+        best_n = n;
+      }
+    });
+    begin("grad_copy", "grad_copy");
+    baseline(steady, false);
+    add(constant("master gradients copied so far (m.grad = p.grad.float())", Part::master_grads,
+                 em * best_pre));
+    add(constant("gradients not yet released", Part::grads,
+                 eg * (lp_.trainable - best_pre + best_n)));
+    end();
+  }
+  const u64 rec = in_.cuda ? 0 : kRecordFunctionBytes;
+  const std::uint32_t handle = constant("record_function handle", Part::other, rec);
+  const u64 temps = step_temporaries(run_.optimizer, lp_, in_.cuda, es, eg);
+  begin("optimizer", "optimizer");
+  baseline(true, false);
+  add(opt_grads_);
+  add(constant(step_temporaries_name(run_.optimizer.kind), Part::other, temps));
+  end();
+  begin("optimizer", "optimizer");
+  baseline(true, false);
+  add(opt_grads_);
+  add(handle);
+  end();
+  if (p.master) {
+    begin("master_copy", "master_copy");
+    baseline(true, false);
+    add(opt_grads_);
+    end();
+  }
+  begin("zero_grad", "zero_grad");
+  baseline(true, false);
+  add(opt_grads_);
+  add(handle);
+  end();
+}
+
+}  // namespace
+
+const Inventory& walk_inventory(const RunSpec& run) {
+  const auto& inv0 = run.model.inventory;
+  return inv0.shapes_known ? inv0 : canonical_inventory(parameter_count(inv0));
+}
+
+Step build_step(const RunSpec& run, const ActivationInputs& in, bool batch_one) {
+  Step step;
+  step.batch_one = batch_one;
+  add_saved_tensors(step, in);
+  const auto& inv0 = run.model.inventory;
+  const u64 arch_layers = run.model.arch ? run.model.arch->num_layers : in.L;
+  const Inventory& inv = walk_inventory(run);
+  Layout lay = layout(inv, arch_layers, in.norms);
+  lay.trainable = trainable_count(inv0);  // exact even when the shapes are assumed
+  Walker w(step, run, in, lay);
+  w.statics(inv0);
+  w.walk(true);
+  w.walk(false);
+  return step;
+}
+
+}  // namespace memest::detail
