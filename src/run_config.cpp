@@ -1,21 +1,20 @@
 // The run option table (flags and config keys) and the run-config file loader.
+#include "json_access.hpp"
+
 #include <memest/config.hpp>
 #include <memest/error.hpp>
-#include <memest/suggest.hpp>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 namespace memest {
 namespace {
 
-using nlohmann::json;
+using detail::Json;
+using detail::JsonObject;
+using detail::JsonValue;
 
 std::string names(std::span<const std::string_view> list) {
   return fmt::format("{}", fmt::join(list, ", "));
@@ -135,21 +134,6 @@ std::vector<RunOptionInfo> build_table() {
   };
 }
 
-// `what` of a JSON value for messages: `string "4k"`, `number -2`, `object`.
-std::string describe(const json& v) {
-  if (v.is_string()) return fmt::format("string {}", v.dump());
-  if (v.is_number()) return fmt::format("number {}", v.dump());
-  if (v.is_boolean()) return fmt::format("boolean {}", v.dump());
-  if (v.is_null()) return "null";
-  return v.is_array() ? "an array" : "an object";
-}
-
-std::string clean_json_error(const std::string& what) {
-  // nlohmann prefixes "[json.exception.parse_error.101] "; users need only the rest.
-  const auto pos = what.find("] ");
-  return pos == std::string::npos ? what : what.substr(pos + 2);
-}
-
 std::vector<std::string_view> keys_of_section(const std::string& section) {
   std::vector<std::string_view> keys;
   for (const auto& info : run_option_table()) {
@@ -158,95 +142,71 @@ std::vector<std::string_view> keys_of_section(const std::string& section) {
   return keys;
 }
 
+// Reads a run config into RunOptions, collecting one message per problem rather than stopping at
+// the first, so that one run shows everything wrong with the file.
 class Loader {
  public:
   Loader(std::string source, std::filesystem::path dir)
       : source_(std::move(source)), dir_(std::move(dir)) {}
 
-  void load(const json& root) {
-    if (!root.is_object()) {
-      problem("", fmt::format("expected an object, got {}", describe(root)));
-      return;
-    }
-    static const std::vector<std::string_view> sections = {"model",    "optimizer", "precision",
-                                                           "training", "parallel",  "hardware"};
-    for (const auto& [name, value] : root.items()) {
-      if (name == "$schema" || name == "description") continue;
-      if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
-        problem("/" + name,
-                "unknown key" + suggestion(name, sections, " (expected one of: ", sections));
-        continue;
+  void load(const Json& root) {
+    attempt([&] {
+      const JsonObject doc(root, source_);
+      static const std::vector<std::string_view> sections = {"model",    "optimizer", "precision",
+                                                             "training", "parallel",  "hardware"};
+      for (const auto& [name, value] : root.items()) {
+        if (name == "$schema" || name == "description") continue;
+        attempt([&, &name = name] {
+          doc.check_key(name, sections);
+          section(name, doc.at(name));
+        });
       }
-      section(name, value);
-    }
+    });
   }
 
   RunOptions options;
   std::vector<std::string> problems;
 
  private:
-  void problem(const std::string& pointer, const std::string& text) {
-    problems.push_back(fmt::format("{}: {}: {}", source_, pointer.empty() ? "/" : pointer, text));
-  }
-
-  static std::string suggestion(std::string_view given, std::span<const std::string_view> names,
-                                std::string_view prefix, std::span<const std::string_view> all) {
-    std::string s = did_you_mean(given, names);
-    if (!s.empty()) return s;
-    return fmt::format("{}{})", prefix, fmt::join(all, ", "));
+  template <typename F>
+  void attempt(F f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      problems.emplace_back(e.what());
+    }
   }
 
   // "optimizer": "adamw" and "precision": "amp" are short for {"name": ...}/{"preset": ...}.
-  void section(const std::string& name, const json& value) {
-    const std::string pointer = "/" + name;
-    if (value.is_string() && (name == "optimizer" || name == "precision" || name == "model")) {
-      const char* key = name == "optimizer" ? "name" : name == "precision" ? "preset" : "name";
-      set_key(name, key, value, pointer);
+  void section(const std::string& name, const JsonValue& value) {
+    if (value.json().is_string() &&
+        (name == "optimizer" || name == "precision" || name == "model")) {
+      set_key(name, name == "precision" ? "preset" : "name", value);
       return;
     }
-    if (!value.is_object()) {
-      problem(pointer, fmt::format("expected an object, got {}", describe(value)));
-      return;
-    }
+    const JsonObject object(value);
     const auto keys = keys_of_section(name);
-    for (const auto& [key, v] : value.items()) {
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-        problem(fmt::format("{}/{}", pointer, key),
-                fmt::format("unknown key{}", suggestion(key, keys, " (expected one of: ", keys)));
-        continue;
-      }
-      set_key(name, key, v, fmt::format("{}/{}", pointer, key));
+    for (const auto& [key, v] : value.json().items()) {
+      attempt([&, &key = key] {
+        object.check_key(key, keys);
+        set_key(name, key, object.at(key));
+      });
     }
   }
 
-  void set_key(const std::string& section_name, const std::string& key, const json& v,
-               const std::string& pointer) {
+  void set_key(const std::string& section_name, const std::string& key, const JsonValue& v) {
     for (const auto& info : run_option_table()) {
       if (info.section != section_name || info.key != key) continue;
-      const std::string where = fmt::format("{}: {}", source_, pointer);
+      const std::string where = fmt::format("{}: {}", source_, v.pointer());
       if (info.boolean) {
-        if (!v.is_boolean()) {
-          problem(pointer, fmt::format("expected true or false, got {}", describe(v)));
-        } else {
-          options.*info.boolean = Setting<bool>{v.get<bool>(), where};
-        }
+        options.*info.boolean = Setting<bool>{v.as_bool(), where};
         return;
       }
-      std::string text;
-      if (info.text == &RunOptions::architecture && v.is_object()) {
-        options.*info.text = Setting<std::string>{v.dump(), where};
+      if (info.text == &RunOptions::architecture && v.json().is_object()) {
+        options.*info.text = Setting<std::string>{v.json().dump(), where};
         return;
       }
-      if (v.is_string()) {
-        text = v.get<std::string>();
-      } else if (v.is_number() && info.json_number) {
-        text = v.dump();
-      } else {
-        problem(pointer,
-                fmt::format("expected {}, got {}",
-                            info.json_number ? "a number or a string" : "a string", describe(v)));
-        return;
-      }
+      std::string text = info.json_number ? v.as_text() : v.as_string();
       if (info.text == &RunOptions::config && !text.empty() &&
           std::filesystem::path(text).is_relative()) {
         text = (dir_ / text).lexically_normal().string();  // relative to the run config file
@@ -260,20 +220,7 @@ class Loader {
   std::filesystem::path dir_;
 };
 
-}  // namespace
-
-const std::vector<RunOptionInfo>& run_option_table() {
-  static const std::vector<RunOptionInfo> table = build_table();
-  return table;
-}
-
-RunOptions parse_run_config(std::string_view json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    throw Error(fmt::format("{}: invalid JSON: {}", source, clean_json_error(e.what())));
-  }
+RunOptions options_from_json(const Json& root, const std::string& source) {
   Loader loader(source, std::filesystem::path(source).parent_path());
   loader.load(root);
   if (!loader.problems.empty()) {
@@ -291,21 +238,19 @@ RunOptions parse_run_config(std::string_view json_text, const std::string& sourc
   return loader.options;
 }
 
-RunOptions load_run_config(const std::string& path) {
-  return parse_run_config(read_text_file(path), path);
+}  // namespace
+
+const std::vector<RunOptionInfo>& run_option_table() {
+  static const std::vector<RunOptionInfo> table = build_table();
+  return table;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw Error(fmt::format("{}: cannot open file: Is a directory", path));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open file: {}", path, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("{}: cannot read file: {}", path, std::strerror(errno)));
-  return ss.str();
+RunOptions parse_run_config(std::string_view json_text, const std::string& source) {
+  return options_from_json(detail::parse_json(json_text, source), source);
+}
+
+RunOptions load_run_config(const std::string& path) {
+  return options_from_json(detail::read_json_file(path), path);
 }
 
 }  // namespace memest

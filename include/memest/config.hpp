@@ -75,7 +75,8 @@ void merge(RunOptions& base, const RunOptions& overrides);
 /// with one line per problem, each `<source>: <pointer>: <problem>`, all problems at once.
 RunOptions parse_run_config(std::string_view json_text, const std::string& source);
 
-/// Reads and parses a run config file; `<path>: cannot open file: <reason>` if unreadable.
+/// Reads and parses a run config file; `<path>: cannot open file: <reason>` if it is missing, a
+/// directory or unreadable.
 RunOptions load_run_config(const std::string& path);
 
 /// Validates and turns options into a RunSpec: parses counts and names, loads the model, applies
@@ -86,8 +87,5 @@ RunSpec resolve(const RunOptions& options);
 /// The JSON Schema (draft 2020-12) of run config files, generated from run_option_table(); it is
 /// shipped as configs/schema/run.schema.json for editors.
 std::string run_config_schema();
-
-/// Reads a whole file; throws Error `<path>: cannot open file: <reason>`.
-std::string read_text_file(const std::string& path);
 
 }  // namespace memest
