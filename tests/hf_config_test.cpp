@@ -236,6 +236,9 @@ TEST_CASE("comments are allowed and a missing file is named", "[hf_config]") {
   CHECK(m.name == "tiny");
   REQUIRE_THROWS_WITH(load_hf_config("no/such/config.json"),
                       "no/such/config.json: cannot open file: No such file or directory");
+  // An ifstream opens a directory and reads nothing: it used to say "invalid JSON".
+  const std::string dir = test::data_path("data/models");
+  REQUIRE_THROWS_WITH(load_hf_config(dir), dir + ": cannot open file: Is a directory");
 }
 
 TEST_CASE("presets are the shipped config.json files with their exact counts", "[hf_config]") {
