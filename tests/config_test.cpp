@@ -1,7 +1,7 @@
 #include "testutil.hpp"
 
-#include <memest/config.hpp>
 #include <memest/error.hpp>
+#include <memest/run_config.hpp>
 
 #include <fmt/format.h>
 
