@@ -2,6 +2,7 @@
 #include <memest/check.hpp>
 #include <memest/error.hpp>
 #include <memest/peak.hpp>
+#include <memest/run_config.hpp>
 
 #include <sstream>
 

@@ -314,19 +314,6 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
 
 }  // namespace
 
-void merge(RunOptions& b, const RunOptions& o) {
-  if (o.params || o.model || o.config || o.architecture) {  // a later model replaces the earlier
-    b.params.reset();
-    b.model.reset();
-    b.config.reset();
-    b.architecture.reset();
-  }
-  for (const auto& info : run_option_table()) {
-    if (info.text && o.*info.text) b.*info.text = o.*info.text;
-    if (info.boolean && o.*info.boolean) b.*info.boolean = o.*info.boolean;
-  }
-}
-
 RunSpec resolve(const RunOptions& options) {
   RunSpec run;
   Problems problems;

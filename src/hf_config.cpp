@@ -1,19 +1,14 @@
+#include "json_access.hpp"
+
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/suggest.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <initializer_list>
-#include <optional>
-#include <sstream>
 #include <utility>
 
 namespace memest {
@@ -24,125 +19,17 @@ const std::vector<std::pair<std::string_view, std::string_view>>& embedded_model
 
 namespace {
 
-using nlohmann::json;
+using detail::Json;
 
 constexpr std::array<std::string_view, 19> kModelTypes = {
     "bert", "deepseek_v2", "falcon",    "gemma",   "gemma2", "gpt2", "gpt_neox",
     "gptj", "llama",       "mistral",   "mixtral", "olmo",   "opt",  "phi",
     "phi3", "qwen2",       "qwen2_moe", "roberta", "t5"};
 
-// "string \"32\"", "number -2", "boolean true", "null", "array", "object".
-std::string describe(const json& v) {
-  switch (v.type()) {
-    case json::value_t::string:
-      return "string " + v.dump();
-    case json::value_t::boolean:
-      return "boolean " + v.dump();
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-    case json::value_t::number_float:
-      return "number " + v.dump();
-    case json::value_t::null:
-      return "null";
-    case json::value_t::array:
-      return "array";
-    default:
-      return "object";
-  }
-}
-
-// Checked getters that know the source and the key, so every message names both. A key may
-// have legacy spellings (GPT-2's n_embd for hidden_size); the first present one is read, and a
-// null value counts as absent, as transformers treats `"n_inner": null`.
-class Reader {
- public:
-  Reader(const json& root, std::string source) : root_(root), source_(std::move(source)) {}
-
-  [[noreturn]] void fail(std::string_view key, const std::string& problem) const {
-    throw Error(fmt::format("{}: /{}: {}", source_, key, problem));
-  }
-
-  bool has(std::string_view key) const { return root_.contains(key); }
-  bool is_null(std::string_view key) const { return has(key) && root_.at(key).is_null(); }
-
-  std::optional<std::uint64_t> opt_uint(std::initializer_list<std::string_view> keys,
-                                        bool allow_zero = false) const {
-    const auto [key, v] = find(keys);
-    if (v == nullptr) return std::nullopt;
-    const bool ok =
-        v->is_number_unsigned() || (v->is_number_integer() && v->get<std::int64_t>() >= 0);
-    if (!ok || (!allow_zero && v->get<std::uint64_t>() == 0)) {
-      fail(key, fmt::format("expected a {} integer, got {}",
-                            allow_zero ? "non-negative" : "positive", describe(*v)));
-    }
-    return v->get<std::uint64_t>();
-  }
-
-  std::uint64_t uint(std::initializer_list<std::string_view> keys, std::uint64_t fallback,
-                     bool allow_zero = false) const {
-    return opt_uint(keys, allow_zero).value_or(fallback);
-  }
-
-  std::uint64_t required(std::initializer_list<std::string_view> keys) const {
-    const auto v = opt_uint(keys);
-    if (!v) fail(*keys.begin(), "missing required key");
-    return *v;
-  }
-
-  bool boolean(std::initializer_list<std::string_view> keys, bool fallback) const {
-    const auto [key, v] = find(keys);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) fail(key, "expected a boolean, got " + describe(*v));
-    return v->get<bool>();
-  }
-
-  double probability(std::initializer_list<std::string_view> keys, double fallback) const {
-    const auto [key, v] = find(keys);
-    if (v == nullptr) return fallback;
-    if (!v->is_number() || v->get<double>() < 0.0 || v->get<double>() > 1.0) {
-      fail(key, "expected a number between 0 and 1, got " + describe(*v));
-    }
-    return v->get<double>();
-  }
-
-  std::string string(std::initializer_list<std::string_view> keys, std::string fallback) const {
-    const auto [key, v] = find(keys);
-    if (v == nullptr) return fallback;
-    if (!v->is_string()) fail(key, "expected a string, got " + describe(*v));
-    return v->get<std::string>();
-  }
-
-  // A list of layer indices (Qwen2-MoE mlp_only_layers).
-  std::vector<std::uint64_t> uint_list(std::string_view key) const {
-    std::vector<std::uint64_t> out;
-    if (!has(key) || root_.at(key).is_null()) return out;
-    const json& v = root_.at(key);
-    if (!v.is_array()) fail(key, "expected an array of layer indices, got " + describe(v));
-    for (const json& e : v) {
-      if (!e.is_number_unsigned() && !(e.is_number_integer() && e.get<std::int64_t>() >= 0)) {
-        fail(key, "expected an array of layer indices, got an element " + describe(e));
-      }
-      out.push_back(e.get<std::uint64_t>());
-    }
-    return out;
-  }
-
- private:
-  std::pair<std::string_view, const json*> find(
-      std::initializer_list<std::string_view> keys) const {
-    for (std::string_view k : keys) {
-      const auto it = root_.find(k);
-      if (it != root_.end() && !it->is_null()) return {k, &*it};
-    }
-    return {*keys.begin(), nullptr};
-  }
-
-  const json& root_;
-  std::string source_;
-};
+using detail::JsonObject;
 
 // The keys every Llama-style decoder shares.
-void read_decoder(const Reader& r, Architecture& a) {
+void read_decoder(const JsonObject& r, Architecture& a) {
   a.vocab_size = r.required({"vocab_size"});
   a.hidden_size = r.required({"hidden_size"});
   a.num_layers = r.required({"num_hidden_layers"});
@@ -158,7 +45,7 @@ void read_decoder(const Reader& r, Architecture& a) {
   a.tied_embeddings = r.boolean({"tie_word_embeddings"}, false);
 }
 
-void read_gpt2(const Reader& r, Architecture& a) {
+void read_gpt2(const JsonObject& r, Architecture& a) {
   a.vocab_size = r.required({"vocab_size"});
   a.hidden_size = r.required({"n_embd", "hidden_size"});
   a.num_layers = r.required({"n_layer", "num_hidden_layers"});
@@ -174,7 +61,7 @@ void read_gpt2(const Reader& r, Architecture& a) {
   a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
 }
 
-void read_gptj(const Reader& r, Architecture& a) {
+void read_gptj(const JsonObject& r, Architecture& a) {
   a.vocab_size = r.required({"vocab_size"});
   a.hidden_size = r.required({"n_embd", "hidden_size"});
   a.num_layers = r.required({"n_layer", "num_hidden_layers"});
@@ -191,7 +78,7 @@ void read_gptj(const Reader& r, Architecture& a) {
   a.tied_embeddings = r.boolean({"tie_word_embeddings"}, false);
 }
 
-void read_gpt_neox(const Reader& r, Architecture& a) {
+void read_gpt_neox(const JsonObject& r, Architecture& a) {
   a.vocab_size = r.required({"vocab_size"});
   a.hidden_size = r.required({"hidden_size"});
   a.num_layers = r.required({"num_hidden_layers"});
@@ -209,7 +96,7 @@ void read_gpt_neox(const Reader& r, Architecture& a) {
 
 // FalconConfig, and the RefinedWeb remote-code configs it replaced (n_head, n_layer, n_head_kv).
 // "RefinedWeb" was the 40B layout, i.e. new_decoder_architecture.
-void read_falcon(const Reader& r, Architecture& a, bool refined_web_40b) {
+void read_falcon(const JsonObject& r, Architecture& a, bool refined_web_40b) {
   a.vocab_size = r.required({"vocab_size"});
   a.hidden_size = r.required({"hidden_size", "n_embed"});
   a.num_layers = r.required({"num_hidden_layers", "n_layer"});
@@ -235,7 +122,7 @@ void read_falcon(const Reader& r, Architecture& a, bool refined_web_40b) {
   a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
 }
 
-void read_phi(const Reader& r, Architecture& a) {
+void read_phi(const JsonObject& r, Architecture& a) {
   read_decoder(r, a);
   a.head_dim = 0;  // PhiAttention uses hidden_size / heads
   a.gated_mlp = false;
@@ -249,7 +136,7 @@ void read_phi(const Reader& r, Architecture& a) {
   a.embd_dropout = r.probability({"embd_pdrop"}, 0.0);
 }
 
-void read_opt(const Reader& r, Architecture& a) {
+void read_opt(const JsonObject& r, Architecture& a) {
   a.vocab_size = r.required({"vocab_size"});
   a.hidden_size = r.required({"hidden_size"});
   a.num_layers = r.required({"num_hidden_layers"});
@@ -268,7 +155,7 @@ void read_opt(const Reader& r, Architecture& a) {
   a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
 }
 
-void read_bert(const Reader& r, Architecture& a) {
+void read_bert(const JsonObject& r, Architecture& a) {
   a.vocab_size = r.required({"vocab_size"});
   a.hidden_size = r.required({"hidden_size"});
   a.num_layers = r.required({"num_hidden_layers"});
@@ -287,7 +174,7 @@ void read_bert(const Reader& r, Architecture& a) {
   a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
 }
 
-void read_t5(const Reader& r, Architecture& a) {
+void read_t5(const JsonObject& r, Architecture& a) {
   a.vocab_size = r.required({"vocab_size"});
   a.hidden_size = r.required({"d_model", "hidden_size"});
   a.num_layers = r.required({"num_layers", "num_hidden_layers"});
@@ -305,7 +192,7 @@ void read_t5(const Reader& r, Architecture& a) {
   a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
 }
 
-void read_deepseek_v2(const Reader& r, Architecture& a) {
+void read_deepseek_v2(const JsonObject& r, Architecture& a) {
   read_decoder(r, a);
   a.qkv_bias = a.attn_out_bias = r.boolean({"attention_bias"}, false);
   // q_lora_rank: null in the file means a plain q_proj; absent means the class default 1536.
@@ -330,7 +217,7 @@ void read_deepseek_v2(const Reader& r, Architecture& a) {
   }
 }
 
-void read_qwen2_moe(const Reader& r, Architecture& a) {
+void read_qwen2_moe(const JsonObject& r, Architecture& a) {
   read_decoder(r, a);
   a.qkv_bias = r.boolean({"qkv_bias"}, true);
   a.num_experts = r.uint({"num_experts"}, 60, true);
@@ -347,7 +234,7 @@ void read_qwen2_moe(const Reader& r, Architecture& a) {
   }
 }
 
-void read_family(const Reader& r, Architecture& a, const std::string& raw_type) {
+void read_family(const JsonObject& r, Architecture& a, const std::string& raw_type) {
   const std::string& t = a.model_type;
   if (t == "gpt2") {
     read_gpt2(r, a);
@@ -400,7 +287,7 @@ void read_family(const Reader& r, Architecture& a, const std::string& raw_type) 
 }
 
 // Cross-field checks transformers makes (or would fail on) when it builds the model.
-void check(const Reader& r, Architecture& a, bool head_dim_given) {
+void check(const JsonObject& r, Architecture& a, bool head_dim_given) {
   if (a.kv_lora_rank == 0 && !head_dim_given) {
     if (a.hidden_size % a.num_heads != 0) {
       r.fail(a.model_type == "gpt2" || a.model_type == "gptj" ? "n_head" : "num_attention_heads",
@@ -422,7 +309,7 @@ void check(const Reader& r, Architecture& a, bool head_dim_given) {
   }
 }
 
-std::string model_name(const json& root, const std::string& source) {
+std::string model_name(const Json& root, const std::string& source) {
   if (const auto it = root.find("_name_or_path");
       it != root.end() && it->is_string() && !it->get<std::string>().empty()) {
     return it->get<std::string>();
@@ -443,23 +330,10 @@ std::string model_name(const json& root, const std::string& source) {
 
 std::span<const std::string_view> supported_model_types() { return kModelTypes; }
 
-ModelSpec parse_hf_config(std::string_view json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    if (const auto p = what.find("] ");
-        what.starts_with("[json.exception") && p != std::string::npos) {
-      what = what.substr(p + 2);
-    }
-    throw Error(fmt::format("{}: invalid JSON: {}", source, what));
-  }
-  if (!root.is_object()) {
-    throw Error(
-        fmt::format("{}: expected a JSON object (a config.json), got {}", source, describe(root)));
-  }
-  const Reader r(root, source);
+namespace {
+
+ModelSpec model_from_json(const Json& root, const std::string& source) {
+  const JsonObject r(root, source);
   if (!r.has("model_type") || r.is_null("model_type")) r.fail("model_type", "missing required key");
   const std::string raw_type = r.string({"model_type"}, "");
   Architecture a;
@@ -479,12 +353,14 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& source)
   return m;
 }
 
+}  // namespace
+
+ModelSpec parse_hf_config(std::string_view json_text, const std::string& source) {
+  return model_from_json(detail::parse_json(json_text, source), source);
+}
+
 ModelSpec load_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open file: {}", path, std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_hf_config(text.str(), path);
+  return model_from_json(detail::read_json_file(path), path);
 }
 
 std::vector<PresetInfo> model_presets() {

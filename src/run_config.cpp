@@ -1,154 +1,21 @@
-// The run option table (flags and config keys) and the run-config file loader.
-#include <memest/config.hpp>
+// The run-config file loader: JSON into RunOptions, every problem named by file and pointer. It
+// uses config (the option table, resolve) and json_access; neither calls back into it.
+#include "json_access.hpp"
+
 #include <memest/error.hpp>
-#include <memest/suggest.hpp>
+#include <memest/run_config.hpp>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 namespace memest {
 namespace {
 
-using nlohmann::json;
-
-std::string names(std::span<const std::string_view> list) {
-  return fmt::format("{}", fmt::join(list, ", "));
-}
-
-std::vector<RunOptionInfo> build_table() {
-  using R = RunOptions;
-  const std::string dtypes = names(dtype_names());
-  auto text = [](std::string flag, std::string section, std::string key, std::string type,
-                 std::string help, TextSetting R::*member, bool number = false) {
-    return RunOptionInfo{std::move(flag), std::move(section),
-                         std::move(key),  std::move(type),
-                         std::move(help), member,
-                         nullptr,         number};
-  };
-  auto boolean = [](std::string flag, std::string section, std::string key, std::string help,
-                    FlagSetting R::*member) {
-    return RunOptionInfo{std::move(flag), std::move(section),
-                         std::move(key),  "",
-                         std::move(help), nullptr,
-                         member,          false};
-  };
-  return {
-      text("--params", "model", "params", "COUNT",
-           "Parameter count: 7B, 6.7B, 125M, 1.3e9, 6738415616", &R::params, true),
-      text("--model", "model", "name", "NAME", "A model preset (see 'memest models')", &R::model),
-      text("--config", "model", "config", "PATH", "A Hugging Face config.json", &R::config),
-      text("--architecture", "model", "architecture", "JSON",
-           "A Hugging Face config.json given inline (in a run config: a JSON object)",
-           &R::architecture),
-      text("--freeze", "model", "freeze", "ROLES",
-           "Freeze parameter roles, comma-separated: " + names(role_names()), &R::freeze),
-      text("--lora-rank", "model", "lora_rank", "R", "Train LoRA adapters of rank R; base frozen",
-           &R::lora_rank, true),
-      text("--lora-targets", "model", "lora_targets", "LIST",
-           "LoRA targets: q,k,v,o,gate,up,down or all-linear (default q,v)", &R::lora_targets),
-      boolean("--qlora", "model", "qlora", "QLoRA: 4-bit NF4 base weights (needs --lora-rank)",
-              &R::qlora),
-      boolean("--double-quant", "model", "double_quant",
-              "QLoRA: quantize the quantization constants too", &R::double_quant),
-      text("--optimizer", "optimizer", "name", "NAME",
-           "Optimizer: " + names(optimizer_names()) + " (default adamw)", &R::optimizer),
-      boolean("--nesterov", "optimizer", "nesterov", "sgd-momentum: Nesterov momentum (same state)",
-              &R::nesterov),
-      boolean("--amsgrad", "optimizer", "amsgrad", "adam/adamw: keep max_exp_avg_sq", &R::amsgrad),
-      boolean("--rmsprop-momentum", "optimizer", "momentum", "rmsprop: keep a momentum buffer",
-              &R::rmsprop_momentum),
-      boolean("--centered", "optimizer", "centered", "rmsprop: keep grad_avg (centered)",
-              &R::centered),
-      boolean("--first-moment", "optimizer", "first_moment", "adafactor: keep exp_avg (beta1 set)",
-              &R::first_moment),
-      text("--optimizer-impl", "optimizer", "impl", "NAME",
-           "How the step runs: foreach (PyTorch's default on CUDA), single or fused",
-           &R::optimizer_impl),
-      boolean(
-          "--fused-optimizer", "optimizer", "fused",
-          "Short for --optimizer-impl fused (fused/capturable: no step temporaries, step counters "
-          "in device memory)",
-          &R::fused_optimizer),
-      text("--precision", "precision", "preset", "NAME",
-           "Precision policy: " + names(precision_names()) + " (default fp32)", &R::precision),
-      boolean("--amp", "precision", "amp", "Short for --precision amp (torch.autocast fp16)",
-              &R::amp),
-      text("--param-dtype", "precision", "param_dtype", "DTYPE",
-           "Dtype of stored parameters: " + dtypes, &R::param_dtype),
-      text("--grad-dtype", "precision", "grad_dtype", "DTYPE", "Dtype of gradients",
-           &R::grad_dtype),
-      text("--master-dtype", "precision", "master_dtype", "DTYPE",
-           "Dtype of master weights, or none", &R::master_dtype),
-      text("--state-dtype", "precision", "state_dtype", "DTYPE", "Dtype of optimizer states",
-           &R::state_dtype),
-      text("--activation-dtype", "precision", "activation_dtype", "DTYPE", "Dtype of activations",
-           &R::activation_dtype),
-      text("--working-dtype", "precision", "working_dtype", "DTYPE",
-           "Dtype of autocast weight copies, or none", &R::working_dtype),
-      text("--grad-accum-dtype", "precision", "grad_accum_dtype", "DTYPE",
-           "Dtype of a separate gradient accumulation buffer, or none", &R::grad_accum_dtype),
-      text("--batch", "training", "micro_batch", "N",
-           "Micro-batch size (sequences per forward pass)", &R::batch, true),
-      text("--seq", "training", "seq_len", "N", "Sequence length in tokens", &R::seq, true),
-      text("--grad-accum", "training", "grad_accum", "N",
-           "Micro-batches per optimizer step (default 1)", &R::grad_accum, true),
-      text("--attention", "training", "attention", "NAME",
-           "Attention: " + names(attention_names()) + " (default sdpa, as transformers uses)",
-           &R::attention),
-      text("--recompute", "training", "recompute", "NAME",
-           "Activation recompute: " + names(recompute_names()) + " (default none)", &R::recompute),
-      text("--dropout", "training", "dropout", "P", "Override every dropout probability",
-           &R::dropout, true),
-      text("--zero-grad", "training", "zero_grad", "MODE",
-           "zero_grad: none (set_to_none, the default) or zero (grads kept between steps)",
-           &R::zero_grad),
-      text("--device", "training", "device", "NAME",
-           "Kernels that decide saved tensors and scratch: " + names(device_names()) +
-               " (default cuda; cpu as in the reference measurements)",
-           &R::device),
-      text("--dp", "parallel", "data_parallel", "N",
-           "Data-parallel ranks the model states are sharded over (with --zero)", &R::data_parallel,
-           true),
-      text("--zero", "parallel", "zero_stage", "STAGE",
-           "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP)",
-           &R::zero_stage, true),
-      text("--offload", "parallel", "offload", "WHAT",
-           "none, or optimizer: master weights and optimizer states in host memory, stepped on "
-           "the CPU (ZeRO-Offload)",
-           &R::offload),
-      text("--allocator", "hardware", "allocator", "NAME",
-           "none (bytes requested) or cuda (caching-allocator rounding; reserved bytes)",
-           &R::allocator),
-      text("--context-reserve", "hardware", "context_reserve", "SIZE",
-           "A stated constant for the CUDA context, added to the peak", &R::context_reserve, true),
-      text("--gpu", "hardware", "gpu", "NAME", "A GPU preset (see 'memest gpus')", &R::gpu),
-      text("--budget", "hardware", "budget", "SIZE", "Memory budget per device: 80GiB, 40GB, ...",
-           &R::budget, true),
-      text("--reserve", "hardware", "reserve", "SIZE",
-           "Memory kept back for the CUDA context and allocator", &R::reserve, true),
-  };
-}
-
-// `what` of a JSON value for messages: `string "4k"`, `number -2`, `object`.
-std::string describe(const json& v) {
-  if (v.is_string()) return fmt::format("string {}", v.dump());
-  if (v.is_number()) return fmt::format("number {}", v.dump());
-  if (v.is_boolean()) return fmt::format("boolean {}", v.dump());
-  if (v.is_null()) return "null";
-  return v.is_array() ? "an array" : "an object";
-}
-
-std::string clean_json_error(const std::string& what) {
-  // nlohmann prefixes "[json.exception.parse_error.101] "; users need only the rest.
-  const auto pos = what.find("] ");
-  return pos == std::string::npos ? what : what.substr(pos + 2);
-}
+using detail::Json;
+using detail::JsonObject;
+using detail::JsonValue;
 
 std::vector<std::string_view> keys_of_section(const std::string& section) {
   std::vector<std::string_view> keys;
@@ -158,95 +25,71 @@ std::vector<std::string_view> keys_of_section(const std::string& section) {
   return keys;
 }
 
+// Reads a run config into RunOptions, collecting one message per problem rather than stopping at
+// the first, so that one run shows everything wrong with the file.
 class Loader {
  public:
   Loader(std::string source, std::filesystem::path dir)
       : source_(std::move(source)), dir_(std::move(dir)) {}
 
-  void load(const json& root) {
-    if (!root.is_object()) {
-      problem("", fmt::format("expected an object, got {}", describe(root)));
-      return;
-    }
-    static const std::vector<std::string_view> sections = {"model",    "optimizer", "precision",
-                                                           "training", "parallel",  "hardware"};
-    for (const auto& [name, value] : root.items()) {
-      if (name == "$schema" || name == "description") continue;
-      if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
-        problem("/" + name,
-                "unknown key" + suggestion(name, sections, " (expected one of: ", sections));
-        continue;
+  void load(const Json& root) {
+    attempt([&] {
+      const JsonObject doc(root, source_);
+      static const std::vector<std::string_view> sections = {"model",    "optimizer", "precision",
+                                                             "training", "parallel",  "hardware"};
+      for (const auto& [name, value] : root.items()) {
+        if (name == "$schema" || name == "description") continue;
+        attempt([&, &name = name] {
+          doc.check_key(name, sections);
+          section(name, doc.at(name));
+        });
       }
-      section(name, value);
-    }
+    });
   }
 
   RunOptions options;
   std::vector<std::string> problems;
 
  private:
-  void problem(const std::string& pointer, const std::string& text) {
-    problems.push_back(fmt::format("{}: {}: {}", source_, pointer.empty() ? "/" : pointer, text));
-  }
-
-  static std::string suggestion(std::string_view given, std::span<const std::string_view> names,
-                                std::string_view prefix, std::span<const std::string_view> all) {
-    std::string s = did_you_mean(given, names);
-    if (!s.empty()) return s;
-    return fmt::format("{}{})", prefix, fmt::join(all, ", "));
+  template <typename F>
+  void attempt(F f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      problems.emplace_back(e.what());
+    }
   }
 
   // "optimizer": "adamw" and "precision": "amp" are short for {"name": ...}/{"preset": ...}.
-  void section(const std::string& name, const json& value) {
-    const std::string pointer = "/" + name;
-    if (value.is_string() && (name == "optimizer" || name == "precision" || name == "model")) {
-      const char* key = name == "optimizer" ? "name" : name == "precision" ? "preset" : "name";
-      set_key(name, key, value, pointer);
+  void section(const std::string& name, const JsonValue& value) {
+    if (value.json().is_string() &&
+        (name == "optimizer" || name == "precision" || name == "model")) {
+      set_key(name, name == "precision" ? "preset" : "name", value);
       return;
     }
-    if (!value.is_object()) {
-      problem(pointer, fmt::format("expected an object, got {}", describe(value)));
-      return;
-    }
+    const JsonObject object(value);
     const auto keys = keys_of_section(name);
-    for (const auto& [key, v] : value.items()) {
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-        problem(fmt::format("{}/{}", pointer, key),
-                fmt::format("unknown key{}", suggestion(key, keys, " (expected one of: ", keys)));
-        continue;
-      }
-      set_key(name, key, v, fmt::format("{}/{}", pointer, key));
+    for (const auto& [key, v] : value.json().items()) {
+      attempt([&, &key = key] {
+        object.check_key(key, keys);
+        set_key(name, key, object.at(key));
+      });
     }
   }
 
-  void set_key(const std::string& section_name, const std::string& key, const json& v,
-               const std::string& pointer) {
+  void set_key(const std::string& section_name, const std::string& key, const JsonValue& v) {
     for (const auto& info : run_option_table()) {
       if (info.section != section_name || info.key != key) continue;
-      const std::string where = fmt::format("{}: {}", source_, pointer);
+      const std::string where = fmt::format("{}: {}", source_, v.pointer());
       if (info.boolean) {
-        if (!v.is_boolean()) {
-          problem(pointer, fmt::format("expected true or false, got {}", describe(v)));
-        } else {
-          options.*info.boolean = Setting<bool>{v.get<bool>(), where};
-        }
+        options.*info.boolean = Setting<bool>{v.as_bool(), where};
         return;
       }
-      std::string text;
-      if (info.text == &RunOptions::architecture && v.is_object()) {
-        options.*info.text = Setting<std::string>{v.dump(), where};
+      if (info.text == &RunOptions::architecture && v.json().is_object()) {
+        options.*info.text = Setting<std::string>{v.json().dump(), where};
         return;
       }
-      if (v.is_string()) {
-        text = v.get<std::string>();
-      } else if (v.is_number() && info.json_number) {
-        text = v.dump();
-      } else {
-        problem(pointer,
-                fmt::format("expected {}, got {}",
-                            info.json_number ? "a number or a string" : "a string", describe(v)));
-        return;
-      }
+      std::string text = info.json_number ? v.as_text() : v.as_string();
       if (info.text == &RunOptions::config && !text.empty() &&
           std::filesystem::path(text).is_relative()) {
         text = (dir_ / text).lexically_normal().string();  // relative to the run config file
@@ -260,20 +103,7 @@ class Loader {
   std::filesystem::path dir_;
 };
 
-}  // namespace
-
-const std::vector<RunOptionInfo>& run_option_table() {
-  static const std::vector<RunOptionInfo> table = build_table();
-  return table;
-}
-
-RunOptions parse_run_config(std::string_view json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    throw Error(fmt::format("{}: invalid JSON: {}", source, clean_json_error(e.what())));
-  }
+RunOptions options_from_json(const Json& root, const std::string& source) {
   Loader loader(source, std::filesystem::path(source).parent_path());
   loader.load(root);
   if (!loader.problems.empty()) {
@@ -291,21 +121,14 @@ RunOptions parse_run_config(std::string_view json_text, const std::string& sourc
   return loader.options;
 }
 
-RunOptions load_run_config(const std::string& path) {
-  return parse_run_config(read_text_file(path), path);
+}  // namespace
+
+RunOptions parse_run_config(std::string_view json_text, const std::string& source) {
+  return options_from_json(detail::parse_json(json_text, source), source);
 }
 
-std::string read_text_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw Error(fmt::format("{}: cannot open file: Is a directory", path));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open file: {}", path, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("{}: cannot read file: {}", path, std::strerror(errno)));
-  return ss.str();
+RunOptions load_run_config(const std::string& path) {
+  return options_from_json(detail::read_json_file(path), path);
 }
 
 }  // namespace memest

@@ -1,9 +1,9 @@
 // The JSON Schema of run config files, generated from the run option table so that the schema,
 // the loader and the flags cannot disagree on which keys exist.
 #include <memest/adapters.hpp>
-#include <memest/config.hpp>
 #include <memest/hardware.hpp>
 #include <memest/hf_config.hpp>
+#include <memest/run_config.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,9 @@
 #include "testutil.hpp"
 
-#include <memest/config.hpp>
 #include <memest/error.hpp>
+#include <memest/run_config.hpp>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -63,11 +65,30 @@ TEST_CASE("a run config's values are named by file and pointer", "[config]") {
   REQUIRE(run.optimizer.nesterov);
 }
 
-TEST_CASE("a missing run config file", "[config]") {
-  auto r = run_cli({"--file", "tests/data/nope.json"});
-  REQUIRE(r.code == 2);
-  REQUIRE(r.err ==
-          "memest: error: tests/data/nope.json: cannot open file: No such file or directory\n");
-  auto d = run_cli({"--file", "tests/data"});
-  REQUIRE(d.err == "memest: error: tests/data: cannot open file: Is a directory\n");
+TEST_CASE("a file that cannot be read gets the same words from every loader", "[config]") {
+  // --config reads a config.json, --file and check a run config, and a run config's
+  // model.config a config.json again: one reader, so one message, naming the path.
+  auto [path, problem] = GENERATE(table<std::string, std::string>({
+      {"tests/data", "cannot open file: Is a directory"},
+      {"tests/data/nope.json", "cannot open file: No such file or directory"},
+      {"tests/data/bad/invalid_json.json",
+       "invalid JSON: parse error at line 2, column 28: syntax error while parsing object key - "
+       "unexpected '}'; expected string literal"},
+  }));
+  CAPTURE(path);
+  for (const char* flag : {"--config", "--file"}) {
+    CAPTURE(flag);
+    const auto r = run_cli({flag, path});
+    REQUIRE(r.code == 2);
+    REQUIRE(r.out.empty());
+    REQUIRE(r.err == fmt::format("memest: error: {}: {}\n", path, problem));
+  }
+  const auto check = run_cli({"check", path});
+  REQUIRE(check.code == 2);
+  REQUIRE(check.out == fmt::format("{}: invalid: {}\n0 fit, 0 over, 1 invalid\n", path, problem));
+  // A relative model.config is taken relative to the run config, here the current directory.
+  const auto options =
+      parse_run_config(fmt::format(R"({{"model": {{"config": "{}"}}}})", path), "run.json");
+  REQUIRE_THROWS_WITH(resolve(options),
+                      fmt::format("run.json: /model/config: {}: {}", path, problem));
 }

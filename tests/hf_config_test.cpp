@@ -213,13 +213,13 @@ TEST_CASE("malformed and unsupported configs name the file and the key", "[hf_co
        "path/config.json: /n_layer: expected a positive integer, got number -2"},
       {R"({"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 2,
            "n_head": 12, "tie_word_embeddings": "yes"})",
-       "path/config.json: /tie_word_embeddings: expected a boolean, got string \"yes\""},
+       "path/config.json: /tie_word_embeddings: expected true or false, got string \"yes\""},
       {R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 5,
            "intermediate_size": 11008})",
        "path/config.json: /num_key_value_heads: expected a divisor of num_attention_heads 32, "
        "got number 5"},
-      {"[1, 2]", "path/config.json: expected a JSON object (a config.json), got array"},
+      {"[1, 2]", "path/config.json: /: expected an object, got an array"},
       {"{\n  \"model_type\": ,\n}",
        "path/config.json: invalid JSON: parse error at line 2, column 17: syntax error while "
        "parsing value - unexpected ','; expected '[', '{', or a literal"},
@@ -236,6 +236,9 @@ TEST_CASE("comments are allowed and a missing file is named", "[hf_config]") {
   CHECK(m.name == "tiny");
   REQUIRE_THROWS_WITH(load_hf_config("no/such/config.json"),
                       "no/such/config.json: cannot open file: No such file or directory");
+  // An ifstream opens a directory and reads nothing: it used to say "invalid JSON".
+  const std::string dir = test::data_path("data/models");
+  REQUIRE_THROWS_WITH(load_hf_config(dir), dir + ": cannot open file: Is a directory");
 }
 
 TEST_CASE("presets are the shipped config.json files with their exact counts", "[hf_config]") {

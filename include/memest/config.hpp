@@ -70,24 +70,9 @@ const std::vector<RunOptionInfo>& run_option_table();
 /// replaces the base's model, whichever way it was given.
 void merge(RunOptions& base, const RunOptions& overrides);
 
-/// Parses a run config (JSON, comments allowed). Checks keys and JSON types; values are checked
-/// by resolve(). A relative `model.config` path is taken relative to the file. Throws Error
-/// with one line per problem, each `<source>: <pointer>: <problem>`, all problems at once.
-RunOptions parse_run_config(std::string_view json_text, const std::string& source);
-
-/// Reads and parses a run config file; `<path>: cannot open file: <reason>` if unreadable.
-RunOptions load_run_config(const std::string& path);
-
 /// Validates and turns options into a RunSpec: parses counts and names, loads the model, applies
 /// precision overrides. Throws Error naming the setting's `where`, the value and what is
 /// accepted, e.g. `--optimizer: unknown optimizer "adamw8" (expected one of: ...)`.
 RunSpec resolve(const RunOptions& options);
-
-/// The JSON Schema (draft 2020-12) of run config files, generated from run_option_table(); it is
-/// shipped as configs/schema/run.schema.json for editors.
-std::string run_config_schema();
-
-/// Reads a whole file; throws Error `<path>: cannot open file: <reason>`.
-std::string read_text_file(const std::string& path);
 
 }  // namespace memest

@@ -3,6 +3,7 @@
 #include <memest/config.hpp>
 #include <memest/error.hpp>
 #include <memest/report.hpp>
+#include <memest/run_config.hpp>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>

@@ -1,0 +1,148 @@
+// The run options: every flag with its run-config key, and how flags are laid over a file. The
+// option table is what the CLI, the run-config loader and the schema are generated from.
+#include <memest/config.hpp>
+
+#include <fmt/format.h>
+
+namespace memest {
+namespace {
+
+std::string names(std::span<const std::string_view> list) {
+  return fmt::format("{}", fmt::join(list, ", "));
+}
+
+std::vector<RunOptionInfo> build_table() {
+  using R = RunOptions;
+  const std::string dtypes = names(dtype_names());
+  auto text = [](std::string flag, std::string section, std::string key, std::string type,
+                 std::string help, TextSetting R::*member, bool number = false) {
+    return RunOptionInfo{std::move(flag), std::move(section),
+                         std::move(key),  std::move(type),
+                         std::move(help), member,
+                         nullptr,         number};
+  };
+  auto boolean = [](std::string flag, std::string section, std::string key, std::string help,
+                    FlagSetting R::*member) {
+    return RunOptionInfo{std::move(flag), std::move(section),
+                         std::move(key),  "",
+                         std::move(help), nullptr,
+                         member,          false};
+  };
+  return {
+      text("--params", "model", "params", "COUNT",
+           "Parameter count: 7B, 6.7B, 125M, 1.3e9, 6738415616", &R::params, true),
+      text("--model", "model", "name", "NAME", "A model preset (see 'memest models')", &R::model),
+      text("--config", "model", "config", "PATH", "A Hugging Face config.json", &R::config),
+      text("--architecture", "model", "architecture", "JSON",
+           "A Hugging Face config.json given inline (in a run config: a JSON object)",
+           &R::architecture),
+      text("--freeze", "model", "freeze", "ROLES",
+           "Freeze parameter roles, comma-separated: " + names(role_names()), &R::freeze),
+      text("--lora-rank", "model", "lora_rank", "R", "Train LoRA adapters of rank R; base frozen",
+           &R::lora_rank, true),
+      text("--lora-targets", "model", "lora_targets", "LIST",
+           "LoRA targets: q,k,v,o,gate,up,down or all-linear (default q,v)", &R::lora_targets),
+      boolean("--qlora", "model", "qlora", "QLoRA: 4-bit NF4 base weights (needs --lora-rank)",
+              &R::qlora),
+      boolean("--double-quant", "model", "double_quant",
+              "QLoRA: quantize the quantization constants too", &R::double_quant),
+      text("--optimizer", "optimizer", "name", "NAME",
+           "Optimizer: " + names(optimizer_names()) + " (default adamw)", &R::optimizer),
+      boolean("--nesterov", "optimizer", "nesterov", "sgd-momentum: Nesterov momentum (same state)",
+              &R::nesterov),
+      boolean("--amsgrad", "optimizer", "amsgrad", "adam/adamw: keep max_exp_avg_sq", &R::amsgrad),
+      boolean("--rmsprop-momentum", "optimizer", "momentum", "rmsprop: keep a momentum buffer",
+              &R::rmsprop_momentum),
+      boolean("--centered", "optimizer", "centered", "rmsprop: keep grad_avg (centered)",
+              &R::centered),
+      boolean("--first-moment", "optimizer", "first_moment", "adafactor: keep exp_avg (beta1 set)",
+              &R::first_moment),
+      text("--optimizer-impl", "optimizer", "impl", "NAME",
+           "How the step runs: foreach (PyTorch's default on CUDA), single or fused",
+           &R::optimizer_impl),
+      boolean(
+          "--fused-optimizer", "optimizer", "fused",
+          "Short for --optimizer-impl fused (fused/capturable: no step temporaries, step counters "
+          "in device memory)",
+          &R::fused_optimizer),
+      text("--precision", "precision", "preset", "NAME",
+           "Precision policy: " + names(precision_names()) + " (default fp32)", &R::precision),
+      boolean("--amp", "precision", "amp", "Short for --precision amp (torch.autocast fp16)",
+              &R::amp),
+      text("--param-dtype", "precision", "param_dtype", "DTYPE",
+           "Dtype of stored parameters: " + dtypes, &R::param_dtype),
+      text("--grad-dtype", "precision", "grad_dtype", "DTYPE", "Dtype of gradients",
+           &R::grad_dtype),
+      text("--master-dtype", "precision", "master_dtype", "DTYPE",
+           "Dtype of master weights, or none", &R::master_dtype),
+      text("--state-dtype", "precision", "state_dtype", "DTYPE", "Dtype of optimizer states",
+           &R::state_dtype),
+      text("--activation-dtype", "precision", "activation_dtype", "DTYPE", "Dtype of activations",
+           &R::activation_dtype),
+      text("--working-dtype", "precision", "working_dtype", "DTYPE",
+           "Dtype of autocast weight copies, or none", &R::working_dtype),
+      text("--grad-accum-dtype", "precision", "grad_accum_dtype", "DTYPE",
+           "Dtype of a separate gradient accumulation buffer, or none", &R::grad_accum_dtype),
+      text("--batch", "training", "micro_batch", "N",
+           "Micro-batch size (sequences per forward pass)", &R::batch, true),
+      text("--seq", "training", "seq_len", "N", "Sequence length in tokens", &R::seq, true),
+      text("--grad-accum", "training", "grad_accum", "N",
+           "Micro-batches per optimizer step (default 1)", &R::grad_accum, true),
+      text("--attention", "training", "attention", "NAME",
+           "Attention: " + names(attention_names()) + " (default sdpa, as transformers uses)",
+           &R::attention),
+      text("--recompute", "training", "recompute", "NAME",
+           "Activation recompute: " + names(recompute_names()) + " (default none)", &R::recompute),
+      text("--dropout", "training", "dropout", "P", "Override every dropout probability",
+           &R::dropout, true),
+      text("--zero-grad", "training", "zero_grad", "MODE",
+           "zero_grad: none (set_to_none, the default) or zero (grads kept between steps)",
+           &R::zero_grad),
+      text("--device", "training", "device", "NAME",
+           "Kernels that decide saved tensors and scratch: " + names(device_names()) +
+               " (default cuda; cpu as in the reference measurements)",
+           &R::device),
+      text("--dp", "parallel", "data_parallel", "N",
+           "Data-parallel ranks the model states are sharded over (with --zero)", &R::data_parallel,
+           true),
+      text("--zero", "parallel", "zero_stage", "STAGE",
+           "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP)",
+           &R::zero_stage, true),
+      text("--offload", "parallel", "offload", "WHAT",
+           "none, or optimizer: master weights and optimizer states in host memory, stepped on "
+           "the CPU (ZeRO-Offload)",
+           &R::offload),
+      text("--allocator", "hardware", "allocator", "NAME",
+           "none (bytes requested) or cuda (caching-allocator rounding; reserved bytes)",
+           &R::allocator),
+      text("--context-reserve", "hardware", "context_reserve", "SIZE",
+           "A stated constant for the CUDA context, added to the peak", &R::context_reserve, true),
+      text("--gpu", "hardware", "gpu", "NAME", "A GPU preset (see 'memest gpus')", &R::gpu),
+      text("--budget", "hardware", "budget", "SIZE", "Memory budget per device: 80GiB, 40GB, ...",
+           &R::budget, true),
+      text("--reserve", "hardware", "reserve", "SIZE",
+           "Memory kept back for the CUDA context and allocator", &R::reserve, true),
+  };
+}
+
+}  // namespace
+
+const std::vector<RunOptionInfo>& run_option_table() {
+  static const std::vector<RunOptionInfo> table = build_table();
+  return table;
+}
+
+void merge(RunOptions& b, const RunOptions& o) {
+  if (o.params || o.model || o.config || o.architecture) {  // a later model replaces the earlier
+    b.params.reset();
+    b.model.reset();
+    b.config.reset();
+    b.architecture.reset();
+  }
+  for (const auto& info : run_option_table()) {
+    if (info.text && o.*info.text) b.*info.text = o.*info.text;
+    if (info.boolean && o.*info.boolean) b.*info.boolean = o.*info.boolean;
+  }
+}
+
+}  // namespace memest
