@@ -52,8 +52,9 @@ class Saver {
   Dims D;
   bool llama() const { return in_.graph == LayerGraph::llama; }
 
-  void add(std::string_view name, Scope sc, Slot sl, u64 width, const Shape& sh) {
-    add_tensor(st_, name, Part::activations, sc, sl, width, sh);
+  void add(std::string_view name, Scope sc, Slot sl, u64 width, const Shape& sh,
+           Batch batch = Batch::any) {
+    add_tensor(st_, name, Part::activations, sc, sl, width, sh, batch);
   }
   // A shape with a leading count, left out when it is 1.
   static Shape counted(u64 n, std::string_view n_name, std::initializer_list<Sym> rest) {
@@ -125,12 +126,24 @@ class Saver {
   void eager_attention() {
     const u64 ec = in_.ec;
     add("q (matmul operand copy)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
-    const bool mqa_b1 = llama() && in_.k == 1 && st_.batch_one;
-    // MQA with batch 1: repeat_kv is a stride-0 view bmm uses without copying.
-    add("k (repeated for GQA, matmul operand)", Scope::layer, Slot::k, ec,
-        mqa_b1 && !in_.amp ? shape({sym::N, D.d}) : shape({sym::N, D.a, D.d}));
-    add("v (repeated for GQA, matmul operand)", Scope::layer, Slot::v, ec,
-        mqa_b1 ? shape({sym::N, D.dv}) : shape({sym::N, D.a, D.dv}));
+    if (llama() && in_.k == 1) {
+      // MQA with batch 1: repeat_kv is a stride-0 view bmm uses without copying.
+      add("k (repeated for GQA, matmul operand)", Scope::layer, Slot::k, ec,
+          shape({sym::N, D.a, D.d}), in_.amp ? Batch::any : Batch::many);
+      if (!in_.amp) {
+        add("k (a stride-0 view at batch 1)", Scope::layer, Slot::k, ec, shape({sym::N, D.d}),
+            Batch::one);
+      }
+      add("v (repeated for GQA, matmul operand)", Scope::layer, Slot::v, ec,
+          shape({sym::N, D.a, D.dv}), Batch::many);
+      add("v (a stride-0 view at batch 1)", Scope::layer, Slot::v, ec, shape({sym::N, D.dv}),
+          Batch::one);
+    } else {
+      add("k (repeated for GQA, matmul operand)", Scope::layer, Slot::k, ec,
+          shape({sym::N, D.a, D.d}));
+      add("v (repeated for GQA, matmul operand)", Scope::layer, Slot::v, ec,
+          shape({sym::N, D.a, D.dv}));
+    }
     const Scope core = in_.recompute == Recompute::selective ? Scope::core : Scope::layer;
     add(llama() ? "scaling 1/sqrt(d) (wrapped Python float, float64)"
                 : "divisor sqrt(d) (0-d tensor)",
@@ -262,9 +275,10 @@ class Saver {
         Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({sym::N, D.h}));
     add("log_softmax(logits.float()) (fp32 N x V)", Scope::head, Slot::none, 4,
         shape({sym::N, D.V}));
-    // Batch 1: the padded labels themselves are the saved target.
-    add("loss target (int64 labels)", Scope::head, Slot::target, 8,
-        st_.batch_one ? shape({sym::s1}) : shape({sym::N}));
+    add("loss target (int64 labels)", Scope::head, Slot::target, 8, shape({sym::N}),
+        Batch::many);
+    add("loss target (the padded int64 labels at batch 1)", Scope::head, Slot::target, 8,
+        shape({sym::s1}), Batch::one);
     add("total_weight (0-d fp32)", Scope::head, Slot::target, 4, shape({}));
   }
 
@@ -323,8 +337,8 @@ class Saver {
 }  // namespace
 
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
-                         std::uint64_t width, const Shape& shape) {
-  Tensor t{name, part, scope, slot, width, shape, {}};
+                         std::uint64_t width, const Shape& shape, Batch batch) {
+  Tensor t{name, part, scope, slot, width, shape, {}, batch};
   t.bytes.add(shape.elements(), width);
   step.tensors.push_back(t);
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
@@ -335,6 +349,7 @@ void add_saved_tensors(Step& step, const ActivationInputs& in) { Saver(step, in)
 ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
                             bool with_terms) {
   ActivationBytes r;
+  const bool one = x[3] == 1;
   r.b = x[3];
   r.s = x[1];
   r.h = in.h;
@@ -347,7 +362,7 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   const bool full = in.recompute == Recompute::full;
   for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {
     const Tensor& t = step.tensors[i];
-    if (t.part != Part::activations) continue;
+    if (t.part != Part::activations || !t.exists(one)) continue;
     const u64 v = t.bytes.at(x);
     if (t.scope == Scope::layer) r.full_layer += v;
     if (t.scope == step.walk_mlp) r.mlp += v;
@@ -358,6 +373,7 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   if (!full) r.per_layer = r.full_layer;
   for (const Entry& e : step.saved) {
     const Tensor& t = step.tensors[e.tensor];
+    if (!t.exists(one)) continue;
     const u64 v = checked_mul(t.bytes.at(x), e.count);
     u64& sum = t.scope == Scope::shared  ? r.shared
                : t.scope == Scope::embed ? r.embed
@@ -369,13 +385,14 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   if (!with_terms) return r;
   for (const Entry& e : step.saved) {
     const Tensor& t = step.tensors[e.tensor];
+    if (!t.exists(one)) continue;
     r.terms.push_back({t.scope, t.name, t.bytes.at(x), e.count, t.width, t.shape});
   }
   for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {  // recomputed, not stored
     const Tensor& t = step.tensors[i];
     const bool recomputed =
         t.scope == Scope::core || (full && (t.scope == Scope::layer || t.scope == step.walk_mlp));
-    if (t.part == Part::activations && recomputed)
+    if (t.part == Part::activations && recomputed && t.exists(one))
       r.terms.push_back({t.scope, t.name, t.bytes.at(x), 0, t.width, t.shape});
   }
   return r;

@@ -36,17 +36,18 @@ struct Compiled {
   std::array<Poly, kPartCount> parts{};
 };
 
-std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& walk) {
+std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& walk,
+                              bool batch_one) {
   std::vector<Compiled> out;
   out.reserve(walk.size());
   for (const MomentSpec& m : walk) {
     Compiled c{m.name, m.phase, {}, {}};
     for (std::uint32_t i = m.begin; i < m.end; ++i) {
       const Entry& e = step.entries[i];
-      const Poly p = entry_bytes(step, e);
-      c.parts[idx(step.tensors[e.tensor].part)].add(p);
-      c.total.add(p);
+      const Tensor& t = step.tensors[e.tensor];
+      if (t.exists(batch_one)) c.parts[idx(t.part)].add(entry_bytes(step, e));
     }
+    for (const Poly& p : c.parts) c.total.add(p);
     out.push_back(c);
   }
   return out;
@@ -106,6 +107,7 @@ std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Bas
   for (std::uint32_t i = m.begin; i < m.end; ++i) {
     const Entry& e = step.entries[i];
     const Tensor& t = step.tensors[e.tensor];
+    if (!t.exists(x[3] == 1)) continue;
     const u64 each = t.bytes.at(x);
     const u64 all =
         e.ranks > 1 ? shard(checked_mul(each, e.count), e.ranks) : checked_mul(each, e.count);
@@ -196,7 +198,10 @@ Pool part_pool(const RunSpec& run, const Step& step, const Basis& x, Part part) 
     }
   }
   if (part == Part::activations) {
-    for (const Entry& e : step.saved) pool.add(step.tensors[e.tensor].bytes.at(x), e.count);
+    for (const Entry& e : step.saved) {
+      const Tensor& t = step.tensors[e.tensor];
+      if (t.exists(x[3] == 1)) pool.add(t.bytes.at(x), e.count);
+    }
   }
   return pool;
 }
@@ -270,11 +275,12 @@ std::uint64_t cuda_block_size(std::uint64_t bytes) {
 
 StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
                            bool first_step) {
-  const Step step = build_step(run, in, in.b == 1);
+  const Step step = build_step(run, in, first_step);
   const Basis x = basis_at(in.b, in.s);
-  const auto steady = compile(step, step.steady);
+  const bool one = in.b == 1;
+  const auto steady = compile(step, step.steady, one);
   std::vector<Compiled> first;
-  if (first_step) first = compile(step, step.first);
+  if (first_step) first = compile(step, step.first, one);
   StepEstimate r;
   r.activations = detail::saved_bytes(step, in, x, with_terms);
   r.peak = peak_at(run, step, steady, first_step ? &first : nullptr, x);
@@ -283,21 +289,20 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool 
 
 ActivationBytes activation_bytes(const ActivationInputs& in, bool with_terms) {
   Step step;
-  step.batch_one = in.b == 1;
   detail::add_saved_tensors(step, in);
   return detail::saved_bytes(step, in, basis_at(in.b, in.s), with_terms);
 }
 
-// Per batch regime (batch 1, or more): the step, its compiled moments, and the frontier of
-// moment totals that needed() maximises over.
+// Per batch regime (batch 1, or more): the compiled moments, and the frontier of moment
+// totals that needed() maximises over.
 struct Regime {
-  Step step;
   std::vector<Compiled> steady;
   std::vector<Poly> frontier;
 };
 
 struct PeakPlan::Impl {
   RunSpec run;
+  Step step;
   std::array<Regime, 2> regimes;  // [0] batch > 1, [1] batch 1
   bool allocator = false;
   u64 context_reserve = 0;
@@ -307,10 +312,10 @@ PeakPlan::PeakPlan(const RunSpec& run, const ActivationInputs& in) : impl_(new I
   impl_->run = run;
   impl_->allocator = run.training.allocator == Allocator::cuda;
   impl_->context_reserve = run.training.context_reserve;
+  impl_->step = build_step(run, in, false);
   for (std::size_t one = 0; one < 2; ++one) {
     Regime& r = impl_->regimes[one];
-    r.step = build_step(run, in, one == 1);
-    r.steady = compile(r.step, r.step.steady);
+    r.steady = compile(impl_->step, impl_->step.steady, one == 1);
     r.frontier = frontier(r.steady);
   }
 }
@@ -326,7 +331,7 @@ std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len)
     RunSpec run = impl_->run;
     run.training.micro_batch = micro_batch;
     run.training.seq_len = seq_len;
-    return peak_at(run, r.step, r.steady, nullptr, x).needed;
+    return peak_at(run, impl_->step, r.steady, nullptr, x).needed;
   }
   u64 peak = 0;
   for (const Poly& p : r.frontier) peak = std::max(peak, p.at(x));

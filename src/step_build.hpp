@@ -10,7 +10,7 @@ namespace memest::detail {
 
 /// Appends a tensor; returns its index.
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
-                         std::uint64_t width, const Shape& shape);
+                         std::uint64_t width, const Shape& shape, Batch batch = Batch::any);
 
 /// The tensors one layer, the embedding, the head and the loss save for backward
 /// (docs/activation-derivation.md §3, §5), with Step::saved listing them with their counts.
@@ -21,9 +21,9 @@ void add_saved_tensors(Step& step, const ActivationInputs& in);
 ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
                             bool with_terms);
 
-/// The whole step of a run: the saved tensors and every moment of the steady-state and the
-/// first-step walks (src/walk.cpp).
-Step build_step(const RunSpec& run, const ActivationInputs& in, bool batch_one);
+/// The whole step of a run: the saved tensors and every moment of the steady-state walk, and
+/// of the first step's when `first_step` (src/walk.cpp).
+Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step);
 
 /// The inventory the walk reads: the run's, or the canonical one of a bare parameter count.
 const Inventory& walk_inventory(const RunSpec& run);

@@ -11,6 +11,7 @@
 #include <memest/units.hpp>
 
 #include <algorithm>
+#include <array>
 
 namespace memest::detail {
 namespace {
@@ -229,6 +230,8 @@ class Walker {
   std::string_view phase_;
   std::uint32_t gathered_ = 0;
   std::vector<MomentSpec>* out_ = nullptr;
+  std::vector<std::uint32_t> layer_ids_;
+  std::array<std::vector<std::uint32_t>, 10> scope_ids_;
   // State tensors.
   std::uint32_t params_ = 0, master_ = 0, states_ = 0, grad_accum_ = 0, inputs_ = 0, buffers_ = 0,
                 grads_ = 0, opt_grads_ = 0, head_grads_ = 0, layer_grads_ = 0;
@@ -245,8 +248,9 @@ class Walker {
   std::uint32_t in_flight(std::string_view name, Part part, u64 bytes) {
     return add_tensor(st_, name, part, Scope::transient, Slot::none, bytes, shape({}));
   }
-  std::uint32_t temp(std::string_view name, Part part, u64 width, const Shape& sh) {
-    return add_tensor(st_, name, part, Scope::transient, Slot::none, width, sh);
+  std::uint32_t temp(std::string_view name, Part part, u64 width, const Shape& sh,
+                     Batch batch = Batch::any) {
+    return add_tensor(st_, name, part, Scope::transient, Slot::none, width, sh, batch);
   }
   void begin(std::string_view name, std::string_view phase) {
     phase_ = phase;
@@ -289,19 +293,23 @@ class Walker {
   // The saved tensors of `count` layers, except those whose slot `freed` says are released.
   template <typename Freed>
   void layers(u64 count, Freed&& freed) {
-    for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
-      const Tensor& t = st_.tensors[i];
-      if (t.part != Part::activations) continue;
-      if ((t.scope == Scope::layer || t.scope == st_.walk_mlp) && !freed(t.slot)) add(i, count);
+    for (const std::uint32_t i : layer_ids_) {
+      if (!freed(st_.tensors[i].slot)) add(i, count);
     }
   }
   void layers(u64 count) {
     layers(count, [](Slot) { return false; });
   }
   void scoped(Scope s, u64 count = 1) {
+    for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(s)]) add(i, count);
+  }
+  // The saved tensors by scope, and those of a walk layer (its scope and its MLP's).
+  void index_saved() {
     for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
       const Tensor& t = st_.tensors[i];
-      if (t.part == Part::activations && t.scope == s) add(i, count);
+      if (t.part != Part::activations) continue;
+      scope_ids_[static_cast<std::size_t>(t.scope)].push_back(i);
+      if (t.scope == Scope::layer || t.scope == st_.walk_mlp) layer_ids_.push_back(i);
     }
   }
   void saved_except_target() {
@@ -335,6 +343,7 @@ class Walker {
 };
 
 void Walker::statics(const Inventory& inv0) {
+  index_saved();
   const auto& p = run_.precision;
   const u64 trainable = lp_.trainable;
   const u64 eg = width(p.grad);
@@ -414,8 +423,7 @@ void Walker::forward_end(bool steady) {
   if (in_.lm_head) {
     if (in_.ec != 4) add(temp("logits", Part::other, in_.ec, shape({sym::N, V})));
     add(temp("logits.float()", Part::other, 4, shape({sym::N, V})));
-    if (!st_.batch_one)
-      add(temp("padded labels (int64)", Part::other, 8, shape({sym::b, sym::s1})));
+    add(temp("padded labels (int64)", Part::other, 8, shape({sym::b, sym::s1}), Batch::many));
     add(loss_);
   }
   add(rng_);
@@ -444,8 +452,9 @@ void Walker::forward_attention(bool steady) {
   const Shape S2 = shape({sym::b, a, sym::s2});
   const u64 ec = in_.ec, L = in_.L;
   const bool amp = in_.amp, cuda = in_.cuda, pa = in_.p_attn > 0;
-  const bool has_norm1 = std::any_of(st_.tensors.begin(), st_.tensors.end(),
-                                     [](const Tensor& t) { return t.slot == Slot::norm1; });
+  const bool has_norm1 = std::any_of(layer_ids_.begin(), layer_ids_.end(), [&](std::uint32_t i) {
+    return st_.tensors[i].slot == Slot::norm1;
+  });
   const std::uint32_t bias_cache =
       constant("autocast bias cache", Part::param_casts, amp ? in_.ew * lp_.bias_mm : 0);
   const std::uint32_t qkv_casts = constant("autocast copies of this layer's q/k/v weights",
@@ -772,9 +781,8 @@ void Walker::backward_attention(bool steady, u64 j) {
     add(in_flight("gradients of the MLP, post-attention norm and o_proj weights", Part::grads,
                   eg * (lp_.l_mlp + lp_.l_n2 + lp_.l_o)));
     if (eager && selective) {  // the recomputed core is live again
-      for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
-        const Tensor& t = st_.tensors[i];
-        if (t.part == Part::activations && t.scope == Scope::core && t.slot != also) add(i);
+      for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(Scope::core)]) {
+        if (st_.tensors[i].slot != also) add(i);
       }
     }
     if (ck()) {
@@ -793,10 +801,15 @@ void Walker::backward_attention(bool steady, u64 j) {
   }
   if (llama()) {
     // v's gradient beyond a v saved as a view (MQA at batch 1) or narrower than q (MLA).
-    const bool mqa_b1 = in_.k == 1 && st_.batch_one;
-    const u64 qd = in_.a * in_.d, vd = mqa_b1 ? in_.dv : in_.a * in_.dv;
-    const std::uint32_t v_grad = temp("gradient of v beyond the saved v", Part::other, ec,
-                                      shape({sym::N, dim("a*d - v width", qd > vd ? qd - vd : 0)}));
+    const u64 qd = in_.a * in_.d, vd = in_.a * in_.dv;
+    const bool mqa = in_.k == 1;
+    const std::uint32_t v_grad =
+        temp("gradient of v beyond the saved v", Part::other, ec,
+             shape({sym::N, dim("a*d - a*d_v", qd - std::min(qd, vd))}),
+             mqa ? Batch::many : Batch::any);
+    const std::uint32_t v_grad_one =
+        temp("gradient of v beyond the saved view (MQA at batch 1)", Part::other, ec,
+             shape({sym::N, dim("a*d - d_v", mqa ? qd - std::min(qd, in_.dv) : 0)}), Batch::one);
     if (pa) {
       const u64 e_do = in_.ex == 2 && !amp ? 2 : 4;
       base(Slot::dropped);
@@ -805,10 +818,12 @@ void Walker::backward_attention(bool steady, u64 j) {
                Part::other, (cuda ? 2 : 3) * e_do, S2));
       add(constant("dropout backward scalars", Part::other, cuda ? 0 : 8 + e_do));
       add(v_grad);
+      add(v_grad_one);
       end();
       base(Slot::dropped);
       add(temp("softmax backward: grads of the probabilities and the scores", Part::other, 7, S2));
       add(v_grad);
+      add(v_grad_one);
       end();
       return;
     }
@@ -816,6 +831,7 @@ void Walker::backward_attention(bool steady, u64 j) {
     add(temp("softmax backward: grads of the probabilities and the scores (fp32)", Part::other, 4,
              shape({dim("2", 2), sym::b, a, sym::s2})));
     add(v_grad);
+    add(v_grad_one);
     end();
     return;
   }
@@ -829,9 +845,9 @@ void Walker::backward_attention(bool steady, u64 j) {
     add(temp("softmax backward: grads of the probabilities and the scores", Part::other, e_sm,
              shape({dim("2", 2), sym::b, a, sym::s2})));
   }
-  if (st_.batch_one) {  // q/k/v share one storage at batch 1: the v copy is not freed
-    add(temp("v copy kept (q/k/v share one storage)", Part::other, ec, shape({sym::N, h})));
-  }
+  // q/k/v share one storage at batch 1: the v copy is not freed.
+  add(temp("v copy kept (q/k/v share one storage at batch 1)", Part::other, ec,
+           shape({sym::N, h}), Batch::one));
   end();
 }
 
@@ -894,9 +910,10 @@ const Inventory& walk_inventory(const RunSpec& run) {
   return inv0.shapes_known ? inv0 : canonical_inventory(parameter_count(inv0));
 }
 
-Step build_step(const RunSpec& run, const ActivationInputs& in, bool batch_one) {
+Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step) {
   Step step;
-  step.batch_one = batch_one;
+  step.tensors.reserve(192);
+  step.entries.reserve(first_step ? 2048 : 1024);
   add_saved_tensors(step, in);
   const auto& inv0 = run.model.inventory;
   const u64 arch_layers = run.model.arch ? run.model.arch->num_layers : in.L;
@@ -906,7 +923,7 @@ Step build_step(const RunSpec& run, const ActivationInputs& in, bool batch_one) 
   Walker w(step, run, in, lay);
   w.statics(inv0);
   w.walk(true);
-  w.walk(false);
+  if (first_step) w.walk(false);
   return step;
 }
 

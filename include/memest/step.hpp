@@ -71,6 +71,10 @@ enum class Slot : std::uint8_t {
   target    ///< the loss target and total_weight: released by the loss's backward
 };
 
+/// The micro-batches a tensor exists for: some kernels differ at batch 1 (a stride-0 view
+/// instead of a copy, the padded labels as the saved target).
+enum class Batch : std::uint8_t { any, one, many };
+
 /// One tensor PyTorch allocates in a training step: its name, size as a shape of symbols, the
 /// bytes per element, the part of memory it belongs to.
 struct Tensor {
@@ -81,6 +85,12 @@ struct Tensor {
   std::uint64_t width = 1;  ///< bytes per element; a scalar's whole size when the shape is empty
   Shape shape;
   Poly bytes;  ///< width x elements, from `shape`
+  Batch batch = Batch::any;
+
+  /// Whether the tensor exists at this micro-batch (batch 1 or more).
+  bool exists(bool batch_one) const {
+    return batch == Batch::any || (batch == Batch::one) == batch_one;
+  }
 };
 
 /// `count` copies of tensor `tensor` (one per layer, or the layers below the current one).
@@ -99,11 +109,10 @@ struct MomentSpec {
   std::uint32_t begin = 0, end = 0;
 };
 
-/// A training step as data: every tensor and every moment of the walk, for one run and one
-/// batch regime (batch 1 or more: some kernels differ at batch 1). Sizes are polynomials in b
-/// and s, so one Step serves every micro-batch and sequence length of its regime.
+/// A training step as data: every tensor and every moment of the walk, for one run. Sizes are
+/// polynomials in b and s, and tensors that differ at batch 1 are rows of their own, so one
+/// Step serves every micro-batch and sequence length.
 struct Step {
-  bool batch_one = false;
   std::vector<Tensor> tensors;
   std::vector<Entry> entries;
   std::vector<MomentSpec> steady;  ///< the steady-state walk
