@@ -4,6 +4,7 @@
 #include <memest/peak.hpp>
 #include <memest/run_config.hpp>
 
+#include <optional>
 #include <sstream>
 
 namespace memest {
@@ -12,10 +13,34 @@ std::uint64_t bytes_needed(const Estimate& estimate) {
   return estimate.peak ? estimate.peak->needed : estimate.total_bytes;
 }
 
+namespace {
+
+// Everything but the micro-batch, the sequence length and the budget: what a compiled plan of
+// the step depends on.
+bool same_step(const RunSpec& a, const RunSpec& b) {
+  TrainingSpec ta = a.training, tb = b.training;
+  ta.micro_batch = tb.micro_batch = 0;
+  ta.seq_len = tb.seq_len = 0;
+  return ta == tb && a.model == b.model && a.precision == b.precision &&
+         a.optimizer == b.optimizer && a.parallel == b.parallel;
+}
+
+}  // namespace
+
 std::uint64_t bytes_needed(const RunSpec& run) {
-  // The numeric core only: no categories, strings or report.
+  // The numeric core only: the step compiled once per run (callers ask about one run at many
+  // sizes), evaluated at this micro-batch and sequence length.
   if (const auto in = activation_inputs(run, false)) {
-    return estimate_step(run, *in, false, false).peak.needed;
+    struct Cached {
+      RunSpec run;
+      PeakPlan plan;
+    };
+    thread_local std::optional<Cached> last;
+    if (!last || !same_step(last->run, run)) {
+      last.reset();
+      last.emplace(Cached{run, PeakPlan(run, *in)});
+    }
+    return last->plan.needed(run.training.micro_batch, run.training.seq_len);
   }
   return bytes_needed(estimate(run));
 }

@@ -8,6 +8,7 @@
 #include <memest/units.hpp>
 
 #include <algorithm>
+#include <array>
 
 namespace memest::detail {
 namespace {
@@ -57,7 +58,7 @@ class Saver {
     add_tensor(st_, name, Part::activations, sc, sl, width, sh, batch);
   }
   // A shape with a leading count, left out when it is 1.
-  static Shape counted(u64 n, std::string_view n_name, std::initializer_list<Sym> rest) {
+  static Shape counted(u64 n, const char* n_name, std::initializer_list<Sym> rest) {
     Shape sh;
     if (n != 1) sh.factors[sh.rank++] = dim(n_name, n);
     for (const Sym& f : rest) sh.factors[sh.rank++] = f;
@@ -66,20 +67,38 @@ class Saver {
 
   // One norm over rows x width: RMSNorm keeps its fp32 input, the rsqrt and the normed output
   // cast back (§3.1 rows 1-3); LayerNorm its input, mean and rstd (§3.2; fp32 stats on CUDA).
-  void norm(Scope sc, Slot sl, u64 n, std::string_view n_name, bool qk) {
-    const Sym w = qk ? D.d : D.h;
+  enum Which { kInput, kPostAttention, kExtra, kQk, kEmbedding, kFinal };
+  void norm(Scope sc, Slot sl, u64 n, const char* n_name, Which which) {
+    // RMSNorm: fp32 input, rsqrt, output; LayerNorm: input, mean and rstd.
+    static constexpr std::array<std::array<std::string_view, 5>, 6> kNames = {{
+        {"input RMSNorm: fp32 input (pow, mul)", "input RMSNorm: rsqrt (fp32, one per row)",
+         "input RMSNorm: output cast back", "input LayerNorm: input",
+         "input LayerNorm: mean and rstd"},
+        {"post-attention RMSNorm: fp32 input", "post-attention RMSNorm: rsqrt",
+         "post-attention RMSNorm: output cast back", "post-attention LayerNorm: input",
+         "post-attention LayerNorm: mean and rstd"},
+        {"extra norms: fp32 input", "extra norms: rsqrt", "extra norms: output cast back",
+         "extra norms: input", "extra norms: mean and rstd"},
+        {"q and k norms: fp32 input", "q and k norms: rsqrt", "q and k norms: output cast back",
+         "q and k norms: input", "q and k norms: mean and rstd"},
+        {"embedding norm: fp32 input", "embedding norm: rsqrt", "embedding norm: output",
+         "embedding LayerNorm: input", "embedding LayerNorm: mean and rstd"},
+        {"final RMSNorm: fp32 input", "final RMSNorm: rsqrt", "final RMSNorm: output cast back",
+         "final LayerNorm: input", "final LayerNorm: mean and rstd"},
+    }};
+    const auto& names = kNames[which];
+    const bool qk = which == kQk;
+    const Shape full =
+        qk ? counted(n, n_name, {sym::N, D.a, D.d}) : counted(n, n_name, {sym::N, D.h});
     if (llama()) {
-      add("RMSNorm input in fp32 (pow, mul)", sc, sl, 4,
-          qk ? counted(n, n_name, {sym::N, D.a, w}) : counted(n, n_name, {sym::N, w}));
-      add("RMSNorm rsqrt (fp32, one per row)", sc, sl, 4,
+      add(names[0], sc, sl, 4, full);
+      add(names[1], sc, sl, 4,
           qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {sym::N}));
-      add("RMSNorm output cast back", sc, sl, in_.ex,
-          qk ? counted(n, n_name, {sym::N, D.a, w}) : counted(n, n_name, {sym::N, w}));
+      add(names[2], sc, sl, in_.ex, full);
     } else {
       const u64 eln = in_.cuda ? 4 : in_.ex;  // CPU keeps the statistics in the input dtype
-      add("LayerNorm input", sc, sl, in_.ex,
-          qk ? counted(n, n_name, {sym::N, D.a, w}) : counted(n, n_name, {sym::N, w}));
-      add("LayerNorm mean and rstd", sc, sl, eln,
+      add(names[3], sc, sl, in_.ex, full);
+      add(names[4], sc, sl, eln,
           qk ? counted(2 * n, "2 stats x norms", {sym::N, D.a}) : counted(2, "2 stats", {sym::N}));
     }
   }
@@ -87,8 +106,8 @@ class Saver {
   void layer() {
     const u64 main_norms = std::min<u64>(in_.norms, 2);
     // One norm only (parallel blocks): the walk releases it with the MLP's input (§4.2).
-    norm(Scope::layer, main_norms == 2 ? Slot::norm1 : Slot::norm2, 1, "", false);
-    if (main_norms == 2) norm(Scope::layer, Slot::norm2, 1, "", false);
+    norm(Scope::layer, main_norms == 2 ? Slot::norm1 : Slot::norm2, 1, "", kInput);
+    if (main_norms == 2) norm(Scope::layer, Slot::norm2, 1, "", kPostAttention);
     norm_outputs(main_norms);
     if (in_.attention == Attention::eager) {
       eager_attention();
@@ -101,8 +120,8 @@ class Saver {
       add("residual dropout mask after the MLP (bool)", Scope::layer, Slot::mmask, 1,
           shape({sym::N, D.h}));
     }
-    if (in_.norms > 2) norm(Scope::layer, Slot::extra, in_.norms - 2, "extra norms", false);
-    if (in_.qk_norm) norm(Scope::layer, Slot::extra, 2, "q and k", true);
+    if (in_.norms > 2) norm(Scope::layer, Slot::extra, in_.norms - 2, "extra norms", kExtra);
+    if (in_.qk_norm) norm(Scope::layer, Slot::extra, 2, "q and k", kQk);
   }
 
   // The matmuls' inputs: the norm output, or under autocast its casts, one per projection.
@@ -261,7 +280,7 @@ class Saver {
     if (!llama() && in_.learned_positions) {
       add("position ids (int64)", Scope::embed, Slot::none, 8, shape({sym::s}));
     }
-    if (in_.embedding_norm) norm(Scope::embed, Slot::none, 1, "", false);
+    if (in_.embedding_norm) norm(Scope::embed, Slot::none, 1, "", kEmbedding);
     if (in_.p_embd > 0) {
       add("embedding dropout mask (bool)", Scope::embed, Slot::none, 1, shape({sym::N, D.h}));
     }
@@ -269,14 +288,13 @@ class Saver {
 
   // Final norm, lm_head input, log-softmax and the loss target (§3.1 head rows).
   void head() {
-    if (in_.final_norm) norm(Scope::head, Slot::none, 1, "", false);
+    if (in_.final_norm) norm(Scope::head, Slot::none, 1, "", kFinal);
     if (!in_.lm_head) return;
     add(in_.amp ? "lm_head input (autocast cast)" : "lm_head input (final norm output)",
         Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({sym::N, D.h}));
     add("log_softmax(logits.float()) (fp32 N x V)", Scope::head, Slot::none, 4,
         shape({sym::N, D.V}));
-    add("loss target (int64 labels)", Scope::head, Slot::target, 8, shape({sym::N}),
-        Batch::many);
+    add("loss target (int64 labels)", Scope::head, Slot::target, 8, shape({sym::N}), Batch::many);
     add("loss target (the padded int64 labels at batch 1)", Scope::head, Slot::target, 8,
         shape({sym::s1}), Batch::one);
     add("total_weight (0-d fp32)", Scope::head, Slot::target, 4, shape({}));
@@ -338,9 +356,22 @@ class Saver {
 
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
                          std::uint64_t width, const Shape& shape, Batch batch) {
-  Tensor t{name, part, scope, slot, width, shape, {}, batch};
+  Tensor& t = step.tensors.emplace_back();
+  t.name = name;
+  t.part = part;
+  t.scope = scope;
+  t.slot = slot;
+  t.width = width;
+  t.shape = shape;
+  t.batch = batch;
   t.bytes.add(shape.elements(), width);
-  step.tensors.push_back(t);
+  int nonzero = 0;
+  for (std::size_t i = 0; i < kMonoCount; ++i) {
+    if (t.bytes.c[i] == 0) continue;
+    t.mono = static_cast<std::int8_t>(i);
+    ++nonzero;
+  }
+  if (nonzero != 1) t.mono = -1;
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
 }
 

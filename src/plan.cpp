@@ -8,6 +8,8 @@
 #include <memest/units.hpp>
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 
 namespace memest {
 namespace {
@@ -19,8 +21,7 @@ std::size_t idx(Part p) { return static_cast<std::size_t>(p); }
 
 // One entry's bytes as a polynomial: count copies, one rank's share when sharded (only model
 // states are sharded, and their sizes do not depend on b or s).
-Poly entry_bytes(const Step& step, const Entry& e) {
-  const Poly& t = step.tensors[e.tensor].bytes;
+Poly entry_bytes(const Poly& t, const Entry& e) {
   Poly p;
   if (e.ranks > 1 && t.constant()) {
     p.c[0] = shard(checked_mul(t.c[0], e.count), e.ranks);
@@ -45,7 +46,16 @@ std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& w
     for (std::uint32_t i = m.begin; i < m.end; ++i) {
       const Entry& e = step.entries[i];
       const Tensor& t = step.tensors[e.tensor];
-      if (t.exists(batch_one)) c.parts[idx(t.part)].add(entry_bytes(step, e));
+      if (!t.exists(batch_one)) continue;
+      Poly& part = c.parts[idx(t.part)];
+      if (e.ranks > 1) {
+        part.add(entry_bytes(t.bytes, e));
+      } else if (t.mono >= 0) {  // one monomial: one multiply-add
+        const auto mi = static_cast<std::size_t>(t.mono);
+        part.c[mi] = checked_add(part.c[mi], checked_mul(t.bytes.c[mi], e.count));
+      } else {
+        part.add(t.bytes, e.count);
+      }
     }
     for (const Poly& p : c.parts) c.total.add(p);
     out.push_back(c);
@@ -111,7 +121,7 @@ std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Bas
     const u64 each = t.bytes.at(x);
     const u64 all =
         e.ranks > 1 ? shard(checked_mul(each, e.count), e.ranks) : checked_mul(each, e.count);
-    out.push_back({t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks});
+    if (all > 0) out.push_back({t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks});
   }
   return out;
 }
@@ -300,26 +310,80 @@ struct Regime {
   std::vector<Poly> frontier;
 };
 
+// The run and its walked step are kept for the allocator's view; a plan for another
+// optimizer shares them unless that view needs its own.
 struct PeakPlan::Impl {
-  RunSpec run;
-  Step step;
+  std::shared_ptr<const RunSpec> run;
+  std::shared_ptr<const ActivationInputs> in;
+  std::shared_ptr<const Step> step;
+  /// Where the optimizer's tensors are entered: (moment, entry) pairs of the steady walk.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> optimizer_entries;
   std::array<Regime, 2> regimes;  // [0] batch > 1, [1] batch 1
   bool allocator = false;
   u64 context_reserve = 0;
 };
 
 PeakPlan::PeakPlan(const RunSpec& run, const ActivationInputs& in) : impl_(new Impl) {
-  impl_->run = run;
+  impl_->run = std::make_shared<const RunSpec>(run);
+  impl_->in = std::make_shared<const ActivationInputs>(in);
   impl_->allocator = run.training.allocator == Allocator::cuda;
   impl_->context_reserve = run.training.context_reserve;
-  impl_->step = build_step(run, in, false);
+  impl_->step = std::make_shared<const Step>(build_step(run, in, false));
+  const Step& step = *impl_->step;
+  for (std::uint32_t k = 0; k < step.steady.size(); ++k) {
+    for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
+      const std::uint32_t t = step.entries[i].tensor;
+      const bool temps = std::find(step.step_temporaries.begin(), step.step_temporaries.end(), t) !=
+                         step.step_temporaries.end();
+      if (t == step.states_tensor || temps) impl_->optimizer_entries.emplace_back(k, i);
+    }
+  }
   for (std::size_t one = 0; one < 2; ++one) {
     Regime& r = impl_->regimes[one];
-    r.steady = compile(impl_->step, impl_->step.steady, one == 1);
+    r.steady = compile(*impl_->step, impl_->step->steady, one == 1);
     r.frontier = frontier(r.steady);
   }
 }
 
+// The optimizer is two tensors of the step (its states, its step's temporaries): a new one
+// resizes them and patches each moment by the difference.
+PeakPlan PeakPlan::with_optimizer(const OptimizerSpec& optimizer) const {
+  PeakPlan out;
+  out.impl_ = std::make_unique<Impl>(*impl_);
+  Impl& m = *out.impl_;
+  const auto sizes = detail::optimizer_sizes(*m.run, optimizer, *m.in);
+  const Step& step = *m.step;
+  const u64 states = checked_add(sizes.state_bytes, sizes.step_counter_bytes);
+  for (std::size_t one = 0; one < 2; ++one) {
+    Regime& r = m.regimes[one];
+    for (const auto& [k, i] : m.optimizer_entries) {
+      const Entry& e = step.entries[i];
+      const Tensor& t = step.tensors[e.tensor];
+      Poly now;
+      now.c[0] = e.tensor == step.states_tensor ? states : sizes.temporaries;
+      Poly& part = r.steady[k].parts[idx(t.part)];
+      const Poly gone = entry_bytes(t.bytes, e);
+      for (std::size_t j = 0; j < kMonoCount; ++j) part.c[j] -= gone.c[j];
+      part.add(entry_bytes(now, e));
+    }
+    for (Compiled& c : r.steady) {
+      c.total = Poly{};
+      for (const Poly& p : c.parts) c.total.add(p);
+    }
+    r.frontier = frontier(r.steady);
+  }
+  if (m.allocator) {  // the allocator's view reads the run and the step's optimizer tensors
+    auto run = std::make_shared<RunSpec>(*m.run);
+    run->optimizer = optimizer;
+    m.run = std::move(run);
+    auto copy = std::make_shared<Step>(step);
+    detail::resize_optimizer(*copy, sizes);
+    m.step = std::move(copy);
+  }
+  return out;
+}
+
+PeakPlan::PeakPlan() = default;
 PeakPlan::~PeakPlan() = default;
 PeakPlan::PeakPlan(PeakPlan&&) noexcept = default;
 PeakPlan& PeakPlan::operator=(PeakPlan&&) noexcept = default;
@@ -328,10 +392,10 @@ std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len)
   const Regime& r = impl_->regimes[micro_batch == 1 ? 1 : 0];
   const Basis x = basis_at(micro_batch, seq_len);
   if (impl_->allocator) {
-    RunSpec run = impl_->run;
+    RunSpec run = *impl_->run;
     run.training.micro_batch = micro_batch;
     run.training.seq_len = seq_len;
-    return peak_at(run, impl_->step, r.steady, nullptr, x).needed;
+    return peak_at(run, *impl_->step, r.steady, nullptr, x).needed;
   }
   u64 peak = 0;
   for (const Poly& p : r.frontier) peak = std::max(peak, p.at(x));

@@ -170,23 +170,30 @@ std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
   std::vector<SweepRow> rows;
   rows.reserve(batches.size() * seqs.size() * policies.size() * optimizers.size());
   // One plan per (policy, optimizer): what does not depend on the batch and sequence is
-  // computed once, not for every point.
+  // computed once, not for every point; the optimizers of one policy share its walk.
+  const auto spec_of = [&](OptimizerKind o) {
+    if (o == run.optimizer.kind) return run.optimizer;
+    OptimizerSpec spec;
+    spec.kind = o;
+    return spec;
+  };
   std::vector<std::optional<PeakPlan>> plans;
   plans.reserve(policies.size() * optimizers.size());
   RunSpec point = run;
   for (const auto& p : policies) {
-    for (auto o : optimizers) {
-      point.precision = p;
-      if (point.optimizer.kind != o) {
-        point.optimizer = OptimizerSpec{};
-        point.optimizer.kind = o;
-      }
-      point.training.micro_batch = batches.front() ? batches.front() : 1;
-      point.training.seq_len = seqs.front() ? seqs.front() : 1;
-      const auto in = activation_inputs(point, false);
+    point.precision = p;
+    point.optimizer = spec_of(optimizers.front());
+    point.training.micro_batch = batches.front() ? batches.front() : 1;
+    point.training.seq_len = seqs.front() ? seqs.front() : 1;
+    const auto in = activation_inputs(point, false);
+    std::optional<PeakPlan> base;
+    if (in) base.emplace(point, *in);
+    const std::size_t first = plans.size();
+    for (std::size_t k = 0; k < optimizers.size(); ++k) {
       auto& plan = plans.emplace_back();
-      if (in) plan.emplace(point, *in);
+      if (base && k > 0) plan.emplace(base->with_optimizer(spec_of(optimizers[k])));
     }
+    plans[first] = std::move(base);
   }
   for (auto b : batches) {
     for (auto s : seqs) {
@@ -200,8 +207,7 @@ std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
             point.training.micro_batch = b;
             point.training.seq_len = s;
             point.precision = p;
-            point.optimizer = OptimizerSpec{};
-            point.optimizer.kind = o;
+            point.optimizer = spec_of(o);
             need = bytes_needed(point);
           }
           ++i;

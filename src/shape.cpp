@@ -18,11 +18,15 @@ struct Exps {
 constexpr std::array<Exps, kMonoCount> kExps = {
     {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 0, 1}}};
 
+// The index of b^b s^s ceil32(s)^r, -1 where the basis has no such monomial.
+constexpr std::array<std::array<std::array<int, 2>, 3>, 2> kIndex = {
+    {{{{0, -1}, {1, -1}, {2, -1}}}, {{{3, 6}, {4, -1}, {5, -1}}}}};
+
 std::size_t mono_of(unsigned b, unsigned s, unsigned r) {
-  for (std::size_t i = 0; i < kMonoCount; ++i) {
-    if (kExps[i].b == b && kExps[i].s == s && kExps[i].r == r) return i;
-  }
-  throw std::logic_error(fmt::format("shape: no monomial b^{} s^{} ceil32(s)^{}", b, s, r));
+  const int i = b < 2 && s < 3 && r < 2 ? kIndex[b][s][r] : -1;
+  if (i < 0)
+    throw std::logic_error(fmt::format("shape: no monomial b^{} s^{} ceil32(s)^{}", b, s, r));
+  return static_cast<std::size_t>(i);
 }
 
 // p x (a run size): every monomial's exponents shift; s+1 also keeps p itself.
@@ -52,10 +56,6 @@ Basis basis_at(std::uint64_t b, std::uint64_t s) {
   return {1, s, s2, b, checked_mul(b, s), checked_mul(b, s2), checked_mul(b, ceil_div(s, 32) * 32)};
 }
 
-void Poly::add(const Poly& other, std::uint64_t k) {
-  for (std::size_t i = 0; i < kMonoCount; ++i) c[i] = checked_add(c[i], checked_mul(k, other.c[i]));
-}
-
 bool Poly::constant() const {
   for (std::size_t i = 1; i < kMonoCount; ++i) {
     if (c[i] != 0) return false;
@@ -63,14 +63,26 @@ bool Poly::constant() const {
   return true;
 }
 
-std::uint64_t Poly::at(const Basis& x) const {
-  std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < kMonoCount; ++i) sum = checked_add(sum, checked_mul(c[i], x[i]));
-  return sum;
-}
+void Poly::overflow() { throw_size_overflow(); }
 
 Poly Shape::elements() const {
   Poly p;
+  // Most shapes are a product of dimensions and one monomial.
+  std::uint64_t coef = 1;
+  unsigned eb = 0, es = 0, er = 0;
+  bool simple = true;
+  for (std::uint8_t i = 0; i < rank; ++i) {
+    const Sym& f = factors[i];
+    simple = simple && !f.plus_one;
+    coef = checked_mul(coef, f.value);
+    eb += f.eb;
+    es += f.es;
+    er += f.er;
+  }
+  if (simple) {
+    p.c[mono_of(eb, es, er)] = coef;
+    return p;
+  }
   p.c[0] = 1;
   for (std::uint8_t i = 0; i < rank; ++i) {
     const Sym& f = factors[i];
@@ -85,7 +97,7 @@ Poly Shape::elements() const {
 
 std::string Shape::symbols() const {
   if (rank == 0) return "1";
-  std::string out(factors[0].name);
+  std::string out = factors[0].name;
   for (std::uint8_t i = 1; i < rank; ++i)
     fmt::format_to(std::back_inserter(out), "*{}", factors[i].name);
   return out;

@@ -196,20 +196,36 @@ std::string_view step_temporaries_name(OptimizerKind k) {
   switch (k) {
     case OptimizerKind::adam:
     case OptimizerKind::adamw:
-      return "optimizer step: denom = exp_avg_sq.sqrt() / bias correction (sqrt and quotient)";
+      return "Adam step: exp_avg_sq.sqrt() and the quotient (denom)";
     case OptimizerKind::adagrad:
-      return "optimizer step: std = state_sum.sqrt() (this and the previous tensor's)";
+      return "Adagrad step: state_sum.sqrt() (this tensor's and the previous)";
     case OptimizerKind::rmsprop:
-      return "optimizer step: avg = square_avg.sqrt() (this and the previous tensor's)";
+      return "RMSprop step: square_avg.sqrt() (this tensor's and the previous)";
     case OptimizerKind::sgd_momentum:
-      return "optimizer step: Nesterov look-ahead (one per gradient)";
+      return "SGD step: Nesterov look-ahead (one per gradient)";
     case OptimizerKind::lion:
-      return "optimizer step: interpolated update and its sign (largest tensor)";
+      return "Lion step: interpolated update and its sign (largest tensor)";
     case OptimizerKind::adafactor:
-      return "optimizer step: factored update buffers (fp32, largest tensor)";
+      return "Adafactor step: factored update buffers (fp32, largest tensor)";
     default:
       return "optimizer step temporaries";
   }
+}
+
+// The optimizer's states and step counters (§2.2).
+void size_states(Step& step, const RunSpec& run, const OptimizerSpec& opt) {
+  const auto& inv0 = run.model.inventory;
+  step.state_bytes = state_bytes(opt, inv0, trainable_count(inv0), run.precision.state);
+  const bool steps_on_device =
+      opt.impl == OptimizerImpl::fused || run.training.device == Device::cpu;
+  step.step_counter_bytes = keeps_step(opt.kind) && inv0.shapes_known && steps_on_device
+                                ? 4 * trainable_tensor_count(inv0)
+                                : 0;
+  Tensor& t = step.tensors[step.states_tensor];
+  t.width = checked_add(step.state_bytes, step.step_counter_bytes);
+  t.bytes = Poly{};
+  t.bytes.c[0] = t.width;
+  t.mono = t.width ? 0 : -1;
 }
 
 // Builds the moments of one step as lists of tensors.
@@ -227,7 +243,7 @@ class Walker {
   const ActivationInputs& in_;
   const Layout& lp_;
   Sharding sh_;
-  std::string_view phase_;
+  bool in_optimizer_ = false;
   std::uint32_t gathered_ = 0;
   std::vector<MomentSpec>* out_ = nullptr;
   std::vector<std::uint32_t> layer_ids_;
@@ -253,16 +269,16 @@ class Walker {
     return add_tensor(st_, name, part, Scope::transient, Slot::none, width, sh, batch);
   }
   void begin(std::string_view name, std::string_view phase) {
-    phase_ = phase;
+    in_optimizer_ = phase == "optimizer";
     out_->push_back({name, phase, static_cast<std::uint32_t>(st_.entries.size()), 0});
     if (sh_.params && (phase == "forward" || phase == "backward")) add(gathered_);
   }
   void end() { out_->back().end = static_cast<std::uint32_t>(st_.entries.size()); }
-  void add(std::uint32_t t, u64 count = 1) {
-    const Poly& p = st_.tensors[t].bytes;
-    if (count == 0 || std::all_of(p.c.begin(), p.c.end(), [](u64 c) { return c == 0; })) return;
+  // `keep`: entered even when empty (the optimizer's tensors, which a plan may resize).
+  void add(std::uint32_t t, u64 count = 1, bool keep = false) {
+    if (count == 0 || (st_.tensors[t].empty() && !keep)) return;
     const Part part = st_.tensors[t].part;
-    const bool step_temp = phase_ == "optimizer" && part == Part::other;
+    const bool step_temp = in_optimizer_ && part == Part::other;
     const bool host = part == Part::master_params || part == Part::optimizer_state ||
                       part == Part::master_grads || step_temp;
     if (sh_.offload && host) return;  // held and stepped on the host (ZeRO-Offload)
@@ -283,7 +299,7 @@ class Walker {
   void baseline(bool with_states, bool with_grads) {
     add(params_);
     add(master_);
-    if (with_states) add(states_);
+    if (with_states) add(states_, 1, true);
     add(grad_accum_);
     add(inputs_);
     add(buffers_);
@@ -350,13 +366,9 @@ void Walker::statics(const Inventory& inv0) {
   params_ = constant("parameters", Part::params, parameter_bytes(inv0, p.param));
   master_ = constant("master weights", Part::master_params,
                      p.master ? checked_mul(width(*p.master), trainable) : 0);
-  st_.state_bytes = state_bytes(run_.optimizer, inv0, trainable, p.state);
-  const bool steps_on_device =
-      run_.optimizer.impl == OptimizerImpl::fused || run_.training.device == Device::cpu;
-  if (keeps_step(run_.optimizer.kind) && inv0.shapes_known && steps_on_device)
-    st_.step_counter_bytes = 4 * trainable_tensor_count(inv0);
-  states_ = constant("optimizer states", Part::optimizer_state,
-                     checked_add(st_.state_bytes, st_.step_counter_bytes));
+  states_ = constant("optimizer states", Part::optimizer_state, 0);
+  st_.states_tensor = states_;
+  size_states(st_, run_, run_.optimizer);
   grad_accum_ = constant("grad accumulation buffer", Part::grad_accum,
                          p.grad_accum ? checked_mul(width(*p.grad_accum), trainable) : 0);
   inputs_ = temp("input ids (int64)", Part::inputs, 8, shape({sym::N}));
@@ -803,10 +815,9 @@ void Walker::backward_attention(bool steady, u64 j) {
     // v's gradient beyond a v saved as a view (MQA at batch 1) or narrower than q (MLA).
     const u64 qd = in_.a * in_.d, vd = in_.a * in_.dv;
     const bool mqa = in_.k == 1;
-    const std::uint32_t v_grad =
-        temp("gradient of v beyond the saved v", Part::other, ec,
-             shape({sym::N, dim("a*d - a*d_v", qd - std::min(qd, vd))}),
-             mqa ? Batch::many : Batch::any);
+    const std::uint32_t v_grad = temp("gradient of v beyond the saved v", Part::other, ec,
+                                      shape({sym::N, dim("a*d - a*d_v", qd - std::min(qd, vd))}),
+                                      mqa ? Batch::many : Batch::any);
     const std::uint32_t v_grad_one =
         temp("gradient of v beyond the saved view (MQA at batch 1)", Part::other, ec,
              shape({sym::N, dim("a*d - d_v", mqa ? qd - std::min(qd, in_.dv) : 0)}), Batch::one);
@@ -846,8 +857,8 @@ void Walker::backward_attention(bool steady, u64 j) {
              shape({dim("2", 2), sym::b, a, sym::s2})));
   }
   // q/k/v share one storage at batch 1: the v copy is not freed.
-  add(temp("v copy kept (q/k/v share one storage at batch 1)", Part::other, ec,
-           shape({sym::N, h}), Batch::one));
+  add(temp("v copy kept (q/k/v share one storage at batch 1)", Part::other, ec, shape({sym::N, h}),
+           Batch::one));
   end();
 }
 
@@ -883,7 +894,10 @@ void Walker::after_backward(bool steady) {
   begin("optimizer", "optimizer");
   baseline(true, false);
   add(opt_grads_);
-  add(constant(step_temporaries_name(run_.optimizer.kind), Part::other, temps));
+  const std::uint32_t temps_id =
+      constant(step_temporaries_name(run_.optimizer.kind), Part::other, temps);
+  st_.step_temporaries.push_back(temps_id);
+  add(temps_id, 1, true);
   end();
   begin("optimizer", "optimizer");
   baseline(true, false);
@@ -908,6 +922,37 @@ void Walker::after_backward(bool steady) {
 const Inventory& walk_inventory(const RunSpec& run) {
   const auto& inv0 = run.model.inventory;
   return inv0.shapes_known ? inv0 : canonical_inventory(parameter_count(inv0));
+}
+
+OptimizerSizes optimizer_sizes(const RunSpec& run, const OptimizerSpec& opt,
+                               const ActivationInputs& in) {
+  Step probe;
+  probe.tensors.emplace_back();
+  size_states(probe, run, opt);
+  const Inventory& inv = walk_inventory(run);
+  const u64 arch_layers = run.model.arch ? run.model.arch->num_layers : in.L;
+  Layout lay = layout(inv, arch_layers, in.norms);
+  lay.trainable = trainable_count(run.model.inventory);
+  return {
+      probe.state_bytes, probe.step_counter_bytes,
+      step_temporaries(opt, lay, in.cuda, width(run.precision.state), width(run.precision.grad)),
+      step_temporaries_name(opt.kind)};
+}
+
+void resize_optimizer(Step& step, const OptimizerSizes& sizes) {
+  step.state_bytes = sizes.state_bytes;
+  step.step_counter_bytes = sizes.step_counter_bytes;
+  const auto set = [](Tensor& t, u64 bytes) {
+    t.width = bytes;
+    t.bytes = Poly{};
+    t.bytes.c[0] = bytes;
+    t.mono = bytes ? 0 : -1;
+  };
+  set(step.tensors[step.states_tensor], checked_add(sizes.state_bytes, sizes.step_counter_bytes));
+  for (const std::uint32_t id : step.step_temporaries) {
+    set(step.tensors[id], sizes.temporaries);
+    step.tensors[id].name = sizes.temporaries_name;
+  }
 }
 
 Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step) {

@@ -242,3 +242,18 @@ TEST_CASE("fit and compare keep a run config's own settings", "[cli][search]") {
   REQUIRE(j["runs"].size() == 4);
   REQUIRE(j["runs"][0]["precision"]["name"] == "fp32");
 }
+
+TEST_CASE("explain prints each saved tensor with the formula that sized it", "[cli]") {
+  const auto r = run_cli({"--model", "llama-2-7b", "--batch", "1", "--seq", "2048", "--explain"});
+  REQUIRE(r.code == 0);
+  // RMSNorm's fp32 input: 4 B x N x h = 4 x 2048 x 4096 = 33,554,432 bytes, once per layer.
+  const auto at = r.out.find("input RMSNorm: fp32 input (pow, mul)");
+  REQUIRE(at != std::string::npos);
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  CHECK(line.find("33,554,432") != std::string::npos);
+  CHECK(line.find("4*N*h = 4 x 2048 x 4096") != std::string::npos);
+  CHECK(line.find("x 32") != std::string::npos);
+  // The peak's live tensors, by name, each in its part.
+  CHECK(r.out.find("live at the peak, tensor by tensor") != std::string::npos);
+  CHECK(r.out.find("Adam step: exp_avg_sq.sqrt() and the quotient (denom)") != std::string::npos);
+}

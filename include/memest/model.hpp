@@ -45,6 +45,8 @@ struct TensorGroup {
   std::uint64_t tensor_elements() const;
   /// rows * cols * count: elements of the whole group.
   std::uint64_t elements() const;
+
+  bool operator==(const TensorGroup&) const = default;
 };
 
 /// A group of `count` tensors of rows x cols, with the other fields at their defaults.
@@ -57,6 +59,8 @@ struct Inventory {
   /// False for a bare parameter count: one group stands for all parameters, and the number of
   /// tensors and their shapes are unknown.
   bool shapes_known = true;
+
+  bool operator==(const Inventory&) const = default;
 };
 
 /// Total parameters (elements) in the inventory.
@@ -141,6 +145,8 @@ struct Architecture {
   std::uint64_t num_decoder_layers = 0;          ///< 0 for decoder-only and encoder-only models
   std::uint64_t relative_attention_buckets = 0;  ///< T5 relative bias (buckets x heads), first
                                                  ///< layer of each stack
+
+  bool operator==(const Architecture&) const = default;
 };
 
 /// The parameter tensors of an architecture, grouped per kind with count = number of layers
@@ -159,6 +165,8 @@ struct ModelSpec {
   Inventory inventory;
   /// Parameters used per token (MoE top-k); equals the total for dense models.
   std::uint64_t active_params = 0;
+
+  bool operator==(const ModelSpec&) const = default;
 };
 
 /// A model known only by its parameter count: one group, shapes unknown, every parameter

@@ -52,6 +52,8 @@ struct OptimizerSpec {
   /// ops whose temporaries span a whole parameter group), single (one tensor at a time) or fused
   /// (one kernel, no temporaries; its `step` counters are device tensors, as with capturable).
   OptimizerImpl impl = OptimizerImpl::foreach;
+
+  bool operator==(const OptimizerSpec&) const = default;
 };
 
 /// One kind of state tensor, summed over the trainable parameters.

@@ -15,6 +15,8 @@ struct ParallelSpec {
   /// live in host memory and the optimizer steps on the CPU; the device keeps the model's
   /// parameters, gradients and activations.
   bool offload_optimizer = false;
+
+  bool operator==(const ParallelSpec&) const = default;
 };
 
 /// One rank's share of `bytes` spread evenly over `ranks` (rounded up).

@@ -106,7 +106,12 @@ class PeakPlan {
   /// Error past 2^64 bytes.
   std::uint64_t needed(std::uint64_t micro_batch, std::uint64_t seq_len) const;
 
+  /// The same run with another optimizer: equal to PeakPlan(run with `optimizer`, in), made
+  /// without walking the step again.
+  PeakPlan with_optimizer(const OptimizerSpec& optimizer) const;
+
  private:
+  PeakPlan();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -23,6 +23,8 @@ struct PrecisionPolicy {
   Dtype activation = Dtype::fp32;   ///< dtype of matmul outputs, so of most saved activations
   bool autocast = false;            ///< ops run under torch.autocast (norms, softmax, loss in fp32)
   std::string summary;              ///< one line: which framework setting this is
+
+  bool operator==(const PrecisionPolicy&) const = default;
 };
 
 /// Preset names, in display order: fp32, amp, amp-bf16, mixed, mixed-bf16, mixed-fp32grad,

@@ -52,6 +52,8 @@ struct TrainingSpec {
   Device device = Device::cuda;
   Allocator allocator = Allocator::none;
   std::uint64_t context_reserve = 0;  ///< a stated constant for the CUDA context, added to the peak
+
+  bool operator==(const TrainingSpec&) const = default;
 };
 
 /// Everything an estimate depends on. Plain values: loading and validation happen before.

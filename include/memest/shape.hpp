@@ -23,17 +23,34 @@ struct Poly {
   std::array<std::uint64_t, kMonoCount> c{};
 
   /// Adds k x other (checked: throws Error on overflow).
-  void add(const Poly& other, std::uint64_t k = 1);
+  void add(const Poly& other, std::uint64_t k = 1) {
+    for (std::size_t i = 0; i < kMonoCount; ++i) {
+      std::uint64_t m = 0;
+      if (__builtin_mul_overflow(other.c[i], k, &m) || __builtin_add_overflow(c[i], m, &c[i]))
+        overflow();
+    }
+  }
   /// Whether the size does not depend on b or s.
   bool constant() const;
   /// The value at a point (checked: throws Error on overflow).
-  std::uint64_t at(const Basis& x) const;
+  std::uint64_t at(const Basis& x) const {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < kMonoCount; ++i) {
+      std::uint64_t m = 0;
+      if (__builtin_mul_overflow(c[i], x[i], &m) || __builtin_add_overflow(sum, m, &sum))
+        overflow();
+    }
+    return sum;
+  }
+
+ private:
+  [[noreturn]] static void overflow();
 };
 
 /// One factor of a shape: a model dimension (h = 4096), a count (3 projections) or a run size
 /// (b, s, N = b*s, s^2, ceil32(s), s+1). Run sizes carry exponents of b, s and ceil32(s).
 struct Sym {
-  std::string_view name;
+  const char* name = "";
   std::uint64_t value = 1;  ///< model dimensions and counts; 1 for run sizes
   std::uint8_t eb = 0, es = 0, er = 0;
   bool plus_one = false;  ///< s + 1
@@ -50,13 +67,13 @@ inline constexpr Sym s32{"ceil32(s)", 1, 0, 0, 1, false};
 inline constexpr Sym s1{"(s+1)", 1, 0, 1, 0, true};
 }  // namespace sym
 
-/// A model dimension or a count.
-constexpr Sym dim(std::string_view name, std::uint64_t value) { return Sym{name, value}; }
+/// A model dimension or a count (`name` a string literal).
+constexpr Sym dim(const char* name, std::uint64_t value) { return Sym{name, value}; }
 
 /// A tensor's elements: the product of up to five factors. Its size (a Poly) and its formula
 /// (the symbols, and their values at a point) come from the same factors.
 struct Shape {
-  std::array<Sym, 5> factors{};
+  std::array<Sym, 5> factors;
   std::uint8_t rank = 0;
 
   Poly elements() const;

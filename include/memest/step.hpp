@@ -87,6 +87,10 @@ struct Tensor {
   Poly bytes;  ///< width x elements, from `shape`
   Batch batch = Batch::any;
 
+  /// The monomial of a size that has one, else -1 (the plan's fast path).
+  std::int8_t mono = -1;
+
+  bool empty() const { return mono < 0 && bytes.c == Poly{}.c; }
   /// Whether the tensor exists at this micro-batch (batch 1 or more).
   bool exists(bool batch_one) const {
     return batch == Batch::any || (batch == Batch::one) == batch_one;
@@ -123,8 +127,10 @@ struct Step {
   /// The MLP the walk gives every layer: dense, MoE, or the larger of the two for models that
   /// mix them (an upper bound for the dense layers).
   Scope walk_mlp = Scope::dense_mlp;
-  std::uint64_t state_bytes = 0;         ///< optimizer states, without the step counters
-  std::uint64_t step_counter_bytes = 0;  ///< `step` tensors held in device memory
+  std::uint32_t states_tensor = 0;              ///< the optimizer states' tensor
+  std::vector<std::uint32_t> step_temporaries;  ///< the optimizer step's temporaries
+  std::uint64_t state_bytes = 0;                ///< optimizer states, without the step counters
+  std::uint64_t step_counter_bytes = 0;         ///< `step` tensors held in device memory
 };
 
 }  // namespace memest
