@@ -228,6 +228,8 @@ void size_states(Step& step, const RunSpec& run, const OptimizerSpec& opt) {
   t.mono = t.width ? 0 : -1;
 }
 
+struct ScoreAlternative;
+
 // Builds the moments of one step as lists of tensors.
 class Walker {
  public:
@@ -235,6 +237,7 @@ class Walker {
       : st_(step), run_(run), in_(in), lp_(lay), sh_(sharding_of(run.parallel)) {}
 
   void statics(const Inventory& inv0);
+  void attention_tensors();
   void walk(bool steady);
 
  private:
@@ -254,6 +257,8 @@ class Walker {
   // Autocast copies of one layer's weights, split by the backward op that releases them.
   std::uint32_t cast_down_ = 0, cast_mlp_ = 0, cast_o_ = 0, cast_rest_ = 0;
   std::uint32_t loss_ = 0, seed_ = 0, rng_ = 0, grad_out_ = 0;
+  // What the current layer's attention holds besides its saved tensors.
+  std::uint32_t bias_cache_ = 0, qkv_casts_ = 0, norm32_ = 0, qkv32_ = 0, qrot_ = 0, fused_qkv_ = 0;
   bool copy_grads_ = false;
   u64 gopt_bytes_ = 0;
 
@@ -347,7 +352,11 @@ class Walker {
 
   void forward_end(bool steady);
   void forward_attention(bool steady);
-  void forward_attention_checkpointed(bool steady);
+  bool before_scores(Slot s) const;
+  void attention_prelude(bool steady);
+  void checkpointed_prelude();
+  std::vector<ScoreAlternative> llama_scores() const;
+  std::vector<ScoreAlternative> gpt2_scores() const;
   void forward_layers_below(bool steady);
   void backward_start(bool steady);
   void backward_end(bool steady);
@@ -355,6 +364,9 @@ class Walker {
   void layer_x0(bool steady, u64 j);
   void backward_mlp(bool steady, u64 j);
   void backward_attention(bool steady, u64 j);
+  void attention_backward_base(bool steady, u64 j, Slot also);
+  void llama_softmax_backward(bool steady, u64 j);
+  void gpt2_softmax_backward(bool steady, u64 j);
   void after_backward(bool steady);
 };
 
@@ -399,19 +411,30 @@ void Walker::statics(const Inventory& inv0) {
               shape({dim("L", ck() && !in_.cuda ? in_.L : 0)}));
   grad_out_ =
       temp("gradient of the layer output", Part::other, in_.ex, shape({sym::N, dim("h", in_.h)}));
+  attention_tensors();
   // ZeRO-3 gathers the layer being computed and prefetches the next.
   gathered_ = constant("gathered parameters (this layer and the prefetched next)", Part::other,
                        2 * (parameter_bytes(inv0, p.param) / std::max<u64>(1, in_.L)));
 }
 
+void Walker::attention_tensors() {
+  const Sym h = dim("h", in_.h), a = dim("a", in_.a), d = dim("d", in_.d);
+  const bool amp = in_.amp;
+  bias_cache_ = constant("autocast bias cache", Part::param_casts, amp ? in_.ew * lp_.bias_mm : 0);
+  qkv_casts_ = constant("autocast copies of this layer's q/k/v weights", Part::param_casts,
+                        amp ? in_.ew * lp_.l_qkv : 0);
+  norm32_ = temp("norm output in fp32 (autocast input)", Part::other, 4, shape({sym::N, h}));
+  qkv32_ = temp("q, k, v in fp32 (rotary under autocast)", Part::other, 4,
+                shape({dim("3", 3), sym::N, a, d}));
+  qrot_ = temp("rotated q (not saved)", Part::other, in_.ex, shape({sym::N, a, d}));
+  fused_qkv_ = temp("fused qkv output (held by the q/k/v views)", Part::other, in_.ec,
+                    shape({dim("3", 3), sym::N, h}));
+}
+
 void Walker::walk(bool steady) {
   out_ = steady ? &st_.steady : &st_.first;
   forward_end(steady);
-  if (ck()) {
-    forward_attention_checkpointed(steady);
-  } else {
-    forward_attention(steady);
-  }
+  forward_attention(steady);
   backward_start(steady);
   backward_end(steady);
   backward_layer(steady, in_.L - 1);
@@ -457,190 +480,156 @@ void Walker::forward_layers_below(bool steady) {
 // The first norm of the current layer (the only one in a parallel block).
 bool first_norm(Slot s, bool has_norm1) { return s == (has_norm1 ? Slot::norm1 : Slot::norm2); }
 
-// The last layer's attention in the forward pass (§4.1 forward_attn): the layers below, the
-// current layer's tensors so far, and the score temporaries, one moment per alternative.
-void Walker::forward_attention(bool steady) {
-  const Sym h = dim("h", in_.h), a = dim("a", in_.a), d = dim("d", in_.d);
-  const Shape S2 = shape({sym::b, a, sym::s2});
-  const u64 ec = in_.ec, L = in_.L;
-  const bool amp = in_.amp, cuda = in_.cuda, pa = in_.p_attn > 0;
+// One alternative of the score moment (§4.1 S2_live): temporaries of b*a*s^2 elements (name,
+// bytes per element), scalars, and whether the layer's softmax output is live too.
+struct ScoreAlternative {
+  std::array<std::pair<std::string_view, std::uint64_t>, 4> temps{};
+  std::uint64_t scalars = 0;
+  bool softmax = false;
+};
+
+// The tensors of the current layer saved before its attention scores exist.
+bool Walker::before_scores(Slot s) const {
   const bool has_norm1 = std::any_of(layer_ids_.begin(), layer_ids_.end(), [&](std::uint32_t i) {
     return st_.tensors[i].slot == Slot::norm1;
   });
-  const std::uint32_t bias_cache =
-      constant("autocast bias cache", Part::param_casts, amp ? in_.ew * lp_.bias_mm : 0);
-  const std::uint32_t qkv_casts = constant("autocast copies of this layer's q/k/v weights",
-                                           Part::param_casts, amp ? in_.ew * lp_.l_qkv : 0);
-  const std::uint32_t norm32 =
-      temp("norm output in fp32 (autocast input)", Part::other, 4, shape({sym::N, h}));
-  const std::uint32_t qkv32 = temp("q, k, v in fp32 (rotary under autocast)", Part::other, 4,
-                                   shape({dim("3", 3), sym::N, a, d}));
-  const std::uint32_t qrot =
-      temp("rotated q (not saved)", Part::other, in_.ex, shape({sym::N, a, d}));
-  const auto common = [&](auto&& current) {
-    begin("forward_attention", "forward");
-    forward_layers_below(steady);
-    layers(L - 1);
-    layer_casts(L - 1);
-    layers(1, [&](Slot s) { return !current(s); });
-    if (amp) {
-      add(bias_cache);
-      add(qkv_casts);
-      add(norm32);
-      if (llama()) add(qkv32);
-    }
-  };
-  const bool eager = in_.attention == Attention::eager;
-  if (!eager) {
-    common([&](Slot s) {
-      return first_norm(s, has_norm1) || s == Slot::q_in || s == Slot::q || s == Slot::k ||
-             s == Slot::v || s == Slot::o_in || s == Slot::lse;
-    });
-    if (llama() && !amp) add(qrot);
-    end();
+  if (first_norm(s, has_norm1) || s == Slot::q_in || s == Slot::q || s == Slot::k) return true;
+  if (in_.attention != Attention::eager) return s == Slot::v || s == Slot::o_in || s == Slot::lse;
+  return llama() && (s == Slot::v || s == Slot::scale);
+}
+
+// The last layer's attention in the forward pass up to its scores: the layers below, what the
+// current one has saved or holds (§4.1 forward_attn, rows 1-7 and the autocast copies).
+void Walker::attention_prelude(bool steady) {
+  begin("forward_attention", "forward");
+  forward_layers_below(steady);
+  if (ck()) {
+    scoped(Scope::checkpoint, in_.L);
+    add(rng_);
+    layer_casts(in_.L - 1);
+    checkpointed_prelude();
     return;
   }
-  if (llama()) {
-    const auto current = [&](Slot s) {
-      return first_norm(s, has_norm1) || s == Slot::q_in || s == Slot::q || s == Slot::k ||
-             s == Slot::v || s == Slot::scale;
-    };
-    const auto alternative = [&](std::string_view name, u64 width, u64 scalars) {
-      common(current);
-      if (!amp) add(qrot);
-      add(temp(name, Part::other, width, S2));
-      add(constant("score scalars", Part::other, scalars));
-      end();
-    };
-    if (ec == 4) {
-      alternative("scores q@k^T and scores x scale (fp32)", 8, 4);
-    } else if (amp) {
-      alternative(cuda ? "scores in fp32 and scores + mask (CUDA autocast)"
-                       : "scores (bf16), their fp32 copy, scores + mask (fp32)",
-                  cuda ? 8 : 10, 0);
-    } else {
-      alternative("scores + mask (bf16), fp32 copy, softmax output (fp32)", 10, 0);
-    }
-    if (pa) {
-      const u64 w = ec != 4 && !amp ? (cuda ? 9 : 11) : (cuda ? 9 : 13);
-      alternative(cuda ? "softmax output, dropout mask and output (fused dropout)"
-                       : "softmax output, dropout mask, its fp32 cast, dropout output",
-                  w, 0);
-    }
-    return;
+  layers(in_.L - 1);
+  layer_casts(in_.L - 1);
+  layers(1, [&](Slot s) { return !before_scores(s); });
+  if (in_.amp) {
+    add(bias_cache_);
+    add(qkv_casts_);
+    add(norm32_);
+    if (llama()) add(qkv32_);
+  } else if (llama()) {
+    add(qrot_);
   }
-  // GPT-2: the fused qkv output stays referenced by the q/k/v views.
-  const u64 e = ec == 4 ? 4 : 2;
-  const auto current = [&](Slot s) {
-    return first_norm(s, has_norm1) || s == Slot::q_in || s == Slot::q || s == Slot::k;
-  };
-  const auto partial = [&] {
-    common(current);
-    add(temp("fused qkv output (held by the q/k/v views)", Part::other, ec,
-             shape({dim("3", 3), sym::N, h})));
-    add(constant("divisor sqrt(d)", Part::other, ec));
+  if (!llama() && in_.attention == Attention::eager) {
+    add(fused_qkv_);
+    add(constant("divisor sqrt(d)", Part::other, in_.ec));
     add(constant("mask_value (0-d fp32)", Part::other, 4));
-  };
-  partial();
-  add(temp("scores and masked scores", Part::other, 2 * e, S2));
-  end();
-  if (pa) {
-    partial();
-    if (in_.recompute == Recompute::selective) {
-      scoped(Scope::core);
-    } else {
-      layers(1, [](Slot s) { return s != Slot::sm; });
-    }
-    add(temp("attention dropout mask (bool)", Part::other, 1, S2));
-    if (!cuda) add(temp("dropout mask cast", Part::other, e, S2));
-    add(temp("attention dropout output", Part::other, e, S2));
-    end();
   }
 }
 
-// Under full recompute the layers run without saving; the forward keeps each layer's input.
-void Walker::forward_attention_checkpointed(bool steady) {
-  const Sym h = dim("h", in_.h), a = dim("a", in_.a), d = dim("d", in_.d);
-  const Shape S2 = shape({sym::b, a, sym::s2});
-  const u64 ec = in_.ec, L = in_.L;
-  const bool amp = in_.amp, cuda = in_.cuda, pa = in_.p_attn > 0;
-  const std::uint32_t bias_cache =
-      constant("autocast bias cache", Part::param_casts, amp ? in_.ew * lp_.bias_mm : 0);
-  const auto common = [&] {
-    begin("forward_attention", "forward");
-    forward_layers_below(steady);
-    scoped(Scope::checkpoint, L);
-    add(rng_);
-    layer_casts(L - 1);
-  };
-  const bool eager = in_.attention == Attention::eager;
-  if (!eager) {
-    common();
-    add(bias_cache);
+// Under full recompute the layer runs without grad: nothing of it is saved (§4.1, Xck).
+void Walker::checkpointed_prelude() {
+  const Sym h = dim("h", in_.h);
+  const bool kernel = in_.attention != Attention::eager;
+  if (!llama() && !kernel) {
+    add(bias_cache_);
+    add(temp("ln_1 output (no grad)", Part::other, in_.amp ? 4 : in_.ex, shape({sym::N, h})));
+    add(fused_qkv_);
+    return;
+  }
+  if (in_.amp) {
+    add(bias_cache_);
+    if (kernel) add(qkv_casts_);
+    add(norm32_);
+    if (llama()) add(qkv32_);
+  } else if (!kernel) {
+    add(qrot_);
+  }
+  if (kernel || !in_.amp)
     add(temp("norm output (no grad)", Part::other, in_.ex, shape({sym::N, h})));
+  if (kernel) {
     layers(1, [](Slot s) {
       return !(s == Slot::q || s == Slot::k || s == Slot::v || s == Slot::o_in || s == Slot::lse);
     });
-    if (amp) {
-      add(constant("autocast copies of this layer's q/k/v weights", Part::param_casts,
-                   in_.ew * lp_.l_qkv));
-      add(temp("norm output in fp32 (autocast input)", Part::other, 4, shape({sym::N, h})));
-      if (llama())
-        add(temp("q, k, v in fp32 (rotary under autocast)", Part::other, 4,
-                 shape({dim("3", 3), sym::N, a, d})));
-    }
+  } else if (!in_.amp) {
+    layers(1, [](Slot s) { return !(s == Slot::k || s == Slot::v); });
+  }
+}
+
+// §4.1 S2_live for Llama's eager attention, without and with full recompute.
+std::vector<ScoreAlternative> Walker::llama_scores() const {
+  const u64 ec = in_.ec;
+  const bool amp = in_.amp, cuda = in_.cuda;
+  std::vector<ScoreAlternative> out;
+  const auto one = [&](std::string_view name, u64 width, u64 scalars) {
+    ScoreAlternative alt;
+    alt.temps[0] = {name, width};
+    alt.scalars = scalars;
+    out.push_back(alt);
+  };
+  if (ec == 4) {
+    one("scores q@k^T and scores x scale (fp32)", 8, ck() ? 12 : 4);
+  } else if (ck()) {  // in no-grad the fp32 softmax output dies once it is cast
+    one("scores and softmax output (no grad)", 4, 10);
+    one(amp && cuda ? "scores in fp32 and scores + mask (CUDA autocast)"
+                    : "scores, their fp32 copy, scores + mask",
+        amp && cuda ? 8 : 10, 0);
+  } else if (amp) {
+    one(cuda ? "scores in fp32 and scores + mask (CUDA autocast)"
+             : "scores (bf16), their fp32 copy, scores + mask (fp32)",
+        cuda ? 8 : 10, 0);
+  } else {
+    one("scores + mask (bf16), fp32 copy, softmax output (fp32)", 10, 0);
+  }
+  if (in_.p_attn > 0) {
+    const bool half = ec != 4 && !amp;
+    const u64 w = ck() ? (ec == 2 && !amp ? (cuda ? 5 : 7) : (cuda ? 9 : 13))
+                       : (half ? (cuda ? 9 : 11) : (cuda ? 9 : 13));
+    one(cuda ? "softmax output, dropout mask and output (fused dropout)"
+             : "softmax output, dropout mask, its fp32 cast, dropout output",
+        w, 0);
+  }
+  return out;
+}
+
+// §4.1 S2_live for GPT-2's eager attention: the scores and their masked copy, or the softmax
+// output with the dropout's mask, its CPU cast and its output.
+std::vector<ScoreAlternative> Walker::gpt2_scores() const {
+  const u64 e = in_.ec == 4 ? 4 : 2;
+  std::vector<ScoreAlternative> out(1);
+  out[0].temps[0] = {"scores and masked scores", 2 * e};
+  if (in_.p_attn > 0) {
+    ScoreAlternative alt;
+    std::size_t n = 0;
+    alt.softmax = !ck();
+    if (ck()) alt.temps[n++] = {"softmax output", e};
+    alt.temps[n++] = {"attention dropout mask (bool)", 1};
+    if (!in_.cuda) alt.temps[n++] = {"dropout mask cast", e};
+    alt.temps[n] = {"attention dropout output", e};
+    out.push_back(alt);
+  }
+  return out;
+}
+
+void Walker::forward_attention(bool steady) {
+  if (in_.attention != Attention::eager) {
+    attention_prelude(steady);
     end();
     return;
   }
-  if (llama()) {
-    const auto alternative = [&](std::string_view name, u64 width, u64 scalars) {
-      common();
-      if (amp) {
-        add(bias_cache);
-        add(temp("norm output in fp32 (autocast input)", Part::other, 4, shape({sym::N, h})));
-        add(temp("q, k, v in fp32 (rotary under autocast)", Part::other, 4,
-                 shape({dim("3", 3), sym::N, a, d})));
-      } else {
-        add(temp("norm output (no grad)", Part::other, in_.ex, shape({sym::N, h})));
-        add(temp("rotated q (not saved)", Part::other, in_.ex, shape({sym::N, a, d})));
-        layers(1, [](Slot s) { return !(s == Slot::k || s == Slot::v); });
-      }
-      add(temp(name, Part::other, width, S2));
-      add(constant("score scalars", Part::other, scalars));
-      end();
-    };
-    // In no-grad the fp32 softmax output dies once it is cast.
-    if (ec == 4) {
-      alternative("scores q@k^T and scores x scale (fp32)", 8, 12);
-    } else {
-      alternative("scores and softmax output (no grad)", 4, 10);
-      alternative(amp && cuda ? "scores in fp32 and scores + mask (CUDA autocast)"
-                              : "scores, their fp32 copy, scores + mask",
-                  amp && cuda ? 8 : 10, 0);
+  const Shape S2 = shape({sym::b, dim("a", in_.a), sym::s2});
+  for (const ScoreAlternative& alt : llama() ? llama_scores() : gpt2_scores()) {
+    attention_prelude(steady);
+    if (alt.softmax && in_.recompute == Recompute::selective) {
+      scoped(Scope::core);  // recomputed, the same transient
+    } else if (alt.softmax) {
+      layers(1, [](Slot s) { return s != Slot::sm; });
     }
-    if (pa) {
-      const u64 w = ec == 2 && !amp ? (cuda ? 5 : 7) : (cuda ? 9 : 13);
-      alternative("softmax output, dropout mask and output (no grad)", w, 0);
+    for (const auto& [name, width] : alt.temps) {
+      if (width) add(temp(name, Part::other, width, S2));
     }
-    return;
-  }
-  const u64 e = ec == 4 ? 4 : 2;
-  const auto partial = [&] {
-    common();
-    add(bias_cache);
-    add(temp("ln_1 output (no grad)", Part::other, amp ? 4 : in_.ex, shape({sym::N, h})));
-    add(temp("fused qkv output (held by the q/k/v views)", Part::other, ec,
-             shape({dim("3", 3), sym::N, h})));
-  };
-  partial();
-  add(temp("scores and masked scores", Part::other, 2 * e, S2));
-  end();
-  if (pa) {
-    partial();
-    add(temp("softmax output", Part::other, e, S2));
-    add(temp("attention dropout mask (bool)", Part::other, 1, S2));
-    if (!cuda) add(temp("dropout mask cast", Part::other, e, S2));
-    add(temp("attention dropout output", Part::other, e, S2));
+    add(constant("score scalars", Part::other, alt.scalars));
     end();
   }
 }
@@ -768,87 +757,100 @@ void Walker::backward_mlp(bool steady, u64 j) {
   end();
 }
 
-// The attention core's backward (SoftmaxBackward0, or the SDPA/flash kernel's), after the
-// MLP, the second norm and o_proj have released their saved tensors and weight copies.
-void Walker::backward_attention(bool steady, u64 j) {
-  const std::string_view name =
-      j == in_.L - 1 ? "backward_attention_last_layer" : "backward_attention_first_layer";
-  const Sym h = dim("h", in_.h), a = dim("a", in_.a), d = dim("d", in_.d);
-  const Shape S2 = shape({sym::b, a, sym::s2});
-  const u64 ec = in_.ec, eg = width(run_.precision.grad);
-  const bool amp = in_.amp, cuda = in_.cuda, pa = in_.p_attn > 0;
-  const bool eager = in_.attention == Attention::eager;
-  const bool selective = in_.recompute == Recompute::selective;
-  const auto released = [&](Slot s, Slot also) {
+// What the attention core's backward starts from: layer j's backward after the MLP, the second
+// norm and o_proj have released their saved tensors and weight copies (§4.2 M_attn), less
+// the saved tensor `also` that this op releases.
+void Walker::attention_backward_base(bool steady, u64 j, Slot also) {
+  begin(j == in_.L - 1 ? "backward_attention_last_layer" : "backward_attention_first_layer",
+        "backward");
+  layer_x0(steady, j);
+  layers(1, [&](Slot s) {
     const bool mlp_side =
         s == Slot::mlp || s == Slot::norm2 || s == Slot::mlp_in || s == Slot::o_in;
     const bool gpt2_side = !llama() && (s == Slot::mmask || s == Slot::rmask);
     return mlp_side || gpt2_side || (also != Slot::none && s == also);
-  };
-  const auto base = [&](Slot also) {
-    begin(name, "backward");
-    layer_x0(steady, j);
-    layers(1, [&](Slot s) { return released(s, also); });
-    add(cast_rest_);
-    add(in_flight("gradients of the MLP, post-attention norm and o_proj weights", Part::grads,
-                  eg * (lp_.l_mlp + lp_.l_n2 + lp_.l_o)));
-    if (eager && selective) {  // the recomputed core is live again
-      for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(Scope::core)]) {
-        if (st_.tensors[i].slot != also) add(i);
-      }
+  });
+  add(cast_rest_);
+  add(in_flight("gradients of the MLP, post-attention norm and o_proj weights", Part::grads,
+                width(run_.precision.grad) * (lp_.l_mlp + lp_.l_n2 + lp_.l_o)));
+  if (in_.attention == Attention::eager && in_.recompute == Recompute::selective) {
+    for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(Scope::core)]) {
+      if (st_.tensors[i].slot != also) add(i);  // the recomputed core is live again
     }
-    if (ck()) {
-      add(temp("gradient of the layer output kept by checkpoint", Part::other, in_.ex,
-               shape({sym::N, h})));
-    }
-  };
-  if (!eager) {
-    base(Slot::none);
-    add(temp("gradients of q, k and v", Part::other, ec, shape({dim("3", 3), sym::N, a, d})));
+  }
+  if (ck()) {
+    add(temp("gradient of the layer output kept by checkpoint", Part::other, in_.ex,
+             shape({sym::N, dim("h", in_.h)})));
+  }
+}
+
+// SoftmaxBackward0, or the SDPA/flash kernel's backward (§4.2, §5.2).
+void Walker::backward_attention(bool steady, u64 j) {
+  const Sym a = dim("a", in_.a), d = dim("d", in_.d);
+  if (in_.attention != Attention::eager) {
+    attention_backward_base(steady, j, Slot::none);
+    add(temp("gradients of q, k and v", Part::other, in_.ec, shape({dim("3", 3), sym::N, a, d})));
     add(temp("softmax delta (fp32, one per row)", Part::other, 4, shape({sym::b, a, sym::s})));
     if (in_.attention == Attention::flash)
       add(temp("dq accumulator (fp32)", Part::other, 4, shape({sym::N, a, d})));
     end();
-    return;
+  } else if (llama()) {
+    llama_softmax_backward(steady, j);
+  } else {
+    gpt2_softmax_backward(steady, j);
   }
-  if (llama()) {
-    // v's gradient beyond a v saved as a view (MQA at batch 1) or narrower than q (MLA).
-    const u64 qd = in_.a * in_.d, vd = in_.a * in_.dv;
-    const bool mqa = in_.k == 1;
-    const std::uint32_t v_grad = temp("gradient of v beyond the saved v", Part::other, ec,
-                                      shape({sym::N, dim("a*d - a*d_v", qd - std::min(qd, vd))}),
-                                      mqa ? Batch::many : Batch::any);
-    const std::uint32_t v_grad_one =
-        temp("gradient of v beyond the saved view (MQA at batch 1)", Part::other, ec,
-             shape({sym::N, dim("a*d - d_v", mqa ? qd - std::min(qd, in_.dv) : 0)}), Batch::one);
-    if (pa) {
-      const u64 e_do = in_.ex == 2 && !amp ? 2 : 4;
-      base(Slot::dropped);
-      add(temp(cuda ? "dropout backward (fused): mask cast and product"
-                    : "dropout backward: mask cast and two products",
-               Part::other, (cuda ? 2 : 3) * e_do, S2));
-      add(constant("dropout backward scalars", Part::other, cuda ? 0 : 8 + e_do));
-      add(v_grad);
-      add(v_grad_one);
-      end();
-      base(Slot::dropped);
-      add(temp("softmax backward: grads of the probabilities and the scores", Part::other, 7, S2));
-      add(v_grad);
-      add(v_grad_one);
-      end();
-      return;
-    }
-    base(Slot::pc);
-    add(temp("softmax backward: grads of the probabilities and the scores (fp32)", Part::other, 4,
-             shape({dim("2", 2), sym::b, a, sym::s2})));
+}
+
+// Llama: the fp32 grads of the probabilities and the scores (releasing the compute-dtype
+// probabilities), or with attention dropout its backward (releasing the dropout output).
+void Walker::llama_softmax_backward(bool steady, u64 j) {
+  const Sym a = dim("a", in_.a);
+  const Shape S2 = shape({sym::b, a, sym::s2});
+  const u64 ec = in_.ec;
+  const bool cuda = in_.cuda;
+  // v's gradient beyond a v saved as a view (MQA at batch 1) or narrower than q (MLA).
+  const u64 qd = in_.a * in_.d, vd = in_.a * in_.dv;
+  const bool mqa = in_.k == 1;
+  const std::uint32_t v_grad = temp("gradient of v beyond the saved v", Part::other, ec,
+                                    shape({sym::N, dim("a*d - a*d_v", qd - std::min(qd, vd))}),
+                                    mqa ? Batch::many : Batch::any);
+  const std::uint32_t v_grad_one =
+      temp("gradient of v beyond the saved view (MQA at batch 1)", Part::other, ec,
+           shape({sym::N, dim("a*d - d_v", mqa ? qd - std::min(qd, in_.dv) : 0)}), Batch::one);
+  const auto finish = [&] {
     add(v_grad);
     add(v_grad_one);
     end();
+  };
+  if (in_.p_attn > 0) {
+    const u64 e_do = in_.ex == 2 && !in_.amp ? 2 : 4;  // the dropout's dtype
+    attention_backward_base(steady, j, Slot::dropped);
+    add(temp(cuda ? "dropout backward (fused): mask cast and product"
+                  : "dropout backward: mask cast and two products",
+             Part::other, (cuda ? 2 : 3) * e_do, S2));
+    add(constant("dropout backward scalars", Part::other, cuda ? 0 : 8 + e_do));
+    finish();
+    attention_backward_base(steady, j, Slot::dropped);
+    add(temp("softmax backward: grads of the probabilities and the scores", Part::other, 7, S2));
+    finish();
     return;
   }
-  const u64 e_sm = ec == 4 || (amp && cuda) ? 4 : ec;
-  base(Slot::none);
-  if (pa) {
+  attention_backward_base(steady, j, Slot::pc);
+  add(temp("softmax backward: grads of the probabilities and the scores (fp32)", Part::other, 4,
+           shape({dim("2", 2), sym::b, a, sym::s2})));
+  finish();
+}
+
+// GPT-2: softmax backward in the softmax's dtype, or the dropout's backward; at batch 1 the
+// v copy stays (q, k and v share one storage).
+void Walker::gpt2_softmax_backward(bool steady, u64 j) {
+  const Sym a = dim("a", in_.a);
+  const Shape S2 = shape({sym::b, a, sym::s2});
+  const u64 ec = in_.ec;
+  const bool cuda = in_.cuda;
+  const u64 e_sm = ec == 4 || (in_.amp && cuda) ? 4 : ec;
+  attention_backward_base(steady, j, Slot::none);
+  if (in_.p_attn > 0) {
     add(temp(cuda ? "dropout backward (fused)" : "dropout backward: mask cast and product",
              Part::other, (cuda ? 1 : 2) * e_sm, S2));
     add(constant("dropout backward scalars", Part::other, cuda ? 0 : 8 + e_sm));
@@ -856,9 +858,8 @@ void Walker::backward_attention(bool steady, u64 j) {
     add(temp("softmax backward: grads of the probabilities and the scores", Part::other, e_sm,
              shape({dim("2", 2), sym::b, a, sym::s2})));
   }
-  // q/k/v share one storage at batch 1: the v copy is not freed.
-  add(temp("v copy kept (q/k/v share one storage at batch 1)", Part::other, ec, shape({sym::N, h}),
-           Batch::one));
+  add(temp("v copy kept (q/k/v share one storage at batch 1)", Part::other, ec,
+           shape({sym::N, dim("h", in_.h)}), Batch::one));
   end();
 }
 
