@@ -71,28 +71,11 @@ Architecture canonical_architecture(std::uint64_t params) {
   return a;
 }
 
-std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_notes) {
-  const auto& t = run.training;
-  if (t.micro_batch == 0 || t.seq_len == 0) return std::nullopt;
-  ActivationInputs in;
-  Architecture canonical;
-  if (!run.model.arch) canonical = canonical_architecture(parameter_count(run.model.inventory));
-  const Architecture& arch = run.model.arch ? *run.model.arch : canonical;
-  if (!run.model.arch) {
-    in.approximate = true;
-    if (with_notes)
-      in.notes.push_back(fmt::format(
-          "bare parameter count: activations and the peak assume a canonical Llama-style decoder "
-          "(hidden {}, {} layers, {} heads of {}, MLP {}, vocab {}, untied); approximate",
-          arch.hidden_size, arch.num_layers, arch.num_heads, arch.head_dim, arch.intermediate_size,
-          arch.vocab_size));
-  }
-  const std::string& mt = arch.model_type;
+namespace {
+
+// The architecture's dimensions and switches, as the layer graph reads them.
+void read_shape(const Architecture& arch, ActivationInputs& in) {
   in.graph = arch.rms_norm ? LayerGraph::llama : LayerGraph::gpt2;
-  bool known_act = true;
-  in.act = parse_act(arch.activation, known_act);
-  in.b = t.micro_batch;
-  in.s = t.seq_len;
   in.V = arch.vocab_size;
   in.h = arch.hidden_size;
   in.L = arch.num_layers + arch.num_decoder_layers;
@@ -120,17 +103,26 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_
   in.learned_positions = arch.max_positions > 0;
   in.rotary = arch.max_positions == 0 && arch.relative_attention_buckets == 0;
   in.causal = arch.lm_head;
+}
+
+// The config's dropout probabilities, or --dropout at every site the family has: Llama-style
+// models have one (attention), the rest three.
+void read_dropout(const Architecture& arch, const TrainingSpec& t, ActivationInputs& in) {
   in.p_attn = arch.attn_dropout;
   in.p_resid = arch.resid_dropout;
   in.p_embd = arch.embd_dropout;
-  if (t.dropout) {
-    // Llama-style models have one dropout site (attention); the rest have all three.
-    const bool all_sites = in.graph == LayerGraph::gpt2 || mt == "phi3" || mt == "t5";
-    in.p_attn = *t.dropout;
-    in.p_resid = all_sites ? *t.dropout : 0.0;
-    in.p_embd = all_sites ? *t.dropout : 0.0;
-  }
+  if (!t.dropout) return;
+  const bool all_sites =
+      in.graph == LayerGraph::gpt2 || arch.model_type == "phi3" || arch.model_type == "t5";
+  in.p_attn = *t.dropout;
+  in.p_resid = all_sites ? *t.dropout : 0.0;
+  in.p_embd = all_sites ? *t.dropout : 0.0;
+}
+
+// Byte widths (docs/activation-derivation.md §1) and the kernels' switches.
+void read_policy(const RunSpec& run, ActivationInputs& in) {
   const auto& p = run.precision;
+  const auto& t = run.training;
   in.ex = width(p.param);
   in.ec = width(p.activation);
   in.amp = p.autocast;
@@ -138,23 +130,54 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_
   in.cuda = t.device == Device::cuda;
   in.attention = t.attention;
   in.recompute = t.recompute;
+}
+
+// What was assumed: a canonical shape, a family not measured, an unknown activation function.
+void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_act, bool with_notes,
+                      ActivationInputs& in) {
+  const std::string& mt = arch.model_type;
   const bool measured = mt == "llama" || mt == "mistral" || mt == "qwen2" || mt == "gpt2";
-  if (run.model.arch && !measured) {
+  const auto note = [&](std::string text) {
     in.approximate = true;
-    if (with_notes)
-      in.notes.push_back(
-          fmt::format("{}: activations follow the {} layer graph measured on {} (approximations in "
-                      "docs/activations.md)",
-                      mt, in.graph == LayerGraph::llama ? "Llama" : "GPT-2",
-                      in.graph == LayerGraph::llama ? "Llama/Mistral/Qwen2" : "GPT-2"));
+    if (with_notes) in.notes.push_back(std::move(text));
+  };
+  if (!run.model.arch) {
+    note(fmt::format(
+        "bare parameter count: activations and the peak assume a canonical Llama-style decoder "
+        "(hidden {}, {} layers, {} heads of {}, MLP {}, vocab {}, untied); approximate",
+        arch.hidden_size, arch.num_layers, arch.num_heads, arch.head_dim, arch.intermediate_size,
+        arch.vocab_size));
+  } else if (!measured) {
+    const bool llama = in.graph == LayerGraph::llama;
+    note(
+        fmt::format("{}: activations follow the {} layer graph measured on {} (approximations "
+                    "in docs/activations.md)",
+                    mt, llama ? "Llama" : "GPT-2", llama ? "Llama/Mistral/Qwen2" : "GPT-2"));
   }
   if (!known_act) {
-    in.approximate = true;
-    if (with_notes)
-      in.notes.push_back(fmt::format(
-          "activation function \"{}\": taken as saving its input and output, as gelu does",
-          arch.activation));
+    note(fmt::format(
+        "activation function \"{}\": taken as saving its input and output, as gelu does",
+        arch.activation));
   }
+}
+
+}  // namespace
+
+std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_notes) {
+  const auto& t = run.training;
+  if (t.micro_batch == 0 || t.seq_len == 0) return std::nullopt;
+  ActivationInputs in;
+  Architecture canonical;
+  if (!run.model.arch) canonical = canonical_architecture(parameter_count(run.model.inventory));
+  const Architecture& arch = run.model.arch ? *run.model.arch : canonical;
+  in.b = t.micro_batch;
+  in.s = t.seq_len;
+  read_shape(arch, in);
+  bool known_act = true;
+  in.act = parse_act(arch.activation, known_act);
+  read_dropout(arch, t, in);
+  read_policy(run, in);
+  note_assumptions(run, arch, known_act, with_notes, in);
   return in;
 }
 

@@ -132,6 +132,36 @@ void shard_categories(std::vector<Category>& cats, const ParallelSpec& parallel)
   }
 }
 
+// The saved activations and the peak, from one walk of the step, when --batch and --seq are
+// given.
+Category activations_and_peak(const RunSpec& run, Estimate& e) {
+  const auto& p = run.precision;
+  Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
+  const auto in = activation_inputs(run);
+  if (in) {
+    StepEstimate se = estimate_step(run, *in, true);
+    const ActivationBytes& ab = se.activations;
+    act.bytes = ab.total;
+    act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
+    act.basis = fmt::format(
+        "saved for backward: {} layers x {} + {} embedding and head{}, {} attention{}{}", in->L,
+        format_bytes(ab.per_layer, Unit::bytes),
+        format_bytes(ab.head + ab.shared + ab.embed, Unit::bytes),
+        in->recompute == Recompute::none
+            ? ""
+            : fmt::format(", {} recompute", recompute_name(in->recompute)),
+        attention_name(in->attention), in->cuda ? "" : ", cpu kernels",
+        in->approximate ? " (approximate)" : "");
+    e.activations_approximate = in->approximate;
+    for (const auto& n : in->notes) e.assumptions.push_back(n);
+    e.activations = std::move(se.activations);
+    e.peak = std::move(se.peak);
+  } else {
+    act.basis = "not estimated: needs --batch and --seq";
+  }
+  return act;
+}
+
 }  // namespace
 
 double Category::bytes_per_element() const {
@@ -179,30 +209,7 @@ Estimate estimate(const RunSpec& run) {
                     inv.shapes_known ? std::optional(trainable_tensor_count(inv)) : std::nullopt));
   for (const auto& a : ob.assumptions) e.assumptions.push_back(a);
 
-  Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
-  const auto in = activation_inputs(run);
-  if (in) {
-    StepEstimate se = estimate_step(run, *in, true);
-    const ActivationBytes& ab = se.activations;
-    act.bytes = ab.total;
-    act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
-    act.basis = fmt::format(
-        "saved for backward: {} layers x {} + {} embedding and head{}, {} attention{}{}", in->L,
-        format_bytes(ab.per_layer, Unit::bytes),
-        format_bytes(ab.head + ab.shared + ab.embed, Unit::bytes),
-        in->recompute == Recompute::none
-            ? ""
-            : fmt::format(", {} recompute", recompute_name(in->recompute)),
-        attention_name(in->attention), in->cuda ? "" : ", cpu kernels",
-        in->approximate ? " (approximate)" : "");
-    e.activations_approximate = in->approximate;
-    for (const auto& n : in->notes) e.assumptions.push_back(n);
-    e.activations = std::move(se.activations);
-    e.peak = std::move(se.peak);
-  } else {
-    act.basis = "not estimated: needs --batch and --seq";
-  }
-  cats.push_back(act);
+  cats.push_back(activations_and_peak(run, e));
 
   if (!inv.shapes_known && p.working) {
     e.assumptions.push_back(
