@@ -43,7 +43,7 @@ Poly times_run(const Poly& p, const Sym& f) {
 
 std::uint64_t value_at(const Sym& f, std::uint64_t b, std::uint64_t s) {
   if (!f.run()) return f.value;
-  if (f.er) return b * ceil_div(s, 32) * 32;
+  if (f.er) return ceil_div(s, 32) * 32;
   std::uint64_t v = f.eb ? b : 1;
   for (unsigned i = 0; i < f.es; ++i) v *= s;
   return f.plus_one ? v + 1 : v;

@@ -621,9 +621,10 @@ void Walker::forward_attention(bool steady) {
   const Shape S2 = shape({sym::b, dim("a", in_.a), sym::s2});
   for (const ScoreAlternative& alt : llama() ? llama_scores() : gpt2_scores()) {
     attention_prelude(steady);
-    if (alt.softmax && in_.recompute == Recompute::selective) {
-      scoped(Scope::core);  // recomputed, the same transient
-    } else if (alt.softmax) {
+    if (alt.softmax) {  // saved, or under selective recompute a transient all the same
+      for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(Scope::core)]) {
+        if (st_.tensors[i].slot == Slot::sm) add(i);
+      }
       layers(1, [](Slot s) { return s != Slot::sm; });
     }
     for (const auto& [name, width] : alt.temps) {
@@ -969,7 +970,10 @@ Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step)
   Walker w(step, run, in, lay);
   w.statics(inv0);
   w.walk(true);
-  if (first_step) w.walk(false);
+  // The first step is the steady one without the optimizer states before the optimizer phase,
+  // unless gradients kept between steps make the walks differ further.
+  const bool grads_kept = !run.training.grads_set_to_none && run.training.grad_accum == 1;
+  if (first_step && grads_kept) w.walk(false);
   return step;
 }
 

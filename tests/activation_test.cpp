@@ -6,6 +6,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <sstream>
+#include <string>
+
 using namespace memest;
 using memest::test::run_of;
 
@@ -157,4 +160,26 @@ TEST_CASE("a bare parameter count assumes a canonical decoder shape", "[activati
   bool stated = false;
   for (const auto& s : e.assumptions) stated = stated || s.find("canonical") != std::string::npos;
   REQUIRE(stated);
+}
+
+TEST_CASE("each --explain formula multiplies out to its tensor's bytes", "[activation]") {
+  auto preset = GENERATE("llama-2-7b", "gpt2", "mixtral-8x7b", "phi-2", "gemma-2-2b");
+  auto attention = GENERATE(Attention::eager, Attention::sdpa, Attention::flash);
+  auto recompute = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
+  auto r = memest::test::run_of(preset, "amp-bf16", 3, 2000);
+  r.training.attention = attention;
+  r.training.recompute = recompute;
+  r.training.dropout = 0.1;
+  const auto e = estimate(r);
+  REQUIRE_FALSE(e.activations->terms.empty());
+  for (const auto& t : e.activations->terms) {
+    CAPTURE(preset, t.name);
+    // "2000 x 32 x 128": the factors as the formula prints them.
+    std::uint64_t product = t.width;
+    std::istringstream values(t.shape.values(3, 2000));
+    for (std::string word; values >> word;) {
+      if (word != "x") product *= std::stoull(word);
+    }
+    REQUIRE(product == t.bytes);
+  }
 }

@@ -23,6 +23,7 @@ TEST_CASE("scores grow with s^2, SDPA rows with ceil32(s), labels with s+1", "[s
   const Shape lse = shape({sym::b, dim("a", 32), sym::s32});
   REQUIRE(lse.elements().at(basis_at(2, 100)) == 2ULL * 32 * 128);
   REQUIRE(lse.elements().at(basis_at(1, 128)) == 32ULL * 128);
+  REQUIRE(lse.values(2, 100) == "2 x 32 x 128");  // the formula multiplies out to the size
   const Shape labels = shape({sym::b, sym::s1});
   REQUIRE(labels.elements().at(basis_at(4, 99)) == 4ULL * 100);
   REQUIRE(shape({}).elements().at(basis_at(5, 5)) == 1);

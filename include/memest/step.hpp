@@ -120,7 +120,9 @@ struct Step {
   std::vector<Tensor> tensors;
   std::vector<Entry> entries;
   std::vector<MomentSpec> steady;  ///< the steady-state walk
-  std::vector<MomentSpec> first;   ///< the first step (no states before the optimizer)
+  /// The first step, when it differs from the steady state by more than the optimizer states
+  /// before the optimizer phase (gradients kept between steps); else empty.
+  std::vector<MomentSpec> first;
   /// The saved tensors of the forward pass: each layer tensor counts once per layer.
   std::vector<Entry> saved;
   std::uint64_t layers = 0;  ///< L
