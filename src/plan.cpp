@@ -67,6 +67,26 @@ std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& w
   return out;
 }
 
+// The steady walk as the first step sees it: no optimizer states before the optimizer creates
+// them, in its optimizer phase.
+std::vector<Compiled> first_step_of(const Step& step, std::vector<Compiled> steady) {
+  for (std::size_t k = 0; k < steady.size(); ++k) {
+    Compiled& c = steady[k];
+    if (c.phase == "optimizer" || c.phase == "master_copy" || c.phase == "zero_grad") continue;
+    for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
+      const Entry& e = step.entries[i];
+      if (e.tensor != step.states_tensor) continue;
+      const Poly gone = entry_bytes(step.tensors[e.tensor].bytes, e);
+      Poly& part = c.parts[idx(Part::optimizer_state)];
+      for (std::size_t j = 0; j < kMonoCount; ++j) {
+        part.c[j] -= gone.c[j];
+        c.total.c[j] -= gone.c[j];
+      }
+    }
+  }
+  return steady;
+}
+
 // Whether a's polynomial is at least b's everywhere (every coefficient is).
 bool dominates(const Poly& a, const Poly& b) {
   for (std::size_t i = 0; i < kMonoCount; ++i) {
@@ -263,12 +283,15 @@ Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& 
   pk.first_step_phase = pk.phase;
   pk.first_step_moment = pk.peak_moment().name;
   if (first) {
-    const auto fm = evaluate(*first, x, nullptr);
-    const auto it = std::max_element(
-        fm.begin(), fm.end(), [](const Moment& a, const Moment& b) { return a.bytes < b.bytes; });
-    pk.first_step_bytes = it->bytes;
-    pk.first_step_phase = it->phase;
-    pk.first_step_moment = it->name;
+    bool found = false;
+    for (const Compiled& c : *first) {  // the first of the largest, as in the steady walk
+      const u64 v = c.total.at(x);
+      if (found && v <= pk.first_step_bytes) continue;
+      found = true;
+      pk.first_step_bytes = v;
+      pk.first_step_phase = c.phase;
+      pk.first_step_moment = c.name;
+    }
   }
   pk.context_reserve = run.training.context_reserve;
   u64 device = pk.bytes;
@@ -295,8 +318,7 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool 
   const auto steady = compile(step, step.steady, one);
   std::vector<Compiled> first;
   if (first_step) {
-    first =
-        step.first.empty() ? compile(step, step.steady, one, true) : compile(step, step.first, one);
+    first = step.first.empty() ? first_step_of(step, steady) : compile(step, step.first, one);
   }
   StepEstimate r;
   r.activations = detail::saved_bytes(step, in, x, with_terms);
