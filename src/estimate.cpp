@@ -219,7 +219,10 @@ Estimate estimate(const RunSpec& run) {
   shard_categories(cats, run.parallel);
   e.total_complete = true;
   for (const auto& c : cats) {
-    if (!c.on_device) continue;
+    if (!c.on_device) {
+      if (c.bytes) e.host_bytes = checked_add(e.host_bytes, *c.bytes);
+      continue;
+    }
     if (c.bytes) {
       e.total_bytes = checked_add(e.total_bytes, *c.bytes);
     } else {

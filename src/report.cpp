@@ -338,14 +338,6 @@ ordered_json inventory_json(const Inventory& inv) {
 
 std::string_view version() { return MEMEST_VERSION; }
 
-std::uint64_t host_bytes(const Estimate& e) {
-  std::uint64_t host = 0;
-  for (const auto& c : e.categories) {
-    if (!c.on_device && c.bytes) host = checked_add(host, *c.bytes);
-  }
-  return host;
-}
-
 std::string render_table(const RunSpec& run, const Estimate& e, const ReportOptions& options) {
   std::string out;
   out += model_line(run, e) + "\n";
@@ -362,7 +354,7 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
   const char* what = e.total_complete ? "device total (sum of the device rows)"
                                       : "device total (sum, without activations)";
   out += fmt::format("{:<44} {:>16}\n", what, format_bytes(e.total_bytes, options.unit));
-  if (const auto host = host_bytes(e); host * 100 >= unit_bytes(options.unit)) {
+  if (const auto host = e.host_bytes; host * 100 >= unit_bytes(options.unit)) {
     out += fmt::format("{:<44} {:>16}\n", "host memory (rows marked host)",
                        format_bytes(host, options.unit));
   }
@@ -411,7 +403,7 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   }
   j["categories"] = cats;
   j["total"] = {{"bytes", e.total_bytes},
-                {"host_bytes", host_bytes(e)},
+                {"host_bytes", e.host_bytes},
                 {"method", "sum"},
                 {"complete", e.total_complete},
                 {"formatted", format_bytes(e.total_bytes, options.unit)}};

@@ -45,6 +45,7 @@ struct Estimate {
   /// `total_complete` is false when a category (activations) is not estimated.
   std::uint64_t total_bytes = 0;
   bool total_complete = false;
+  std::uint64_t host_bytes = 0;  ///< sum of the estimated host categories (offload, step counters)
   std::vector<std::string> assumptions;  ///< what was assumed for lack of information
   /// Saved activations of one micro-batch, when --batch and --seq are given.
   std::optional<ActivationBytes> activations;

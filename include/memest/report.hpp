@@ -25,9 +25,6 @@ inline constexpr int kJsonSchemaVersion = 1;
 /// The library's version, e.g. "0.1.0".
 std::string_view version();
 
-/// Bytes of the categories held in host memory (step counters, offloaded optimizer states).
-std::uint64_t host_bytes(const Estimate& est);
-
 /// A human table: one row per category with dtype, bytes per element, size and basis, then the
 /// total and the assumptions. Ends with a newline.
 std::string render_table(const RunSpec& run, const Estimate& est, const ReportOptions& options);
