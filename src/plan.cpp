@@ -37,20 +37,16 @@ struct Compiled {
   std::array<Poly, kPartCount> parts{};
 };
 
-// `first_step`: the steady walk as the first step sees it, without the optimizer states
-// before the optimizer creates them.
-std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& walk, bool batch_one,
-                              bool first_step = false) {
+std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& walk,
+                              bool batch_one) {
   std::vector<Compiled> out;
   out.reserve(walk.size());
   for (const MomentSpec& m : walk) {
     Compiled c{m.name, m.phase, {}, {}};
-    const bool no_states =
-        first_step && m.phase != "optimizer" && m.phase != "master_copy" && m.phase != "zero_grad";
     for (std::uint32_t i = m.begin; i < m.end; ++i) {
       const Entry& e = step.entries[i];
       const Tensor& t = step.tensors[e.tensor];
-      if (!t.exists(batch_one) || (no_states && e.tensor == step.states_tensor)) continue;
+      if (!t.exists(batch_one)) continue;
       Poly& part = c.parts[idx(t.part)];
       if (e.ranks > 1) {
         part.add(entry_bytes(t.bytes, e));
