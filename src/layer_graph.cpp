@@ -368,7 +368,7 @@ std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope sco
   int nonzero = 0;
   for (std::size_t i = 0; i < kMonoCount; ++i) {
     if (t.bytes.c[i] == 0) continue;
-    t.mono = static_cast<std::int8_t>(i);
+    t.mono = static_cast<int>(i);
     ++nonzero;
   }
   if (nonzero != 1) t.mono = -1;

@@ -88,7 +88,7 @@ struct Tensor {
   Batch batch = Batch::any;
 
   /// The monomial of a size that has one, else -1 (the plan's fast path).
-  std::int8_t mono = -1;
+  int mono = -1;
 
   bool empty() const { return mono < 0 && bytes.c == Poly{}.c; }
   /// Whether the tensor exists at this micro-batch (batch 1 or more).
