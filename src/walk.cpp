@@ -74,46 +74,69 @@ Layout layout(const Inventory& inv, u64 layers, u64 norms_per_layer) {
   return l;
 }
 
+// The stack a per-layer group belongs to: its name up to the layer index ("model.layers.").
+std::string_view stack_of(const TensorGroup& g) {
+  return std::string_view(g.name).substr(0, g.name.find('*'));
+}
+
 // Visits the trainable tensors in parameters() order: f(previous elements, elements, prefix
-// through this tensor), once per distinct position (the last layer for per-layer groups, which
-// has the largest prefix), plus the layer wrap-around pair.
+// through this tensor), once per distinct position, plus each stack's wrap-around pair. A
+// stack is a run of groups named after one layer list ("model.layers.*...", "encoder.block.0...");
+// its per-layer groups are visited in the last layer, which has the largest prefix; groups of
+// the stack that are not in every layer (block 0's relative attention bias, DeepSeek's dense
+// first layer and routed experts) are counted before it.
 template <typename F>
 void walk_order(const Layout& l, F&& f) {
-  u64 pre_total = 0, block_total = 0;
-  bool seen_block = false;
-  for (const auto& g : l.inv->groups) {
-    if (g.quant_state || !g.trainable) continue;
-    if (l.per_layer(g)) {
-      seen_block = true;
-      block_total += g.elements() / l.L;
-    } else if (!seen_block) {
-      pre_total += g.elements();
+  const auto& gs = l.inv->groups;
+  const auto counts = [](const TensorGroup& g) { return g.trainable && !g.quant_state; };
+  u64 prefix = 0, prev = 0;
+  for (std::size_t i = 0; i < gs.size();) {
+    if (!l.per_layer(gs[i])) {
+      const TensorGroup& g = gs[i++];
+      if (!counts(g)) continue;
+      const u64 n = g.tensor_elements();
+      f(prev, n, prefix + n);
+      if (g.count > 1) f(n, n, prefix + g.count * n);
+      prefix += g.count * n;
+      prev = n;
+      continue;
     }
+    const std::string_view base = stack_of(gs[i]);
+    std::size_t end = i;
+    u64 per_layer = 0, other = 0;
+    for (; end < gs.size() && std::string_view(gs[end].name).substr(0, base.size()) == base;
+         ++end) {
+      if (!counts(gs[end])) continue;
+      (l.per_layer(gs[end]) ? per_layer : other) +=
+          gs[end].elements() / (l.per_layer(gs[end]) ? l.L : 1);
+    }
+    u64 p = prefix;
+    for (std::size_t k = i; k < end; ++k) {  // the groups not in every layer, counted first
+      const TensorGroup& g = gs[k];
+      if (!counts(g) || l.per_layer(g)) continue;
+      const u64 n = g.tensor_elements();
+      f(prev, n, p + n);
+      if (g.count > 1) f(n, n, p + g.count * n);
+      p += g.count * n;
+      prev = n;
+    }
+    p += (l.L - 1) * per_layer;  // the last layer starts here
+    u64 first = 0, last = 0;
+    for (std::size_t k = i; k < end; ++k) {
+      const TensorGroup& g = gs[k];
+      if (!counts(g) || !l.per_layer(g)) continue;
+      const u64 n = g.tensor_elements(), copies = g.count / l.L;
+      f(prev, n, p + n);
+      if (copies > 1) f(n, n, p + copies * n);
+      p += copies * n;
+      prev = n;
+      if (first == 0) first = n;
+      last = n;
+    }
+    if (l.L > 1) f(last, first, 0);
+    prefix += other + l.L * per_layer;
+    i = end;
   }
-  u64 prefix = 0, prev = 0, block_first = 0, block_last = 0;
-  bool in_block = false, after_block = false;
-  for (const auto& g : l.inv->groups) {
-    if (g.quant_state || !g.trainable) continue;
-    const u64 n = g.tensor_elements();
-    const bool pl = l.per_layer(g);
-    if (pl && !in_block) {
-      in_block = true;
-      prefix = pre_total + (l.L - 1) * block_total;  // position in the last layer
-      block_first = n;
-    }
-    if (!pl && in_block && !after_block) {
-      after_block = true;
-      if (l.L > 1) f(block_last, block_first, 0);
-      prefix = pre_total + l.L * block_total;
-    }
-    const u64 copies = pl ? g.count / l.L : g.count;
-    f(prev, n, prefix + n);
-    if (copies > 1) f(n, n, prefix + copies * n);
-    prefix += copies * n;
-    prev = n;
-    if (pl) block_last = n;
-  }
-  if (in_block && !after_block && l.L > 1) f(block_last, block_first, 0);
 }
 
 // States per trainable element for the optimizers whose state is elementwise.

@@ -299,3 +299,18 @@ TEST_CASE("a plan for another optimizer equals a plan walked for it", "[peak]") 
     }
   }
 }
+
+TEST_CASE("an encoder-decoder's grad copy walks both stacks in order", "[peak]") {
+  // t5-small: block 0's relative attention bias sits inside the encoder's layer list and the
+  // decoder is a second list; the copy's prefix never passes the trainable parameters.
+  auto r = run_of("t5-small", "mixed-bf16", 2, 100);
+  const auto e = estimate(r);
+  const auto& m = moment(*e.peak, "grad_copy");
+  const std::uint64_t T = e.trainable;
+  const std::uint64_t master_grads = m.parts[static_cast<std::size_t>(Part::master_grads)];
+  const std::uint64_t grads = m.parts[static_cast<std::size_t>(Part::grads)];
+  REQUIRE(master_grads <= 4 * T);
+  REQUIRE(grads <= 2 * T);
+  // The copy of the last tensor: all master grads but nothing left of the bf16 ones but it.
+  REQUIRE(master_grads + grads >= 4 * T);
+}
