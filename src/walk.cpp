@@ -982,8 +982,8 @@ void resize_optimizer(Step& step, const OptimizerSizes& sizes) {
 
 Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step) {
   Step step;
-  step.tensors.reserve(192);
-  step.entries.reserve(first_step ? 2048 : 1024);
+  step.tensors.reserve(96);
+  step.entries.reserve(first_step ? 768 : 384);
   add_saved_tensors(step, in);
   const auto& inv0 = run.model.inventory;
   const u64 arch_layers = run.model.arch ? run.model.arch->num_layers : in.L;
