@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace memest::truth {
@@ -72,7 +73,10 @@ inline std::vector<std::string> case_args(const json& c, const std::string& conf
 
 /// Runs memest on one case in-process and returns its JSON output; throws on a non-zero exit.
 inline json run_case(const json& c) {
-  const auto dir = std::filesystem::temp_directory_path() / "memest-truth";
+  // One folder per process: ctest runs the truth tests in parallel processes, and one must not
+  // truncate a config another is reading.
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("memest-truth-{}", getpid());
   std::filesystem::create_directories(dir);
   const auto path = (dir / (c["id"].get<std::string>() + ".json")).string();
   std::ofstream(path) << c["config"].dump();
@@ -81,6 +85,7 @@ inline json run_case(const json& c) {
   for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
   const int code = cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+  std::filesystem::remove_all(dir);
   if (code != 0)
     throw std::runtime_error(
         fmt::format("{}: exit {}: {}", c["id"].get<std::string>(), code, err.str()));
