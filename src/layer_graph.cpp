@@ -210,9 +210,10 @@ class Saver {
         // pow input, tanh, 0.5x, 1+tanh, product; CUDA autocast runs pow/tanh in fp32.
         if (in_.amp && in_.cuda) {
           add("gelu_new: input, tanh, 0.5x, 1+tanh (fp32 under CUDA autocast)", sc, Slot::mlp, 4,
-              prepend(4, m));
+              prepend(dim("4", 4), m));
         } else {
-          add("gelu_new: input, pow input, tanh, 0.5x, 1+tanh", sc, Slot::mlp, ec, prepend(5, m));
+          add("gelu_new: input, pow input, tanh, 0.5x, 1+tanh", sc, Slot::mlp, ec,
+              prepend(dim("5", 5), m));
         }
         add("gelu_new: three float64 scalars", sc, Slot::mlp, 8, shape({dim("3", 3)}));
         break;
@@ -231,9 +232,9 @@ class Saver {
     }
   }
 
-  static Shape prepend(u64 n, const Shape& m) {
+  static Shape prepend(Sym count, const Shape& m) {
     Shape sh;
-    sh.factors[sh.rank++] = dim(n == 4 ? "4" : "5", n);
+    sh.factors[sh.rank++] = count;
     for (std::uint8_t i = 0; i < m.rank; ++i) sh.factors[sh.rank++] = m.factors[i];
     return sh;
   }
@@ -310,9 +311,8 @@ class Saver {
       if (t.scope == Scope::dense_mlp) dense.add(t.bytes);
       if (t.scope == Scope::moe_mlp) moe.add(t.bytes);
     }
-    const auto bs = 4;  // the b*s monomial
-    if (moe.c[bs] != dense.c[bs])
-      return moe.c[bs] > dense.c[bs] ? Scope::moe_mlp : Scope::dense_mlp;
+    if (moe.c[kMonoBS] != dense.c[kMonoBS])
+      return moe.c[kMonoBS] > dense.c[kMonoBS] ? Scope::moe_mlp : Scope::dense_mlp;
     return moe.c[0] >= dense.c[0] ? Scope::moe_mlp : Scope::dense_mlp;
   }
 
@@ -321,7 +321,6 @@ class Saver {
     const u64 L = in_.L;
     const bool full = in_.recompute == Recompute::full;
     const u64 moe_layers = in_.moe_layers, dense_layers = L - moe_layers;
-    st_.layers = L;
     for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
       const Tensor& t = st_.tensors[i];
       if (t.part != Part::activations) continue;
@@ -380,9 +379,8 @@ void add_saved_tensors(Step& step, const ActivationInputs& in) { Saver(step, in)
 ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
                             bool with_terms) {
   ActivationBytes r;
-  const bool one = x[3] == 1;
-  r.b = x[3];
-  r.s = x[1];
+  r.b = x[kMonoB];
+  r.s = x[kMonoS];
   r.h = in.h;
   r.a = in.a;
   r.k = in.k;
@@ -393,7 +391,7 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   const bool full = in.recompute == Recompute::full;
   for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {
     const Tensor& t = step.tensors[i];
-    if (t.part != Part::activations || !t.exists(one)) continue;
+    if (t.part != Part::activations || !t.exists_at(x)) continue;
     const u64 v = t.bytes.at(x);
     if (t.scope == Scope::layer) r.full_layer += v;
     if (t.scope == step.walk_mlp) r.mlp += v;
@@ -404,7 +402,7 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   if (!full) r.per_layer = r.full_layer;
   for (const Entry& e : step.saved) {
     const Tensor& t = step.tensors[e.tensor];
-    if (!t.exists(one)) continue;
+    if (!t.exists_at(x)) continue;
     const u64 v = checked_mul(t.bytes.at(x), e.count);
     u64& sum = t.scope == Scope::shared  ? r.shared
                : t.scope == Scope::embed ? r.embed
@@ -416,14 +414,14 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   if (!with_terms) return r;
   for (const Entry& e : step.saved) {
     const Tensor& t = step.tensors[e.tensor];
-    if (!t.exists(one)) continue;
+    if (!t.exists_at(x)) continue;
     r.terms.push_back({t.scope, t.name, t.bytes.at(x), e.count, t.width, t.shape});
   }
   for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {  // recomputed, not stored
     const Tensor& t = step.tensors[i];
     const bool recomputed =
         t.scope == Scope::core || (full && (t.scope == Scope::layer || t.scope == step.walk_mlp));
-    if (t.part == Part::activations && recomputed && t.exists(one))
+    if (t.part == Part::activations && recomputed && t.exists_at(x))
       r.terms.push_back({t.scope, t.name, t.bytes.at(x), 0, t.width, t.shape});
   }
   return r;

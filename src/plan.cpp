@@ -31,6 +31,18 @@ Poly entry_bytes(const Poly& t, const Entry& e) {
   return p;
 }
 
+// Adds an entry to a part: one multiply-add for a single-monomial tensor.
+void add_entry(Poly& part, const Tensor& t, const Entry& e) {
+  if (e.ranks > 1) {
+    part.add(entry_bytes(t.bytes, e));
+  } else if (t.mono >= 0) {
+    const auto mi = static_cast<std::size_t>(t.mono);
+    part.c[mi] = checked_add(part.c[mi], checked_mul(t.bytes.c[mi], e.count));
+  } else {
+    part.add(t.bytes, e.count);
+  }
+}
+
 struct Compiled {
   std::string_view name, phase;
   Poly total;
@@ -46,16 +58,7 @@ std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& w
     for (std::uint32_t i = m.begin; i < m.end; ++i) {
       const Entry& e = step.entries[i];
       const Tensor& t = step.tensors[e.tensor];
-      if (!t.exists(batch_one)) continue;
-      Poly& part = c.parts[idx(t.part)];
-      if (e.ranks > 1) {
-        part.add(entry_bytes(t.bytes, e));
-      } else if (t.mono >= 0) {  // one monomial: one multiply-add
-        const auto mi = static_cast<std::size_t>(t.mono);
-        part.c[mi] = checked_add(part.c[mi], checked_mul(t.bytes.c[mi], e.count));
-      } else {
-        part.add(t.bytes, e.count);
-      }
+      if (t.exists(batch_one)) add_entry(c.parts[idx(t.part)], t, e);
     }
     for (const Poly& p : c.parts) c.total.add(p);
     out.push_back(c);
@@ -73,11 +76,8 @@ std::vector<Compiled> first_step_of(const Step& step, std::vector<Compiled> stea
       const Entry& e = step.entries[i];
       if (e.tensor != step.states_tensor) continue;
       const Poly gone = entry_bytes(step.tensors[e.tensor].bytes, e);
-      Poly& part = c.parts[idx(Part::optimizer_state)];
-      for (std::size_t j = 0; j < kMonoCount; ++j) {
-        part.c[j] -= gone.c[j];
-        c.total.c[j] -= gone.c[j];
-      }
+      c.parts[idx(Part::optimizer_state)].subtract(gone);
+      c.total.subtract(gone);
     }
   }
   return steady;
@@ -137,7 +137,7 @@ std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Bas
   for (std::uint32_t i = m.begin; i < m.end; ++i) {
     const Entry& e = step.entries[i];
     const Tensor& t = step.tensors[e.tensor];
-    if (!t.exists(x[3] == 1)) continue;
+    if (!t.exists_at(x)) continue;
     const u64 each = t.bytes.at(x);
     const u64 all =
         e.ranks > 1 ? shard(checked_mul(each, e.count), e.ranks) : checked_mul(each, e.count);
@@ -230,7 +230,7 @@ Pool part_pool(const RunSpec& run, const Step& step, const Basis& x, Part part) 
   if (part == Part::activations) {
     for (const Entry& e : step.saved) {
       const Tensor& t = step.tensors[e.tensor];
-      if (t.exists(x[3] == 1)) pool.add(t.bytes.at(x), e.count);
+      if (t.exists_at(x)) pool.add(t.bytes.at(x), e.count);
     }
   }
   return pool;
@@ -387,8 +387,7 @@ PeakPlan PeakPlan::with_optimizer(const OptimizerSpec& optimizer) const {
       Poly now;
       now.c[0] = e.tensor == step.states_tensor ? states : sizes.temporaries;
       Poly& part = r.steady[k].parts[idx(t.part)];
-      const Poly gone = entry_bytes(t.bytes, e);
-      for (std::size_t j = 0; j < kMonoCount; ++j) part.c[j] -= gone.c[j];
+      part.subtract(entry_bytes(t.bytes, e));
       part.add(entry_bytes(now, e));
     }
     for (Compiled& c : r.steady) {

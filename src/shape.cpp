@@ -17,6 +17,8 @@ struct Exps {
 // Monomial i is b^eb s^es ceil32(s)^er.
 constexpr std::array<Exps, kMonoCount> kExps = {
     {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 0, 1}}};
+static_assert(kExps[kMonoS].s == 1 && kExps[kMonoS].b == 0 && kExps[kMonoB].b == 1 &&
+              kExps[kMonoB].s == 0 && kExps[kMonoBS].b == 1 && kExps[kMonoBS].s == 1);
 
 // The index of b^b s^s ceil32(s)^r, -1 where the basis has no such monomial.
 constexpr std::array<std::array<std::array<int, 2>, 3>, 2> kIndex = {

@@ -12,6 +12,9 @@ namespace memest {
 /// 1, s, s^2, b, b*s, b*s^2 and b*ceil32(s) (SDPA's log-sum-exp rows, padded to 32).
 inline constexpr std::size_t kMonoCount = 7;
 
+/// Where b, s and b*s sit in the basis (the order shape.cpp's exponent table gives).
+inline constexpr std::size_t kMonoS = 1, kMonoB = 3, kMonoBS = 4;
+
 /// The value of each monomial at one (b, s) point.
 using Basis = std::array<std::uint64_t, kMonoCount>;
 
@@ -22,6 +25,10 @@ Basis basis_at(std::uint64_t b, std::uint64_t s);
 struct Poly {
   std::array<std::uint64_t, kMonoCount> c{};
 
+  /// Takes away what an earlier add() put in (never below zero: that is a programming error).
+  void subtract(const Poly& other) {
+    for (std::size_t i = 0; i < kMonoCount; ++i) c[i] -= other.c[i];
+  }
   /// Adds k x other (checked: throws Error on overflow).
   void add(const Poly& other, std::uint64_t k = 1) {
     for (std::size_t i = 0; i < kMonoCount; ++i) {

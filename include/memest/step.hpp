@@ -91,6 +91,8 @@ struct Tensor {
   int mono = -1;
 
   bool empty() const { return mono < 0 && bytes.c == Poly{}.c; }
+  /// Whether the tensor exists at the point `x` (batch 1 or more).
+  bool exists_at(const Basis& x) const { return exists(x[kMonoB] == 1); }
   /// Whether the tensor exists at this micro-batch (batch 1 or more).
   bool exists(bool batch_one) const {
     return batch == Batch::any || (batch == Batch::one) == batch_one;
@@ -125,7 +127,6 @@ struct Step {
   std::vector<MomentSpec> first;
   /// The saved tensors of the forward pass: each layer tensor counts once per layer.
   std::vector<Entry> saved;
-  std::uint64_t layers = 0;  ///< L
   /// The MLP the walk gives every layer: dense, MoE, or the larger of the two for models that
   /// mix them (an upper bound for the dense layers).
   Scope walk_mlp = Scope::dense_mlp;
