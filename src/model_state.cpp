@@ -33,6 +33,9 @@ void add_layer_group(Layout& l, const TensorGroup& g, u64& layer_norms) {
 
 }  // namespace
 
+namespace {
+
+// The layout of an inventory whose layer list has `layers` layers.
 Layout layout(const Inventory& inv, u64 layers, u64 norms_per_layer) {
   Layout l;
   l.inv = &inv;
@@ -54,6 +57,8 @@ Layout layout(const Inventory& inv, u64 layers, u64 norms_per_layer) {
   l.l_n2 = layer_norms / std::max<u64>(1, norms_per_layer);
   return l;
 }
+
+}  // namespace
 
 // States per trainable element for the optimizers whose state is elementwise.
 u64 state_bytes(const OptimizerSpec& o, const Inventory& inv, u64 trainable, Dtype d) {
@@ -151,40 +156,32 @@ std::string_view step_temporaries_name(OptimizerKind k) {
   }
 }
 
-// The optimizer's states and step counters (§2.2).
-void size_states(Step& step, const RunSpec& run, const OptimizerSpec& opt) {
-  const auto& inv0 = run.model.inventory;
-  step.state_bytes = state_bytes(opt, inv0, trainable_count(inv0), run.precision.state);
-  const bool steps_on_device =
-      opt.impl == OptimizerImpl::fused || run.training.device == Device::cpu;
-  step.step_counter_bytes = keeps_step(opt.kind) && inv0.shapes_known && steps_on_device
-                                ? 4 * trainable_tensor_count(inv0)
-                                : 0;
-  Tensor& t = step.tensors[step.states_tensor];
-  t.width = checked_add(step.state_bytes, step.step_counter_bytes);
-  t.bytes = Poly{};
-  t.bytes.c[0] = t.width;
-  t.mono = t.width ? 0 : -1;
-}
-
 const Inventory& walk_inventory(const RunSpec& run) {
   const auto& inv0 = run.model.inventory;
   return inv0.shapes_known ? inv0 : canonical_inventory(parameter_count(inv0));
 }
 
-OptimizerSizes optimizer_sizes(const RunSpec& run, const OptimizerSpec& opt,
-                               const ActivationInputs& in) {
-  Step probe;
-  probe.tensors.emplace_back();
-  size_states(probe, run, opt);
-  const Inventory& inv = walk_inventory(run);
-  const u64 arch_layers = run.model.arch ? run.model.arch->num_layers : in.L;
-  Layout lay = layout(inv, arch_layers, in.norms);
-  lay.trainable = trainable_count(run.model.inventory);
-  return {
-      probe.state_bytes, probe.step_counter_bytes,
-      step_temporaries(opt, lay, in.cuda, width(run.precision.state), width(run.precision.grad)),
-      step_temporaries_name(opt.kind)};
+Layout layout_of(const RunSpec& run, const ActivationInputs& in) {
+  const u64 layers = run.model.arch ? run.model.arch->num_layers : in.L;
+  Layout lay = layout(walk_inventory(run), layers, in.norms);
+  lay.trainable = trainable_count(run.model.inventory);  // exact even when shapes are assumed
+  return lay;
+}
+
+// The optimizer's states and step counters (§2.2) and its step's temporaries (§4.4).
+OptimizerSizes optimizer_sizes(const RunSpec& run, const OptimizerSpec& opt, const Layout& lay,
+                               bool cuda) {
+  const auto& inv0 = run.model.inventory;
+  const bool steps_on_device = opt.impl == OptimizerImpl::fused || !cuda;
+  OptimizerSizes sizes;
+  sizes.state_bytes = state_bytes(opt, inv0, lay.trainable, run.precision.state);
+  sizes.step_counter_bytes = keeps_step(opt.kind) && inv0.shapes_known && steps_on_device
+                                 ? 4 * trainable_tensor_count(inv0)
+                                 : 0;
+  sizes.temporaries =
+      step_temporaries(opt, lay, cuda, width(run.precision.state), width(run.precision.grad));
+  sizes.temporaries_name = step_temporaries_name(opt.kind);
+  return sizes;
 }
 
 void resize_optimizer(Step& step, const OptimizerSizes& sizes) {

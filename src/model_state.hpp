@@ -33,8 +33,9 @@ struct Layout {
   }
 };
 
-/// The layout of an inventory whose layer list has `layers` layers.
-Layout layout(const Inventory& inv, u64 layers, u64 norms_per_layer);
+/// The layout of the run's inventory (the canonical one for a bare count), with its exact
+/// trainable count.
+Layout layout_of(const RunSpec& run, const ActivationInputs& in);
 
 // The stack a per-layer group belongs to: its name up to the layer index ("model.layers.").
 inline std::string_view stack_of(const TensorGroup& g) {
@@ -111,7 +112,14 @@ const Inventory& canonical_inventory(u64 params);
 u64 step_temporaries(const OptimizerSpec& o, const Layout& lp, bool cuda, u64 es, u64 eg);
 /// What those temporaries are, for --explain.
 std::string_view step_temporaries_name(OptimizerKind k);
-/// Sizes the step's optimizer-states tensor (states and device step counters) for `opt`.
-void size_states(Step& step, const RunSpec& run, const OptimizerSpec& opt);
+/// The sizes of the optimizer's tensors: its states, step counters and step temporaries.
+struct OptimizerSizes {
+  u64 state_bytes = 0, step_counter_bytes = 0, temporaries = 0;
+  std::string_view temporaries_name;
+};
+OptimizerSizes optimizer_sizes(const RunSpec& run, const OptimizerSpec& optimizer,
+                               const Layout& lay, bool cuda);
+/// Gives a built step's optimizer tensors these sizes.
+void resize_optimizer(Step& step, const OptimizerSizes& sizes);
 
 }  // namespace memest::detail

@@ -15,7 +15,7 @@ constexpr std::array<std::string_view, kPartCount> kPartLabels = {
     "master grads", "grad accumulation", "activations",          "weight copies",
     "inputs",       "buffers",           "temporaries and other"};
 
-constexpr std::array<std::string_view, 10> kScopeNames = {
+constexpr std::array<std::string_view, kScopeCount> kScopeNames = {
     "layer",  "dense_mlp", "moe_mlp", "checkpoint", "core",
     "shared", "embed",     "head",    "state",      "transient"};
 

@@ -1,5 +1,6 @@
 // A step compiled to polynomials and evaluated at a (micro-batch, sequence) point: the peak,
 // its phase, what is live then, and the allocator's view (docs/design.md, "The step as data").
+#include "model_state.hpp"
 #include "step_build.hpp"
 
 #include <memest/error.hpp>
@@ -376,7 +377,8 @@ PeakPlan PeakPlan::with_optimizer(const OptimizerSpec& optimizer) const {
   PeakPlan out;
   out.impl_ = std::make_unique<Impl>(*impl_);
   Impl& m = *out.impl_;
-  const auto sizes = detail::optimizer_sizes(*m.run, optimizer, *m.in);
+  const auto sizes =
+      detail::optimizer_sizes(*m.run, optimizer, detail::layout_of(*m.run, *m.in), m.in->cuda);
   const Step& step = *m.step;
   const u64 states = checked_add(sizes.state_bytes, sizes.step_counter_bytes);
   for (std::size_t one = 0; one < 2; ++one) {

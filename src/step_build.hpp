@@ -27,16 +27,6 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
 /// of the first step's when `first_step` (src/walk.cpp).
 Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step);
 
-/// The sizes of the optimizer's tensors: its states, step counters and step temporaries.
-struct OptimizerSizes {
-  std::uint64_t state_bytes = 0, step_counter_bytes = 0, temporaries = 0;
-  std::string_view temporaries_name;
-};
-OptimizerSizes optimizer_sizes(const RunSpec& run, const OptimizerSpec& optimizer,
-                               const ActivationInputs& in);
-/// Gives a built step's optimizer tensors these sizes.
-void resize_optimizer(Step& step, const OptimizerSizes& sizes);
-
 /// The inventory the walk reads: the run's, or the canonical one of a bare parameter count.
 const Inventory& walk_inventory(const RunSpec& run);
 

@@ -43,7 +43,7 @@ class Walker {
   std::uint32_t gathered_ = 0;
   std::vector<MomentSpec>* out_ = nullptr;
   std::vector<std::uint32_t> layer_ids_;
-  std::array<std::vector<std::uint32_t>, 10> scope_ids_;
+  std::array<std::vector<std::uint32_t>, kScopeCount> scope_ids_;
   // State tensors.
   std::uint32_t params_ = 0, master_ = 0, states_ = 0, grad_accum_ = 0, inputs_ = 0, buffers_ = 0,
                 grads_ = 0, opt_grads_ = 0, head_grads_ = 0, layer_grads_ = 0;
@@ -53,7 +53,7 @@ class Walker {
   // What the current layer's attention holds besides its saved tensors.
   std::uint32_t bias_cache_ = 0, qkv_casts_ = 0, norm32_ = 0, qkv32_ = 0, qrot_ = 0, fused_qkv_ = 0;
   bool copy_grads_ = false;
-  u64 gopt_bytes_ = 0;
+  OptimizerSizes sizes_;
 
   std::uint32_t constant(std::string_view name, Part part, u64 bytes) {
     return add_tensor(st_, name, part, Scope::state, Slot::none, bytes, shape({}));
@@ -172,7 +172,8 @@ void Walker::statics(const Inventory& inv0) {
                      p.master ? checked_mul(width(*p.master), trainable) : 0);
   states_ = constant("optimizer states", Part::optimizer_state, 0);
   st_.states_tensor = states_;
-  size_states(st_, run_, run_.optimizer);
+  sizes_ = optimizer_sizes(run_, run_.optimizer, lp_, in_.cuda);
+  resize_optimizer(st_, sizes_);
   grad_accum_ = constant("grad accumulation buffer", Part::grad_accum,
                          p.grad_accum ? checked_mul(width(*p.grad_accum), trainable) : 0);
   inputs_ = temp("input ids (int64)", Part::inputs, 8, shape({sym::N}));
@@ -180,9 +181,9 @@ void Walker::statics(const Inventory& inv0) {
                   shape({dim("d/2", in_.rotary ? in_.d / 2 : 0)}));
   grads_ = constant("gradients", Part::grads, checked_mul(eg, trainable));
   copy_grads_ = p.master && width(p.grad) < width(*p.master);
-  const u64 em = p.master ? width(*p.master) : 4;
-  gopt_bytes_ = copy_grads_ ? checked_mul(em, trainable) : checked_mul(eg, trainable);
-  opt_grads_ = copy_grads_ ? constant("master gradients", Part::master_grads, gopt_bytes_) : grads_;
+  opt_grads_ = copy_grads_ ? constant("master gradients", Part::master_grads,
+                                      checked_mul(width(*p.master), trainable))
+                           : grads_;
   const u64 lm = in_.lm_head ? in_.V * in_.h : 0;
   head_grads_ = constant("gradients of the head (final norm, lm_head)", Part::grads,
                          eg * (lp_.head_trainable + (in_.tied ? lm : 0)));
@@ -661,7 +662,7 @@ void Walker::gpt2_softmax_backward(bool steady, u64 j) {
 // update loop.
 void Walker::after_backward(bool steady) {
   const auto& p = run_.precision;
-  const u64 eg = width(p.grad), es = width(p.state);
+  const u64 eg = width(p.grad);
   if (copy_grads_) {
     const u64 em = width(*p.master);
     u64 best = 0, best_pre = 0, best_n = 0;
@@ -684,12 +685,10 @@ void Walker::after_backward(bool steady) {
   }
   const u64 rec = in_.cuda ? 0 : kRecordFunctionBytes;
   const std::uint32_t handle = constant("record_function handle", Part::other, rec);
-  const u64 temps = step_temporaries(run_.optimizer, lp_, in_.cuda, es, eg);
   begin("optimizer", "optimizer");
   baseline(true, false);
   add(opt_grads_);
-  const std::uint32_t temps_id =
-      constant(step_temporaries_name(run_.optimizer.kind), Part::other, temps);
+  const std::uint32_t temps_id = constant(sizes_.temporaries_name, Part::other, sizes_.temporaries);
   st_.step_temporaries.push_back(temps_id);
   add(temps_id, 1, true);
   end();
@@ -718,13 +717,9 @@ Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step)
   step.tensors.reserve(96);
   step.entries.reserve(first_step ? 768 : 384);
   add_saved_tensors(step, in);
-  const auto& inv0 = run.model.inventory;
-  const u64 arch_layers = run.model.arch ? run.model.arch->num_layers : in.L;
-  const Inventory& inv = walk_inventory(run);
-  Layout lay = layout(inv, arch_layers, in.norms);
-  lay.trainable = trainable_count(inv0);  // exact even when the shapes are assumed
+  const Layout lay = layout_of(run, in);
   Walker w(step, run, in, lay);
-  w.statics(inv0);
+  w.statics(run.model.inventory);
   w.walk(true);
   // The first step is the steady one without the optimizer states before the optimizer phase,
   // unless gradients kept between steps make the walks differ further.

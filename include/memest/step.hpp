@@ -44,6 +44,8 @@ enum class Scope : std::uint8_t {
   transient    ///< alive inside one op or between two (logits, gradients in flight, scratch)
 };
 
+inline constexpr std::size_t kScopeCount = 10;
+
 /// JSON spelling of a scope: "layer", "dense_mlp", "shared", ...
 std::string_view scope_name(Scope scope);
 
