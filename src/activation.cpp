@@ -130,6 +130,7 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.cuda = t.device == Device::cuda;
   in.attention = t.attention;
   in.recompute = t.recompute;
+  in.loss = t.loss;
 }
 
 // What was assumed: a canonical shape, a family not measured, an unknown activation function.
@@ -161,6 +162,29 @@ void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_a
   }
 }
 
+// One device of a split run: its model chunk's layers, its part of the sequence, and the
+// embeddings and the head only where its stage has them.
+void read_rank(const RankSpec& r, const TrainingSpec& t, ActivationInputs& in) {
+  if (r.chunk_layers > 0 && r.layers > 0) {
+    in.moe_layers = in.moe_layers * r.chunk_layers / r.layers;
+    in.L = r.chunk_layers;
+  }
+  in.t = r.tensor;
+  in.sp = r.sequence;
+  in.cp = r.context;
+  in.s = ceil_div(t.seq_len, r.context);
+  in.in_flight = r.in_flight;
+  if (!r.head) {
+    in.lm_head = false;
+    in.final_norm = false;
+  }
+  if (!r.embedding) {
+    in.learned_positions = false;
+    in.embedding_norm = false;
+    in.p_embd = 0;
+  }
+}
+
 }  // namespace
 
 std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_notes) {
@@ -178,6 +202,7 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_
   read_dropout(arch, t, in);
   read_policy(run, in);
   note_assumptions(run, arch, known_act, with_notes, in);
+  if (run.rank.split()) read_rank(run.rank, run.training, in);
   return in;
 }
 

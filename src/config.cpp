@@ -2,6 +2,7 @@
 #include <memest/config.hpp>
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
+#include <memest/layout.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -186,6 +187,56 @@ PrecisionPolicy resolve_precision(const RunOptions& o) {
   return apply_overrides(std::move(policy), ov);
 }
 
+// --fsdp and --distributed-optimizer are names for ZeRO stages over the --dp ranks.
+void resolve_sharding_names(const RunOptions& o, ParallelSpec& p) {
+  const auto stage_from = [&](const Setting<std::string>& s, unsigned stage) {
+    if (o.zero_stage && p.zero_stage != stage) {
+      throw Error(fmt::format("{} \"{}\" conflicts with {} {} (it is ZeRO stage {})", s.where,
+                              s.value, o.zero_stage->where, o.zero_stage->value, stage));
+    }
+    if (stage > 0 && p.data_parallel == 1) {
+      throw Error(
+          fmt::format("{} shards over data-parallel ranks: give --dp N with N > 1", s.where));
+    }
+    p.zero_stage = stage;
+  };
+  if (o.fsdp) {
+    const unsigned stage = parse_setting(*o.fsdp, [](std::string_view v) -> unsigned {
+      if (v == "full") return 3;
+      if (v == "grad-op") return 2;
+      if (v == "no-shard") return 0;
+      throw Error(
+          fmt::format("unknown FSDP mode \"{}\" (expected one of: full, grad-op, no-shard)", v));
+    });
+    stage_from(*o.fsdp, stage);
+  }
+  if (flag(o.distributed_optimizer)) {
+    const Setting<std::string> s{"on", o.distributed_optimizer->where};
+    stage_from(s, 1);
+  }
+}
+
+// Tensor, sequence, pipeline, context and expert parallelism (include/memest/layout.hpp).
+void resolve_model_split(const RunOptions& o, ParallelSpec& p) {
+  const auto ranks = [](const TextSetting& s, std::uint64_t& out) {
+    if (s) out = parse_setting(*s, [](std::string_view v) { return parse_positive(v, "ranks"); });
+  };
+  ranks(o.tensor_parallel, p.tensor);
+  ranks(o.pipeline_parallel, p.pipeline);
+  ranks(o.virtual_stages, p.virtual_stages);
+  ranks(o.context_parallel, p.context);
+  ranks(o.expert_parallel, p.expert);
+  if (o.microbatches) {
+    p.microbatches = parse_setting(
+        *o.microbatches, [](std::string_view v) { return parse_positive(v, "micro-batches"); });
+  }
+  if (o.vocab_multiple) {
+    p.vocab_multiple = parse_setting(
+        *o.vocab_multiple, [](std::string_view v) { return parse_positive(v, "a multiple"); });
+  }
+  p.sequence = flag(o.sequence_parallel);
+}
+
 ParallelSpec resolve_parallel(const RunOptions& o) {
   ParallelSpec p;
   if (o.data_parallel) {
@@ -212,6 +263,8 @@ ParallelSpec resolve_parallel(const RunOptions& o) {
                               o.zero_stage->where));
     }
   }
+  resolve_sharding_names(o, p);
+  resolve_model_split(o, p);
   return p;
 }
 
@@ -298,6 +351,9 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     if (o.allocator) t.allocator = parse_setting(*o.allocator, parse_allocator);
   });
   problems.attempt([&] {
+    if (o.loss) t.loss = parse_setting(*o.loss, parse_loss);
+  });
+  problems.attempt([&] {
     if (o.context_reserve) t.context_reserve = parse_setting(*o.context_reserve, parse_bytes);
   });
   if (o.batch.has_value() != o.seq.has_value()) {
@@ -324,6 +380,7 @@ RunSpec resolve(const RunOptions& options) {
   problems.attempt([&] { run.parallel = resolve_parallel(options); });
   problems.attempt([&] { run.budget = resolve_budget(options); });
   problems.throw_if_any();
+  check_layout(run);
   return run;
 }
 

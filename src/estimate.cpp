@@ -1,5 +1,6 @@
 #include <memest/error.hpp>
 #include <memest/estimate.hpp>
+#include <memest/layout.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -176,7 +177,9 @@ const Category& Estimate::at(std::string_view key) const {
   throw std::out_of_range(fmt::format("no category \"{}\"", key));
 }
 
-Estimate estimate(const RunSpec& run) {
+namespace {
+
+Estimate estimate_device(const RunSpec& run) {
   const auto& inv = run.model.inventory;
   const auto& p = run.precision;
   Estimate e;
@@ -230,6 +233,42 @@ Estimate estimate(const RunSpec& run) {
     }
   }
   return e;
+}
+
+StageSummary summary_of(const RankSpec& r, const Estimate& e) {
+  StageSummary s;
+  s.stage = r.stage;
+  s.first_layer = r.first_layer;
+  s.layers = r.layers;
+  s.in_flight = r.in_flight;
+  s.embedding = r.embedding;
+  s.head = r.head;
+  s.params = e.params;
+  s.total_bytes = e.total_bytes;
+  if (e.peak) s.peak_bytes = e.peak->bytes;
+  s.needed = e.peak ? e.peak->needed : e.total_bytes;
+  return s;
+}
+
+}  // namespace
+
+Estimate estimate(const RunSpec& run) {
+  if (!run.parallel.splits_model() || run.rank.split()) return estimate_device(run);
+  // One device per pipeline stage; the report is that of the stage that needs the most.
+  std::vector<StageSummary> stages;
+  std::optional<Estimate> worst;
+  for (const RunSpec& r : stage_runs(run)) {
+    Estimate e = estimate_device(r);
+    stages.push_back(summary_of(r.rank, e));
+    if (!worst || stages.back().needed > stages[worst->worst_stage].needed) {
+      e.worst_stage = r.rank.stage;
+      worst = std::move(e);
+    }
+  }
+  Estimate out = std::move(*worst);
+  out.stages = std::move(stages);
+  for (auto& note : layout_notes(run)) out.assumptions.push_back(std::move(note));
+  return out;
 }
 
 }  // namespace memest

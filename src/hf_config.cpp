@@ -21,10 +21,10 @@ namespace {
 
 using detail::Json;
 
-constexpr std::array<std::string_view, 19> kModelTypes = {
-    "bert", "deepseek_v2", "falcon",    "gemma",   "gemma2", "gpt2", "gpt_neox",
-    "gptj", "llama",       "mistral",   "mixtral", "olmo",   "opt",  "phi",
-    "phi3", "qwen2",       "qwen2_moe", "roberta", "t5"};
+constexpr std::array<std::string_view, 20> kModelTypes = {
+    "bert",  "deepseek_v2", "falcon",  "gemma", "gemma2",       "gpt2", "gpt_neox", "gptj",
+    "llama", "mistral",     "mixtral", "olmo",  "megatron_gpt", "opt",  "phi",      "phi3",
+    "qwen2", "qwen2_moe",   "roberta", "t5"};
 
 using detail::JsonObject;
 
@@ -59,6 +59,32 @@ void read_gpt2(const JsonObject& r, Architecture& a) {
   a.resid_dropout = r.probability({"resid_pdrop"}, 0.1);
   a.embd_dropout = r.probability({"embd_pdrop"}, 0.1);
   a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
+}
+
+// Megatron-core's GPTModel, described by Megatron-LM's own argument names
+// (megatron/training/arguments.py defaults: ffn 4h, learned absolute positions, LayerNorm, biases
+// on every linear, dropout 0.1, tied embeddings unless untied).
+void read_megatron_gpt(const JsonObject& r, Architecture& a) {
+  a.vocab_size = r.required({"vocab_size"});
+  a.hidden_size = r.required({"hidden_size"});
+  a.num_layers = r.required({"num_layers"});
+  a.num_heads = r.required({"num_attention_heads"});
+  a.num_kv_heads = r.uint({"num_query_groups"}, a.num_heads);
+  a.head_dim = r.uint({"kv_channels"}, 0);
+  a.intermediate_size = r.uint({"ffn_hidden_size"}, checked_mul(4, a.hidden_size));
+  const bool rope = r.string({"position_embedding_type"}, "learned_absolute") == "rope";
+  a.max_positions = rope ? 0 : r.uint({"max_position_embeddings", "seq_length"}, 1024);
+  a.rms_norm = r.string({"normalization"}, "LayerNorm") == "RMSNorm";
+  a.norm_bias = !a.rms_norm;
+  a.gated_mlp = r.boolean({"swiglu"}, false);
+  a.activation = a.gated_mlp ? "silu" : "gelu";
+  a.fused_qkv = true;  // linear_qkv
+  a.attn_out_bias = a.mlp_bias = r.boolean({"add_bias_linear"}, true);
+  a.qkv_bias = r.boolean({"add_qkv_bias"}, a.attn_out_bias);
+  a.attn_dropout = r.probability({"attention_dropout"}, 0.1);
+  a.resid_dropout = r.probability({"hidden_dropout"}, 0.1);
+  a.embd_dropout = a.resid_dropout;
+  a.tied_embeddings = !r.boolean({"untie_embeddings_and_output_weights"}, false);
 }
 
 void read_gptj(const JsonObject& r, Architecture& a) {
@@ -256,6 +282,8 @@ void read_family(const JsonObject& r, Architecture& a, const std::string& raw_ty
     read_deepseek_v2(r, a);
   } else if (t == "qwen2_moe") {
     read_qwen2_moe(r, a);
+  } else if (t == "megatron_gpt") {
+    read_megatron_gpt(r, a);
   } else {
     read_decoder(r, a);
     if (t == "llama" || t == "olmo" || t == "gemma" || t == "gemma2") {

@@ -310,7 +310,7 @@ std::uint64_t cuda_block_size(std::uint64_t bytes) {
 StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
                            bool first_step) {
   const Step step = build_step(run, in, first_step);
-  const Basis x = basis_at(in.b, in.s);
+  const Basis x = basis_at(in.b, in.s, token_split(in));
   const bool one = in.b == 1;
   const auto steady = compile(step, step.steady, one);
   std::vector<Compiled> first;
@@ -326,7 +326,7 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool 
 ActivationBytes activation_bytes(const ActivationInputs& in, bool with_terms) {
   Step step;
   detail::add_saved_tensors(step, in);
-  return detail::saved_bytes(step, in, basis_at(in.b, in.s), with_terms);
+  return detail::saved_bytes(step, in, basis_at(in.b, in.s, token_split(in)), with_terms);
 }
 
 // Per batch regime (batch 1, or more): the compiled moments, and the frontier of moment
@@ -416,7 +416,8 @@ PeakPlan& PeakPlan::operator=(PeakPlan&&) noexcept = default;
 
 std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len) const {
   const Regime& r = impl_->regimes[micro_batch == 1 ? 1 : 0];
-  const Basis x = basis_at(micro_batch, seq_len);
+  const ActivationInputs& in = *impl_->in;
+  const Basis x = basis_at(micro_batch, ceil_div(seq_len, in.cp), token_split(in));
   if (impl_->allocator) {
     RunSpec run = *impl_->run;
     run.training.micro_batch = micro_batch;

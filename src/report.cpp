@@ -128,9 +128,10 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
 }
 
 // "4*N*h = 4 x 512 x 4096", from the tensor's width and shape.
-std::string term_formula(const ActivationTerm& t, std::uint64_t b, std::uint64_t s) {
+std::string term_formula(const ActivationTerm& t, const ActivationBytes& ab) {
   if (t.shape.rank == 0) return fmt::format("{} B", t.width);
-  return fmt::format("{}*{} = {} x {}", t.width, t.shape.symbols(), t.width, t.shape.values(b, s));
+  return fmt::format("{}*{} = {} x {}", t.width, t.shape.symbols(), t.width,
+                     t.shape.values(ab.b, ab.s, ab.t));
 }
 
 std::string_view term_group(Scope s) {
@@ -164,7 +165,7 @@ std::string render_activation_terms(const Estimate& e) {
       out += fmt::format("  {}\n", group);
     }
     out += fmt::format("    {:<66} {:>14}  {:<36} {}\n", t.name, format_count(t.bytes),
-                       term_formula(t, A.b, A.s), term_copies(t));
+                       term_formula(t, A), term_copies(t));
   }
   out += fmt::format("  per layer {} (without recompute {}); {} layers {}\n",
                      format_count(A.per_layer), format_count(A.full_layer), A.L,
@@ -205,7 +206,7 @@ ordered_json activations_json(const Estimate& e) {
                     {"name", t.name},
                     {"bytes", t.bytes},
                     {"count", t.count},
-                    {"formula", term_formula(t, A.b, A.s)}});
+                    {"formula", term_formula(t, A)}});
   }
   return {{"bytes", A.total},
           {"approximate", e.activations_approximate},
@@ -336,6 +337,60 @@ ordered_json inventory_json(const Inventory& inv) {
 
 }  // namespace
 
+ordered_json parallel_json(const ParallelSpec& p) {
+  return {{"data_parallel", p.data_parallel},
+          {"zero_stage", p.zero_stage},
+          {"tensor_parallel", p.tensor},
+          {"sequence_parallel", p.sequence},
+          {"pipeline_parallel", p.pipeline},
+          {"virtual_stages", p.virtual_stages},
+          {"microbatches", p.microbatches},
+          {"context_parallel", p.context},
+          {"expert_parallel", p.expert},
+          {"world_size", p.data_parallel * p.tensor * p.pipeline * p.context}};
+}
+
+// Every pipeline stage of a split run, the worst marked; an empty list for a whole model.
+ordered_json stages_json(const Estimate& e) {
+  ordered_json list = ordered_json::array();
+  for (const StageSummary& s : e.stages) {
+    list.push_back({{"stage", s.stage},
+                    {"first_layer", s.first_layer},
+                    {"layers", s.layers},
+                    {"embedding", s.embedding},
+                    {"head", s.head},
+                    {"in_flight_microbatches", s.in_flight},
+                    {"parameters", s.params},
+                    {"total_bytes", s.total_bytes},
+                    {"peak_bytes", s.peak_bytes ? ordered_json(*s.peak_bytes) : ordered_json()},
+                    {"needed_bytes", s.needed},
+                    {"worst", s.stage == e.worst_stage}});
+  }
+  return list;
+}
+
+std::string render_stages(const Estimate& e, Unit unit) {
+  if (e.stages.size() <= 1) {
+    return e.stages.empty() ? ""
+                            : fmt::format("per device: {} parameters of the split model\n",
+                                          format_count(e.params));
+  }
+  std::string out = fmt::format(
+      "\nper pipeline stage (one device each; the rows above are stage "
+      "{}, the one that needs the most)\n",
+      e.worst_stage);
+  out += fmt::format("  {:>5}  {:>9}  {:>9}  {:>15}  {:>16}  {:>16}\n", "stage", "layers",
+                     "in flight", "parameters", "peak", "needs");
+  for (const StageSummary& s : e.stages) {
+    const std::string layers = fmt::format("{}-{}", s.first_layer, s.first_layer + s.layers - 1);
+    out += fmt::format("  {:>5}  {:>9}  {:>9}  {:>15}  {:>16}  {:>16}{}\n", s.stage, layers,
+                       s.in_flight, format_count(s.params),
+                       s.peak_bytes ? format_bytes(*s.peak_bytes, unit) : "-",
+                       format_bytes(s.needed, unit), s.stage == e.worst_stage ? "  <- worst" : "");
+  }
+  return out;
+}
+
 std::string_view version() { return MEMEST_VERSION; }
 
 std::string render_table(const RunSpec& run, const Estimate& e, const ReportOptions& options) {
@@ -359,6 +414,7 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
                        format_bytes(host, options.unit));
   }
   out += render_peak(run, e, options.unit);
+  out += render_stages(e, options.unit);
   for (const auto& a : e.assumptions) out += fmt::format("assumed: {}\n", a);
   if (options.explain) {
     out += render_inventory(run.model);
@@ -372,21 +428,19 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   ordered_json j;
   j["schema_version"] = kJsonSchemaVersion;
   j["memest_version"] = version();
-  j["inputs"] = {
-      {"model",
-       {{"name", run.model.name},
-        {"architecture",
-         run.model.arch ? ordered_json(run.model.arch->model_type) : ordered_json(nullptr)}}},
-      {"precision", precision_json(run.precision)},
-      {"optimizer", optimizer_json(run.optimizer)},
-      {"training", training_json(run.training)},
-      {"parallel",
-       {{"data_parallel", run.parallel.data_parallel}, {"zero_stage", run.parallel.zero_stage}}}};
+  j["inputs"] = {{"model",
+                  {{"name", run.model.name},
+                   {"architecture", run.model.arch ? ordered_json(run.model.arch->model_type)
+                                                   : ordered_json(nullptr)}}},
+                 {"precision", precision_json(run.precision)},
+                 {"optimizer", optimizer_json(run.optimizer)},
+                 {"training", training_json(run.training)},
+                 {"parallel", parallel_json(run.parallel)}};
   j["parameters"] = {{"total", e.params},
                      {"trainable", e.trainable},
                      {"active", e.active},
                      {"tensors", e.tensors ? ordered_json(*e.tensors) : ordered_json(nullptr)}};
-  if (run.model.inventory.shapes_known) {
+  if (run.model.inventory.shapes_known && !run.parallel.splits_model()) {  // the whole model's
     const auto inv = inventory_json(run.model.inventory);
     j["parameters"]["by_role"] = inv["by_role"];
     j["parameters"]["groups"] = inv["groups"];
@@ -409,6 +463,7 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
                 {"formatted", format_bytes(e.total_bytes, options.unit)}};
   j["activations"] = activations_json(e);
   j["peak"] = peak_json(e);
+  j["stages"] = stages_json(e);
   j["units"] = unit_label(options.unit);
   j["assumptions"] = e.assumptions;
   return j.dump(2) + "\n";

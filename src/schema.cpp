@@ -88,6 +88,7 @@ ordered_json value_schema(const RunOptionInfo& info) {
   if (k == "training/attention") return enum_of(names_of(attention_names()));
   if (k == "training/recompute") return enum_of(names_of(recompute_names()));
   if (k == "training/device") return enum_of(names_of(device_names()));
+  if (k == "training/loss") return enum_of(names_of(loss_names()));
   if (k == "training/zero_grad") return enum_of({"none", "zero"});
   if (k == "training/dropout") {
     return {{"anyOf",
@@ -99,6 +100,7 @@ ordered_json value_schema(const RunOptionInfo& info) {
                                            {{"type", "string"}, {"enum", {"0", "1", "2", "3"}}}})}};
   }
   if (k == "parallel/offload") return enum_of({"none", "optimizer"});
+  if (k == "parallel/fsdp") return enum_of({"full", "grad-op", "no-shard"});
   if (k == "hardware/allocator") return enum_of(names_of(allocator_names()));
   if (k == "hardware/gpu") return enum_of(names_of(gpu_names()));
   if (k == "hardware/budget" || k == "hardware/reserve" || k == "hardware/context_reserve") {

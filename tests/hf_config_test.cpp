@@ -203,7 +203,7 @@ TEST_CASE("malformed and unsupported configs name the file and the key", "[hf_co
        "path/config.json: /num_attention_heads: expected a positive integer, got string \"32\""},
       {R"({"model_type": "foo"})",
        "path/config.json: /model_type: unsupported model_type \"foo\" (supported: bert, "
-       "deepseek_v2, falcon, gemma, gemma2, gpt2, gpt_neox, gptj, llama, mistral, mixtral, olmo, "
+       "deepseek_v2, falcon, gemma, gemma2, gpt2, gpt_neox, gptj, llama, mistral, mixtral, olmo, megatron_gpt, "
        "opt, phi, phi3, qwen2, qwen2_moe, roberta, t5)"},
       {R"({"model_type": "llama", "vocab_size": 32000})",
        "path/config.json: /hidden_size: missing required key"},

@@ -34,7 +34,20 @@ struct Category {
   double bytes_per_element() const;
 };
 
-/// The result: bytes per category for one device holding the whole model (no sharding yet).
+/// One pipeline stage of a split run, as its device sees it.
+struct StageSummary {
+  std::uint64_t stage = 0;
+  std::uint64_t first_layer = 0, layers = 0;  ///< the layers the stage holds
+  std::uint64_t in_flight = 1;                ///< micro-batches whose activations it keeps
+  bool embedding = false, head = false;       ///< whether it holds the embeddings / the head
+  std::uint64_t params = 0;                   ///< parameters on one device of the stage
+  std::uint64_t total_bytes = 0;              ///< sum of its device categories
+  std::optional<std::uint64_t> peak_bytes;    ///< its peak, when activations are estimated
+  std::uint64_t needed = 0;                   ///< what its device must hold
+};
+
+/// The result: bytes per category for one device. A run split over devices (tensor, pipeline,
+/// context, expert parallelism) gives the device of its worst stage, and lists every stage.
 struct Estimate {
   std::uint64_t params = 0;              ///< all parameters
   std::uint64_t trainable = 0;           ///< parameters that get gradients and optimizer states
@@ -52,6 +65,10 @@ struct Estimate {
   bool activations_approximate = false;  ///< shape or family not measured (see assumptions)
   /// The peak over a training step (docs/activations.md), when activations are estimated.
   std::optional<Peak> peak;
+  /// Every pipeline stage of a split run (one entry per stage); empty when the model is whole
+  /// on every device. The categories above are those of stage `worst_stage`.
+  std::vector<StageSummary> stages;
+  std::uint64_t worst_stage = 0;
 
   /// The category with this key; throws std::out_of_range if there is none.
   const Category& at(std::string_view key) const;
