@@ -170,6 +170,14 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_
   Architecture canonical;
   if (!run.model.arch) canonical = canonical_architecture(parameter_count(run.model.inventory));
   const Architecture& arch = run.model.arch ? *run.model.arch : canonical;
+  if (arch.ssm_state_size > 0) {
+    // The transformer layer graph has no selective scan; its numbers would be wrong, not rough.
+    throw Error(fmt::format(
+        "model_type \"{}\": the activations of state-space (Mamba) layers are not modelled; "
+        "leave out --batch and --seq for the model states (parameters, gradients, optimizer "
+        "states), which are exact",
+        arch.model_type));
+  }
   in.b = t.micro_batch;
   in.s = t.seq_len;
   read_shape(arch, in);
