@@ -133,6 +133,23 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.loss = t.loss;
 }
 
+// What the layer graph leaves out for a family it was not measured on, beyond the general
+// approximations of docs/activations.md; empty when nothing family-specific is known.
+std::string_view family_gap(std::string_view mt) {
+  if (mt == "olmo2") return "; its norms after attention and the MLP are taken as pre-norms";
+  if (mt == "bloom" || mt == "mpt") {
+    return "; ALiBi's position bias is left out and rotary's cos/sin counted instead";
+  }
+  if (mt == "gpt_oss") {
+    return "; the attention sinks and the clamped SwiGLU are taken as plain softmax and SiLU";
+  }
+  if (mt == "qwen3" || mt == "qwen3_moe" || mt == "gemma3_text" || mt == "olmoe" ||
+      mt == "cohere" || mt == "stablelm") {
+    return "; its k norm is taken as spanning all query heads";
+  }
+  return "";
+}
+
 // What was assumed: a canonical shape, a family not measured, an unknown activation function.
 void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_act, bool with_notes,
                       ActivationInputs& in) {
@@ -150,10 +167,10 @@ void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_a
         arch.vocab_size));
   } else if (!measured) {
     const bool llama = in.graph == LayerGraph::llama;
-    note(
-        fmt::format("{}: activations follow the {} layer graph measured on {} (approximations "
-                    "in docs/activations.md)",
-                    mt, llama ? "Llama" : "GPT-2", llama ? "Llama/Mistral/Qwen2" : "GPT-2"));
+    note(fmt::format(
+        "{}: activations follow the {} layer graph measured on {} (approximations "
+        "in docs/activations.md){}",
+        mt, llama ? "Llama" : "GPT-2", llama ? "Llama/Mistral/Qwen2" : "GPT-2", family_gap(mt)));
   }
   if (!known_act) {
     note(fmt::format(
@@ -194,6 +211,14 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_
   Architecture canonical;
   if (!run.model.arch) canonical = canonical_architecture(parameter_count(run.model.inventory));
   const Architecture& arch = run.model.arch ? *run.model.arch : canonical;
+  if (arch.ssm_state_size > 0) {
+    // The transformer layer graph has no selective scan; its numbers would be wrong, not rough.
+    throw Error(fmt::format(
+        "model_type \"{}\": the activations of state-space (Mamba) layers are not modelled; "
+        "leave out --batch and --seq for the model states (parameters, gradients, optimizer "
+        "states), which are exact",
+        arch.model_type));
+  }
   in.b = t.micro_batch;
   in.s = t.seq_len;
   read_shape(arch, in);

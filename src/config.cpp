@@ -9,6 +9,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 
 namespace memest {
 namespace {
@@ -60,7 +61,11 @@ ModelSpec load_model(const RunOptions& o) {
   }
   if (o.params) return model_from_count(parse_setting(*o.params, parse_count));
   if (o.model) {
-    return parse_setting(*o.model, [](std::string_view name) { return load_model_preset(name); });
+    // A preset, a preset's Hub id, or a Hub id in the local Hugging Face cache.
+    const std::string cache =
+        hf_hub_cache([](const char* var) -> const char* { return std::getenv(var); });
+    return parse_setting(*o.model,
+                         [&](std::string_view name) { return load_named_model(name, cache); });
   }
   if (o.architecture) {
     // Errors name the setting, then the key inside the inline config.

@@ -183,6 +183,13 @@ Estimate estimate_device(const RunSpec& run) {
   const auto& inv = run.model.inventory;
   const auto& p = run.precision;
   Estimate e;
+  if (const auto& q = run.model.checkpoint_quant) {
+    e.assumptions.push_back(fmt::format(
+        "the checkpoint is stored quantised ({}: {:.3g} bits per weight, {}); parameters are "
+        "sized by the precision policy, as when it is loaded dequantised for training "
+        "(--qlora for a frozen 4-bit base)",
+        q->method, q->bits_per_weight, q->detail));
+  }
   e.params = parameter_count(inv);
   e.trainable = trainable_count(inv);
   e.active = run.model.active_params != 0 ? run.model.active_params : e.params;

@@ -34,6 +34,7 @@ std::string model_line(const RunSpec& run, const Estimate& e) {
       fmt::format("model      {}: {} parameters", run.model.name, format_count(e.params));
   if (e.trainable != e.params) line += fmt::format(", {} trainable", format_count(e.trainable));
   if (e.active != e.params) line += fmt::format(", {} active per token", format_count(e.active));
+  if (!run.model.source.empty()) line += fmt::format("\nconfig     {}", run.model.source);
   return line;
 }
 
@@ -436,6 +437,13 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
                  {"optimizer", optimizer_json(run.optimizer)},
                  {"training", training_json(run.training)},
                  {"parallel", parallel_json(run.parallel)}};
+  // Present only when the model was looked up or its checkpoint is quantised.
+  auto& model = j["inputs"]["model"];
+  if (!run.model.source.empty()) model["source"] = run.model.source;
+  if (const auto& q = run.model.checkpoint_quant) {
+    model["checkpoint_quantization"] = {
+        {"method", q->method}, {"bits_per_weight", q->bits_per_weight}, {"detail", q->detail}};
+  }
   j["parameters"] = {{"total", e.params},
                      {"trainable", e.trainable},
                      {"active", e.active},
@@ -469,12 +477,25 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// "32 x 4096, MoE 8 of 128, tied": layers x hidden, then what decides the trainable layout.
+std::string preset_layout(const PresetInfo& p) {
+  std::string out = fmt::format("{} x {}", p.layers, p.hidden);
+  if (p.state_space) out += ", state-space";
+  if (p.experts > 0) out += fmt::format(", MoE {} of {}", p.experts_per_token, p.experts);
+  if (p.tied) out += ", tied";
+  return out;
+}
+
+}  // namespace
+
 std::string render_models_table(const std::vector<PresetInfo>& presets) {
-  std::string out = fmt::format("{:<26} {:<12} {:>18} {:>18}\n", "model", "family", "parameters",
-                                "active per token");
+  std::string out = fmt::format("{:<24} {:<38} {:<12} {:>18} {:>18}  {}\n", "model", "hub id",
+                                "family", "parameters", "active per token", "layers x hidden");
   for (const auto& p : presets) {
-    out += fmt::format("{:<26} {:<12} {:>18} {:>18}\n", p.name, p.family, format_count(p.params),
-                       format_count(p.active_params));
+    out += fmt::format("{:<24} {:<38} {:<12} {:>18} {:>18}  {}\n", p.name, p.hub_id, p.family,
+                       format_count(p.params), format_count(p.active_params), preset_layout(p));
   }
   return out;
 }
@@ -483,9 +504,15 @@ std::string render_models_json(const std::vector<PresetInfo>& presets) {
   ordered_json list = ordered_json::array();
   for (const auto& p : presets) {
     list.push_back({{"name", p.name},
+                    {"hub_id", p.hub_id},
                     {"family", p.family},
                     {"params", p.params},
-                    {"active_params", p.active_params}});
+                    {"active_params", p.active_params},
+                    {"layers", p.layers},
+                    {"hidden_size", p.hidden},
+                    {"experts", p.experts},
+                    {"experts_per_token", p.experts_per_token},
+                    {"tied_embeddings", p.tied}});
   }
   ordered_json j = {{"schema_version", kJsonSchemaVersion}, {"models", list}};
   return j.dump(2) + "\n";

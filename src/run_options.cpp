@@ -31,7 +31,9 @@ std::vector<RunOptionInfo> build_table() {
   return {
       text("--params", "model", "params", "COUNT",
            "Parameter count: 7B, 6.7B, 125M, 1.3e9, 6738415616", &R::params, true),
-      text("--model", "model", "name", "NAME", "A model preset (see 'memest models')", &R::model),
+      text("--model", "model", "name", "NAME",
+           "A preset or a Hub id (org/name; else read from the local HF cache): 'memest models'",
+           &R::model),
       text("--config", "model", "config", "PATH", "A Hugging Face config.json", &R::config),
       text("--architecture", "model", "architecture", "JSON",
            "A Hugging Face config.json given inline (in a run config: a JSON object)",

@@ -70,7 +70,12 @@ ordered_json value_schema(const RunOptionInfo& info) {
   if (info.boolean) return {{"type", "boolean"}};
   const std::string k = info.section + "/" + info.key;
   if (k == "model/params") return count();
-  if (k == "model/name") return enum_of(names_of(preset_names()));
+  if (k == "model/name") {
+    // A preset, or a Hub id ("org/name") memest finds among the presets or in the local cache.
+    return {
+        {"anyOf", ordered_json::array({enum_of(names_of(preset_names())),
+                                       {{"type", "string"}, {"pattern", "^[^/\\s]+/[^/\\s]+$"}}})}};
+  }
   if (k == "model/config") return {{"type", "string"}, {"minLength", 1}};
   if (k == "model/architecture") {
     return {{"type", "object"}, {"required", ordered_json::array({"model_type"})}};

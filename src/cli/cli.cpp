@@ -210,9 +210,15 @@ int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags
   return kExitOk;
 }
 
-int run_models(const OutputFlags& flags, std::ostream& out) {
+int run_models(const std::string& filter, const OutputFlags& flags, std::ostream& out) {
   report_options(flags);  // validates --format and --units
-  const auto presets = model_presets();
+  const auto presets = model_presets(filter);
+  if (presets.empty()) {
+    throw Error(
+        fmt::format("models: no preset matches \"{}\" (by name, Hub id or family; "
+                    "'memest models' lists all)",
+                    filter));
+  }
   out << (flags.format == "json" ? render_models_json(presets) : render_models_table(presets));
   return kExitOk;
 }
@@ -298,7 +304,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   binder.bind(app, options);
   add_output_flags(app, output);
   app.require_subcommand(0, 1);
-  auto* models = app.add_subcommand("models", "List the model presets with their parameter counts");
+  auto* models = app.add_subcommand(
+      "models", "List the model presets: Hub id, family, parameter count and layout");
+  std::string models_filter;
+  models->add_option("filter", models_filter, "Only presets whose name, Hub id or family has it")
+      ->type_name("TEXT");
   auto* gpus = app.add_subcommand("gpus", "List the GPU presets with their memory");
   auto* check = app.add_subcommand(
       "check",
@@ -354,7 +364,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   output.color = &out == &std::cout && isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;
   try {
     binder.collect();
-    if (models->parsed()) return run_models(output, out);
+    if (models->parsed()) return run_models(models_filter, output, out);
     if (gpus->parsed()) return run_gpus(output, out);
     if (check->parsed()) return run_check(check_files, options, output, out);
     if (compare->parsed()) return run_compare(policies, options, output, out);
