@@ -275,3 +275,18 @@ TEST_CASE("issue 12: reserved bytes can fall by less than a segment when a tenso
   REQUIRE(*b.peak->reserved_bytes < *a.peak->reserved_bytes);  // the documented effect
   REQUIRE(*a.peak->reserved_bytes - *b.peak->reserved_bytes <= kAllocatorSlack);
 }
+
+TEST_CASE("issue 12: frozen weights get no gradients in the walk (LoRA on a tied GPT-2)",
+          "[property][peak]") {
+  const Estimate e = estimate_of({{"--model", "gpt2"},
+                                  {"--lora-rank", "4"},
+                                  {"--attention", "eager"},
+                                  {"--batch", "1"},
+                                  {"--seq", "128"}});
+  // Only the adapters train: no moment may hold more gradient bytes than they have.
+  const std::uint64_t adapter_grads = *e.at("grads").bytes;
+  for (const Moment& m : e.peak->moments) {
+    CAPTURE(m.name);
+    REQUIRE(m.parts[static_cast<std::size_t>(Part::grads)] <= adapter_grads);
+  }
+}
