@@ -11,9 +11,7 @@
 
 namespace memest {
 
-std::uint64_t bytes_needed(const Estimate& estimate) {
-  return estimate.peak ? estimate.peak->needed : estimate.total_bytes;
-}
+std::uint64_t bytes_needed(const Estimate& estimate) { return estimate.needed(); }
 
 namespace {
 
@@ -65,7 +63,7 @@ CheckResult check_run_file(const std::string& path, const RunOptions& overrides)
     }
     const Estimate est = estimate(run);
     result.budget = run.budget;
-    result.check = check_budget(bytes_needed(est), *run.budget);
+    result.check = est.budget;
     result.activations_estimated = est.at("activations").bytes.has_value();
     result.status = result.check->fits ? CheckStatus::fits : CheckStatus::over;
   } catch (const Error& e) {

@@ -35,6 +35,11 @@ std::uint64_t parse_positive(std::string_view text, std::string_view what) {
   return v;
 }
 
+// A size with a unit, or 0 (no reserve).
+std::uint64_t parse_size_or_zero(std::string_view v) {
+  return v == "0" ? std::uint64_t{0} : parse_bytes(v);
+}
+
 double parse_probability(std::string_view text) {
   double v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -278,16 +283,23 @@ std::optional<Budget> resolve_budget(const RunOptions& o) {
     throw Error(fmt::format("{} \"{}\" conflicts with {} \"{}\" (give a GPU or a budget)",
                             o.gpu->where, o.gpu->value, o.budget->where, o.budget->value));
   }
-  std::optional<std::uint64_t> reserve;
-  if (o.reserve) {
-    reserve = parse_setting(*o.reserve, [](std::string_view v) {
-      return v == "0" ? std::uint64_t{0} : parse_bytes(v);
-    });
+  // Both would count the CUDA context: --reserve takes it from the budget, --context-reserve
+  // adds it to the need.
+  if (o.reserve && o.context_reserve) {
+    throw Error(fmt::format(
+        "{} \"{}\" conflicts with {} \"{}\" (both count the CUDA context: {} takes it from the "
+        "budget, {} adds it to the need; give one)",
+        o.reserve->where, o.reserve->value, o.context_reserve->where, o.context_reserve->value,
+        o.reserve->where, o.context_reserve->where));
   }
+  std::optional<std::uint64_t> reserve;
+  if (o.reserve) reserve = parse_setting(*o.reserve, parse_size_or_zero);
   if (o.gpu) {
     const Gpu& g =
         parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& { return find_gpu(v); });
-    return Budget{g.capacity, reserve.value_or(kDefaultReserve), std::string(g.name)};
+    // The default reserve is for the context; with --context-reserve the need carries it.
+    return Budget{g.capacity, reserve.value_or(o.context_reserve ? 0 : kDefaultReserve),
+                  std::string(g.name), true};
   }
   if (o.budget) {
     const auto bytes = parse_setting(*o.budget, parse_bytes);
@@ -359,7 +371,8 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     if (o.loss) t.loss = parse_setting(*o.loss, parse_loss);
   });
   problems.attempt([&] {
-    if (o.context_reserve) t.context_reserve = parse_setting(*o.context_reserve, parse_bytes);
+    if (o.context_reserve)
+      t.context_reserve = parse_setting(*o.context_reserve, parse_size_or_zero);
   });
   if (o.batch.has_value() != o.seq.has_value()) {
     const auto& given = o.batch ? o.batch->where : o.seq->where;
@@ -371,6 +384,19 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     });
   }
   return t;
+}
+
+// PyTorch gives gradients to floating-point tensors only: integer and 4-bit parameters can be
+// stored (a frozen, quantized base) but not trained.
+void check_trainable_dtype(const RunSpec& run, const RunOptions& o) {
+  const Dtype d = run.precision.param;
+  if (d != Dtype::int8 && d != Dtype::int4 && d != Dtype::nf4) return;
+  if (trainable_count(run.model.inventory) == 0) return;
+  const std::string where = o.param_dtype ? o.param_dtype->where : "--param-dtype";
+  throw Error(fmt::format(
+      "{}: {} parameters cannot be trained (autograd gives gradients to floating-point tensors "
+      "only): store a frozen base in 4 bits with --lora-rank R --qlora, or use fp32, bf16 or fp16",
+      where, dtype_name(d)));
 }
 
 }  // namespace
@@ -385,6 +411,7 @@ RunSpec resolve(const RunOptions& options) {
   problems.attempt([&] { run.parallel = resolve_parallel(options); });
   problems.attempt([&] { run.budget = resolve_budget(options); });
   problems.throw_if_any();
+  check_trainable_dtype(run, options);
   check_layout(run);
   return run;
 }

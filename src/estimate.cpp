@@ -94,6 +94,7 @@ Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
                        std::optional<std::uint64_t> tensors) {
   Category c{"optimizer_step", "optimizer step counters", Dtype::fp32, 0, ob.step_bytes, ""};
   c.on_device = spec.impl == OptimizerImpl::fused;
+  c.per_param = false;
   if (!ob.step_counted) {
     c.bytes.reset();
     c.dtype = Dtype::fp32;
@@ -161,6 +162,52 @@ Category activations_and_peak(const RunSpec& run, Estimate& e) {
     act.basis = "not estimated: needs --batch and --seq";
   }
   return act;
+}
+
+// Parts of the step that no category row holds: they live only inside the step.
+bool outside_rows(Part p) {
+  return p == Part::master_grads || p == Part::inputs || p == Part::buffers || p == Part::other;
+}
+
+// The named tensors at the peak outside the rows, one entry per name, largest first.
+void peak_outside_rows(Estimate& e) {
+  if (!e.peak) return;
+  for (const LiveTensor& t : e.peak->live) {
+    if (!outside_rows(t.part) || t.bytes == 0) continue;
+    auto it = std::find_if(e.peak_outside_rows.begin(), e.peak_outside_rows.end(),
+                           [&](const Estimate::Named& n) { return n.name == t.name; });
+    if (it == e.peak_outside_rows.end()) {
+      e.peak_outside_rows.push_back({t.name, t.bytes});
+    } else {
+      it->bytes = checked_add(it->bytes, t.bytes);
+    }
+    e.peak_outside_rows_bytes = checked_add(e.peak_outside_rows_bytes, t.bytes);
+  }
+  std::stable_sort(
+      e.peak_outside_rows.begin(), e.peak_outside_rows.end(),
+      [](const Estimate::Named& a, const Estimate::Named& b) { return a.bytes > b.bytes; });
+}
+
+// A learned position table has no row past its length: such a run fails in the model.
+void position_warning(const RunSpec& run, Estimate& e) {
+  const auto& arch = run.model.arch;
+  const std::uint64_t s = run.training.seq_len;
+  if (!arch || arch->max_seq_len == 0 || s <= arch->max_seq_len) return;
+  e.warnings.push_back(fmt::format(
+      "sequence length {} is past the {} positions of {}'s learned position embedding (the "
+      "model fails on such input; the figures are for the shapes alone)",
+      format_count(s), format_count(arch->max_seq_len), run.model.name));
+}
+
+// Plain data parallelism (DDP) keeps a full replica and, besides, buckets for the all-reduce.
+void ddp_note(const RunSpec& run, Estimate& e) {
+  if (run.parallel.data_parallel <= 1 || run.parallel.zero_stage > 0) return;
+  const auto& grads = e.at("grads");
+  e.notes.push_back(fmt::format(
+      "--dp {} without --zero is plain DDP: every rank holds the whole model, gradients and "
+      "states as above; DDP's all-reduce buckets (25 MB each, bucket_cap_mb) hold a second "
+      "copy of the gradients ({} B) unless gradient_as_bucket_view=True, not counted here",
+      run.parallel.data_parallel, format_count(grads.bytes.value_or(0))));
 }
 
 }  // namespace
@@ -239,6 +286,10 @@ Estimate estimate_device(const RunSpec& run) {
       e.total_complete = false;
     }
   }
+  peak_outside_rows(e);
+  position_warning(run, e);
+  ddp_note(run, e);
+  if (run.budget) e.budget = check_budget(e.needed(), *run.budget);
   return e;
 }
 

@@ -69,6 +69,7 @@ void read_gpt2(const JsonObject& r, Architecture& a) {
   a.num_heads = r.required({"n_head", "num_attention_heads"});
   a.intermediate_size = r.uint({"n_inner"}, checked_mul(4, a.hidden_size));
   a.max_positions = r.uint({"n_positions", "max_position_embeddings"}, 1024);
+  a.max_seq_len = a.max_positions;
   a.fused_qkv = true;
   a.qkv_bias = a.attn_out_bias = a.mlp_bias = true;
   a.activation = r.string({"activation_function"}, "gelu_new");
@@ -160,7 +161,8 @@ void read_opt(const JsonObject& r, Architecture& a) {
   a.num_heads = r.required({"num_attention_heads"});
   a.intermediate_size = r.required({"ffn_dim"});
   // OPTLearnedPositionalEmbedding keeps 2 extra rows (fairseq's padding offset).
-  a.max_positions = checked_add(r.uint({"max_position_embeddings"}, 2048), 2);
+  a.max_seq_len = r.uint({"max_position_embeddings"}, 2048);
+  a.max_positions = checked_add(a.max_seq_len, 2);
   a.embedding_dim = r.uint({"word_embed_proj_dim"}, a.hidden_size);
   a.qkv_bias = a.attn_out_bias = a.mlp_bias = r.boolean({"enable_bias"}, true);
   a.norm_affine = r.boolean({"layer_norm_elementwise_affine"}, true);
@@ -179,6 +181,9 @@ void read_bert(const JsonObject& r, Architecture& a) {
   a.num_heads = r.required({"num_attention_heads"});
   a.intermediate_size = r.required({"intermediate_size"});
   a.max_positions = r.uint({"max_position_embeddings"}, 512);
+  a.max_seq_len = a.max_positions;
+  // RobertaEmbeddings numbers positions from padding_idx + 1 (= 2): two rows are never used.
+  if (a.model_type == "roberta" && a.max_seq_len > 2) a.max_seq_len -= 2;
   a.type_vocab_size = r.uint({"type_vocab_size"}, 2, true);
   a.qkv_bias = a.attn_out_bias = a.mlp_bias = true;
   a.embedding_norm = true;

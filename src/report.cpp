@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #ifndef MEMEST_VERSION
 #define MEMEST_VERSION "0.0.0"
 #endif
@@ -17,15 +19,14 @@ std::string dtype_or_dash(const std::optional<Dtype>& d) {
 }
 
 std::string per_element(const Category& c) {
-  if (!c.bytes || c.elements == 0) return "-";
+  if (!c.bytes || c.elements == 0 || !c.per_param) return "-";
   return fmt::format("{:.2f}", c.bytes_per_element());
 }
 
 std::string size_cell(const Category& c, Unit unit) {
   if (!c.bytes) return "not estimated";
   if (*c.bytes == 0) return "-";
-  // A few bytes (step counters) would print as 0.00 GB; show them exactly instead.
-  if (*c.bytes * 100 < unit_bytes(unit)) return format_bytes(*c.bytes, Unit::bytes);
+  // One unit per column: a few bytes (step counters) are "< 0.01 GB"; the basis has them exact.
   return format_bytes(*c.bytes, unit);
 }
 
@@ -84,12 +85,30 @@ std::string peak_parts(const Moment& m, Unit unit) {
   std::vector<std::string> parts;
   for (std::size_t i = 0; i < kPartCount; ++i) {
     if (m.parts[i] == 0) continue;
-    const auto b = m.parts[i];
-    parts.push_back(fmt::format(
-        "{} {}", part_label(static_cast<Part>(i)),
-        b * 100 < unit_bytes(unit) ? format_bytes(b, Unit::bytes) : format_bytes(b, unit)));
+    parts.push_back(
+        fmt::format("{} {}", part_label(static_cast<Part>(i)), format_bytes(m.parts[i], unit)));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// The tensors at the peak that no row holds, the largest by name: with the rows they make up
+// the peak (mixed precision's fp32 master gradients, the optimizer step's temporaries).
+std::string outside_rows_line(const Estimate& e, Unit unit) {
+  constexpr std::size_t kShown = 3;
+  std::vector<std::string> items;
+  std::uint64_t shown = 0;
+  for (std::size_t i = 0; i < e.peak_outside_rows.size() && i < kShown; ++i) {
+    const auto& n = e.peak_outside_rows[i];
+    if (i > 0 && n.bytes * 100 < e.peak_outside_rows_bytes) break;  // the rest, summed below
+    items.push_back(fmt::format("{} {}", n.name, format_bytes(n.bytes, unit)));
+    shown += n.bytes;
+  }
+  if (e.peak_outside_rows.size() > items.size()) {
+    items.push_back(fmt::format("{} more {}", e.peak_outside_rows.size() - items.size(),
+                                format_bytes(e.peak_outside_rows_bytes - shown, unit)));
+  }
+  return fmt::format("  in no row above ({} in all, only inside the step): {}\n",
+                     format_bytes(e.peak_outside_rows_bytes, unit), fmt::join(items, ", "));
 }
 
 std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
@@ -103,6 +122,7 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
                                 format_bytes(pk.bytes, unit), at,
                                 e.activations_approximate ? ", approximate" : "");
   out += fmt::format("  live at the peak: {}\n", peak_parts(m, unit));
+  if (!e.peak_outside_rows.empty()) out += outside_rows_line(e, unit);
   if (pk.first_step_bytes != pk.bytes || pk.first_step_moment != m.name) {
     out += fmt::format("  first step {} at {} ({}); steady state {} at {}\n",
                        format_bytes(pk.first_step_bytes, unit), pk.first_step_phase,
@@ -110,7 +130,8 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
   }
   if (pk.reserved_bytes) {
     out += fmt::format(
-        "  cuda caching allocator (modelled): {} allocated in 512 B blocks, {} reserved\n",
+        "  cuda caching allocator (modelled, largest over the step): {} allocated in 512 B "
+        "blocks, {} reserved in segments\n",
         format_bytes(*pk.allocated_bytes, unit), format_bytes(*pk.reserved_bytes, unit));
   }
   if (pk.context_reserve) {
@@ -248,12 +269,17 @@ ordered_json peak_json(const Estimate& e) {
   auto opt = [](const std::optional<std::uint64_t>& v) {
     return v ? ordered_json(*v) : ordered_json(nullptr);
   };
+  ordered_json outside = ordered_json::array();
+  for (const auto& n : e.peak_outside_rows)
+    outside.push_back({{"name", n.name}, {"bytes", n.bytes}});
   return {{"bytes", pk.bytes},
           {"phase", pk.phase},
           {"moment", pk.peak_moment().name},
           {"approximate", e.activations_approximate},
           {"composition", parts_json(pk.peak_moment())},
           {"live", live},
+          {"outside_rows", outside},
+          {"outside_rows_bytes", e.peak_outside_rows_bytes},
           {"by_phase", phases},
           {"first_step",
            {{"bytes", pk.first_step_bytes},
@@ -264,6 +290,20 @@ ordered_json peak_json(const Estimate& e) {
           {"context_reserve_bytes", pk.context_reserve},
           {"needed_bytes", pk.needed},
           {"moments", moments}};
+}
+
+// The budget and the verdict: null without --gpu or --budget.
+ordered_json budget_json(const RunSpec& run, const Estimate& e) {
+  if (!run.budget || !e.budget) return nullptr;
+  const auto& c = *e.budget;
+  return {{"source", run.budget->source},
+          {"capacity_bytes", run.budget->capacity},
+          {"reserve_bytes", run.budget->reserve},
+          {"usable_bytes", c.usable},
+          {"need_bytes", c.need},
+          {"fits", c.fits},
+          {"headroom_bytes", c.headroom},
+          {"over_bytes", c.over}};
 }
 
 struct RoleTotals {
@@ -399,7 +439,7 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
   out += model_line(run, e) + "\n";
   out += fmt::format("optimizer  {}\n", optimizer_name(run.optimizer.kind));
   out += fmt::format("precision  {}: {}\n\n", run.precision.name, run.precision.summary);
-  out += fmt::format("{:<26} {:<9} {:>7} {:>16}  {}\n", "category", "dtype", "B/elem", "size",
+  out += fmt::format("{:<26} {:<9} {:>7} {:>16}  {}\n", "category", "dtype", "B/param", "size",
                      "basis");
   for (const auto& c : e.categories) {
     std::string size = size_cell(c, options.unit);
@@ -417,6 +457,8 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
   out += render_peak(run, e, options.unit);
   out += render_stages(e, options.unit);
   for (const auto& a : e.assumptions) out += fmt::format("assumed: {}\n", a);
+  for (const auto& n : e.notes) out += fmt::format("note: {}\n", n);
+  for (const auto& w : e.warnings) out += fmt::format("warning: {}\n", w);
   if (options.explain) {
     out += render_inventory(run.model);
     out += render_activation_terms(e);
@@ -469,11 +511,14 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
                 {"method", "sum"},
                 {"complete", e.total_complete},
                 {"formatted", format_bytes(e.total_bytes, options.unit)}};
+  j["budget"] = budget_json(run, e);
   j["activations"] = activations_json(e);
   j["peak"] = peak_json(e);
   j["stages"] = stages_json(e);
   j["units"] = unit_label(options.unit);
   j["assumptions"] = e.assumptions;
+  j["notes"] = e.notes;
+  j["warnings"] = e.warnings;
   return j.dump(2) + "\n";
 }
 
@@ -578,7 +623,8 @@ std::string render_check_table(const std::vector<CheckResult>& results, Unit uni
         c.fits ? fmt::format("fits, headroom {}", format_bytes(c.headroom, unit))
                : fmt::format("over by {}", format_bytes(c.over, unit));
     out += fmt::format("{}: {}: needs {} of {} usable on {}{}\n", r.file, verdict,
-                       format_bytes(c.need, unit), format_bytes(c.usable, unit), r.budget->source,
+                       format_bytes(c.need, unit), format_bytes(c.usable, unit),
+                       budget_label(*r.budget, unit),
                        r.activations_estimated ? "" : " (activations not estimated)");
   }
   out += fmt::format("{} fit, {} over, {} invalid\n", counts[0], counts[1], counts[2]);
@@ -626,7 +672,10 @@ std::string signed_bytes(std::uint64_t value, std::uint64_t base, Unit unit) {
 
 std::string render_compare_table(const std::vector<RunSpec>& runs,
                                  const std::vector<Estimate>& estimates, Unit unit) {
-  constexpr int kWidth = 18;
+  // Columns at least two spaces apart, however long a policy's name.
+  int kWidth = 18;
+  for (const auto& r : runs)
+    kWidth = std::max(kWidth, static_cast<int>(r.precision.name.size()) + 2);
   std::string out = model_line(runs.front(), estimates.front()) + "\n";
   out += fmt::format("optimizer  {}\n\n", optimizer_name(runs.front().optimizer.kind));
   out += fmt::format("{:<26}", "category");
@@ -665,6 +714,16 @@ std::string render_compare_table(const std::vector<RunSpec>& runs,
   out += "\n";
   if (!estimates.front().total_complete) {
     out += "activations not estimated: give --batch and --seq for the peak\n";
+  }
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const Estimate& e = estimates[i];
+    // Said where it matters: a hundredth of the peak or more.
+    if (!e.peak || e.peak_outside_rows.empty() || e.peak_outside_rows_bytes * 100 < e.peak->bytes)
+      continue;
+    out += fmt::format("{}: the peak holds {} that no row has, largest {} {}\n",
+                       runs[i].precision.name, format_bytes(e.peak_outside_rows_bytes, unit),
+                       e.peak_outside_rows.front().name,
+                       format_bytes(e.peak_outside_rows.front().bytes, unit));
   }
   return out;
 }

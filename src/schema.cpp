@@ -4,9 +4,12 @@
 #include <memest/hardware.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/run_config.hpp>
+#include <memest/units.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <cctype>
 
 namespace memest {
 namespace {
@@ -38,18 +41,31 @@ ordered_json positive_integer() {
 }
 
 ordered_json count() {
-  return {{"anyOf",
-           ordered_json::array({{{"type", "integer"}, {"minimum", 1}},
-                                {{"type", "string"},
-                                 {"pattern", "^[0-9]*\\.?[0-9]+([eE][+]?[0-9]+)?[kKMBGT]?$"}}})}};
+  return {{"anyOf", ordered_json::array(
+                        {{{"type", "integer"}, {"minimum", 1}},
+                         {{"type", "string"},
+                          {"pattern", "^[0-9]*\\.?[0-9]+([eE][+]?[0-9]+)?[kKmMbBgGtT]?$"}}})}};
 }
 
+// "GiB" as "[gG][iI][bB]": JSON Schema patterns have no case-insensitive flag.
+std::string any_case(std::string_view word) {
+  std::string out;
+  for (const char c : word) {
+    const auto u = static_cast<unsigned char>(c);
+    out += fmt::format("[{}{}]", static_cast<char>(std::tolower(u)),
+                       static_cast<char>(std::toupper(u)));
+  }
+  return out;
+}
+
+// A size needs a unit (any case); 0 alone means none.
 ordered_json size() {
-  return {{"anyOf",
-           ordered_json::array(
-               {{{"type", "integer"}, {"minimum", 0}},
-                {{"type", "string"},
-                 {"pattern", "^[0-9]*\\.?[0-9]+ ?(B|bytes|kB|KB|KiB|MB|MiB|GB|GiB|TB|TiB)?$"}}})}};
+  std::vector<std::string> units = {any_case("B")};
+  for (const auto name : unit_names()) units.push_back(any_case(name));
+  return {{"anyOf", ordered_json::array({{{"type", "integer"}, {"const", 0}},
+                                         {{"type", "string"},
+                                          {"pattern", fmt::format("^0$|^[0-9]*\\.?[0-9]+ ?({})$",
+                                                                  fmt::join(units, "|"))}}})}};
 }
 
 std::vector<std::string_view> preset_names() {

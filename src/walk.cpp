@@ -155,6 +155,8 @@ class Walker {
   }
   bool ck() const { return in_.recompute == Recompute::full; }
   bool llama() const { return in_.graph == LayerGraph::llama; }
+  // A tied lm_head shares the embedding weight: it has a gradient only when that is trainable.
+  bool tied_grad() const { return in_.tied && lp_.embed_trainable > 0; }
   bool grads_live(bool steady) const {
     return (steady && !run_.training.grads_set_to_none) || run_.training.grad_accum > 1;
   }
@@ -203,7 +205,7 @@ void Walker::statics(const Inventory& inv0) {
                            : grads_;
   const u64 lm = in_.lm_head ? in_.V * in_.h : 0;
   head_grads_ = constant("gradients of the head (final norm, lm_head)", Part::grads,
-                         eg * (lp_.head_trainable + (in_.tied ? lm : 0)));
+                         eg * (lp_.head_trainable + (tied_grad() ? lm : 0)));
   layer_grads_ = constant("gradients of one layer", Part::grads, eg * lp_.layer_trainable);
   const u64 ew = in_.amp ? in_.ew : 0;
   const u64 I = in_.moe_layers == in_.L && in_.moe_layers ? in_.I_moe : in_.I;
@@ -482,7 +484,7 @@ void Walker::backward_start(bool steady) {
 void Walker::backward_end(bool steady) {
   begin("backward_end", "backward");
   baseline(steady, true);
-  if (in_.tied && in_.lm_head) {
+  if (tied_grad() && in_.lm_head) {
     // The tied weight's gradient arrives twice (AccumulateGrad's buffer, then the embedding's
     // zeros-initialised grad) and is summed out of place.
     add(temp("tied embedding gradient: lm_head's and the embedding's", Part::other,

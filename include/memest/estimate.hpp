@@ -29,6 +29,7 @@ struct Category {
   std::optional<std::uint64_t> bytes;  ///< absent when not estimated (see `basis`)
   std::string basis;                   ///< how the bytes follow, or why they are not estimated
   bool on_device = true;               ///< false for host memory (PyTorch's step counters)
+  bool per_param = true;  ///< elements are parameters (false: the step counters' tensors)
 
   /// bytes / elements, 0 when unused or not estimated.
   double bytes_per_element() const;
@@ -69,6 +70,29 @@ struct Estimate {
   /// on every device. The categories above are those of stage `worst_stage`.
   std::vector<StageSummary> stages;
   std::uint64_t worst_stage = 0;
+
+  /// What the run asks of the model that it cannot do as given (a sequence past a learned
+  /// position table): the estimate is of the shapes alone.
+  std::vector<std::string> warnings;
+  /// What the estimate leaves out that the run may hold (DDP's gradient buckets).
+  std::vector<std::string> notes;
+  /// A named tensor live at the peak.
+  struct Named {
+    std::string_view name;
+    std::uint64_t bytes = 0;
+  };
+  /// The tensors live at the peak that no category row holds (master gradients, the optimizer
+  /// step's temporaries, the loss's buffers, input ids), largest first; with the rows' live
+  /// bytes they make up the peak.
+  std::vector<Named> peak_outside_rows;
+  std::uint64_t peak_outside_rows_bytes = 0;  ///< their sum
+
+  /// The run's budget (--gpu or --budget) against what the run needs, when one is given.
+  std::optional<BudgetCheck> budget;
+
+  /// What a device must hold: the peak's `needed` when the peak is modelled, else the sum of
+  /// the device categories.
+  std::uint64_t needed() const { return peak ? peak->needed : total_bytes; }
 
   /// The category with this key; throws std::out_of_range if there is none.
   const Category& at(std::string_view key) const;

@@ -91,15 +91,16 @@ struct Architecture {
   std::uint64_t head_dim = 0;           ///< = hidden_size / num_heads unless the config says
   std::uint64_t intermediate_size = 0;  ///< MLP width (dense layers; per expert for Mixtral)
   std::uint64_t max_positions = 0;      ///< rows of a learned position table, 0 if none
-  bool gated_mlp = false;               ///< gate, up and down projections (SwiGLU)
-  bool rms_norm = false;                ///< RMSNorm (weight only) instead of LayerNorm
-  bool parallel_block = false;          ///< attention and MLP read one normed input (GPT-J, Phi)
-  bool tied_embeddings = false;         ///< lm_head shares the input embedding
-  std::string activation = "silu";      ///< MLP activation function, HF spelling
-  double attn_dropout = 0.0;            ///< dropout on attention probabilities
-  double resid_dropout = 0.0;           ///< dropout after attention and MLP outputs
-  double embd_dropout = 0.0;            ///< dropout after the embeddings
-  std::uint64_t num_experts = 0;        ///< MoE routed experts per MoE layer, 0 for dense
+  std::uint64_t max_seq_len = 0;    ///< longest sequence a learned position table indexes; 0: none
+  bool gated_mlp = false;           ///< gate, up and down projections (SwiGLU)
+  bool rms_norm = false;            ///< RMSNorm (weight only) instead of LayerNorm
+  bool parallel_block = false;      ///< attention and MLP read one normed input (GPT-J, Phi)
+  bool tied_embeddings = false;     ///< lm_head shares the input embedding
+  std::string activation = "silu";  ///< MLP activation function, HF spelling
+  double attn_dropout = 0.0;        ///< dropout on attention probabilities
+  double resid_dropout = 0.0;       ///< dropout after attention and MLP outputs
+  double embd_dropout = 0.0;        ///< dropout after the embeddings
+  std::uint64_t num_experts = 0;    ///< MoE routed experts per MoE layer, 0 for dense
   std::uint64_t experts_per_token = 0;  ///< MoE top-k
 
   // Norms.

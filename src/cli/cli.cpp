@@ -199,12 +199,30 @@ struct SweepFlags {
 int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags& flags,
               std::ostream& out) {
   report_options(flags, {"table", "csv", "jsonl"});
-  const RunSpec run = resolve(with_file(options, flags));
   SweepGrid grid;
   grid.micro_batches = parse_list<std::uint64_t>(sf.batches, "--batches", parse_whole);
   grid.seq_lens = parse_list<std::uint64_t>(sf.seqs, "--seqs", parse_whole);
+  // A swept size stands in for the flag, so --batches with --seq (no --batch) is a whole run.
+  RunOptions with_lists = with_file(options, flags);
+  if (!grid.micro_batches.empty() && !with_lists.batch)
+    with_lists.batch =
+        Setting<std::string>{std::to_string(grid.micro_batches.front()), "--batches"};
+  if (!grid.seq_lens.empty() && !with_lists.seq)
+    with_lists.seq = Setting<std::string>{std::to_string(grid.seq_lens.front()), "--seqs"};
+  const RunSpec run = resolve(with_lists);
   grid.policies = parse_list<PrecisionPolicy>(sf.policies, "--policies", precision_preset);
   grid.optimizers = parse_list<OptimizerKind>(sf.optimizers, "--optimizers", parse_optimizer);
+  if (grid.micro_batches.empty() && grid.seq_lens.empty() && grid.policies.empty() &&
+      grid.optimizers.empty()) {
+    throw Error("sweep needs a list to sweep: --batches, --seqs, --policies or --optimizers");
+  }
+  // A row is a whole run: without a micro-batch and a sequence it would have no peak.
+  if ((grid.micro_batches.empty() && run.training.micro_batch == 0) ||
+      (grid.seq_lens.empty() && run.training.seq_len == 0)) {
+    throw Error(
+        "sweep needs a micro-batch and a sequence length: --batches or --batch, and --seqs or "
+        "--seq");
+  }
   const auto rows = sweep(run, grid, run.budget);
   out << (flags.format == "jsonl" ? render_sweep_jsonl(rows) : render_sweep_csv(rows));
   return kExitOk;
@@ -283,7 +301,7 @@ int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::
   } else {
     out << render_table(spec, est, report) << render_bar(est, spec.budget, report);
   }
-  return kExitOk;
+  return est.budget && !est.budget->fits ? kExitCheckFailed : kExitOk;
 }
 
 // An Error may carry several problems, one per line (a run config's); each gets the prefix.
