@@ -183,7 +183,8 @@ TEST_CASE("kv heads fewer than the tensor-parallel ranks are replicated, and sai
   RunSpec run = run_of("llama-3-8b", "bf16", 1, 128);
   run.parallel.tensor = 16;
   std::uint64_t k_rows = 0, q_rows = 0;
-  for (const TensorGroup& g : stage_runs(run).front().model.inventory.groups) {
+  const std::vector<RunSpec> stages = stage_runs(run);  // kept: the loop reads into it
+  for (const TensorGroup& g : stages.front().model.inventory.groups) {
     if (g.name.find("k_proj") != std::string::npos) k_rows = g.rows;
     if (g.name.find("q_proj") != std::string::npos) q_rows = g.rows;
   }
