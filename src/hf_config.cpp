@@ -192,6 +192,19 @@ void read_t5(const JsonObject& r, Architecture& a) {
   a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
 }
 
+// The sum of config values `values` (read from `keys`); a sum past 2^64 names the keys.
+std::uint64_t sum_of(const JsonObject& r, std::initializer_list<std::string_view> keys,
+                     std::initializer_list<std::uint64_t> values) {
+  std::uint64_t total = 0;
+  for (const std::uint64_t v : values) {
+    if (__builtin_add_overflow(total, v, &total)) {
+      r.fail(*(keys.end() - 1), fmt::format("{} exceeds 2^64 (expected sizes a model can have)",
+                                            fmt::join(keys, " + ")));
+    }
+  }
+  return total;
+}
+
 void read_deepseek_v2(const JsonObject& r, Architecture& a) {
   read_decoder(r, a);
   a.qkv_bias = a.attn_out_bias = r.boolean({"attention_bias"}, false);
@@ -201,7 +214,10 @@ void read_deepseek_v2(const JsonObject& r, Architecture& a) {
   a.qk_nope_head_dim = r.uint({"qk_nope_head_dim"}, 128);
   a.qk_rope_head_dim = r.uint({"qk_rope_head_dim"}, 64);
   a.v_head_dim = r.uint({"v_head_dim"}, 128);
-  a.head_dim = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  a.head_dim =
+      sum_of(r, {"qk_nope_head_dim", "qk_rope_head_dim"}, {a.qk_nope_head_dim, a.qk_rope_head_dim});
+  sum_of(r, {"kv_lora_rank", "qk_rope_head_dim"}, {a.kv_lora_rank, a.qk_rope_head_dim});
+  sum_of(r, {"qk_nope_head_dim", "v_head_dim"}, {a.qk_nope_head_dim, a.v_head_dim});
   a.num_kv_heads = a.num_heads;  // MLA: num_key_value_heads plays no part
   a.num_experts = r.uint({"n_routed_experts"}, 0, true);
   if (a.num_experts > 0) {
@@ -211,9 +227,10 @@ void read_deepseek_v2(const JsonObject& r, Architecture& a) {
     a.shared_expert_size = checked_mul(a.num_shared_experts, a.moe_intermediate_size);
     const std::uint64_t first_dense = r.uint({"first_k_dense_replace"}, 0, true);
     const std::uint64_t freq = r.uint({"moe_layer_freq"}, 1);
-    for (std::uint64_t i = first_dense; i < a.num_layers; ++i) {
-      if (i % freq == 0) ++a.moe_layers;
-    }
+    // Layers i >= first_dense with i % freq == 0, counted without a loop over the layers (the
+    // count may be huge). multiples(x): the multiples of freq in [0, x).
+    const auto multiples = [&](std::uint64_t x) { return ceil_div(x, freq); };
+    a.moe_layers = multiples(a.num_layers) - multiples(std::min(first_dense, a.num_layers));
   }
 }
 
@@ -227,10 +244,15 @@ void read_qwen2_moe(const JsonObject& r, Architecture& a) {
   a.num_shared_experts = a.shared_expert_size > 0 ? 1 : 0;
   a.shared_expert_gate = a.shared_expert_size > 0;
   const std::uint64_t step = r.uint({"decoder_sparse_step"}, 1);
-  const std::vector<std::uint64_t> dense_only = r.uint_list("mlp_only_layers");
-  for (std::uint64_t i = 0; i < a.num_layers && a.num_experts > 0; ++i) {
-    const bool listed = std::find(dense_only.begin(), dense_only.end(), i) != dense_only.end();
-    if (!listed && (i + 1) % step == 0) ++a.moe_layers;
+  std::vector<std::uint64_t> dense_only = r.uint_list("mlp_only_layers");
+  if (a.num_experts == 0) return;
+  // Qwen2MoeDecoderLayer: layer i is sparse when (i + 1) % step == 0 and i is not listed in
+  // mlp_only_layers; counted without a loop over the layers (the count may be huge).
+  a.moe_layers = a.num_layers / step;
+  std::sort(dense_only.begin(), dense_only.end());
+  dense_only.erase(std::unique(dense_only.begin(), dense_only.end()), dense_only.end());
+  for (const std::uint64_t i : dense_only) {
+    if (i < a.num_layers && (i + 1) % step == 0) --a.moe_layers;
   }
 }
 
@@ -342,13 +364,16 @@ ModelSpec model_from_json(const Json& root, const std::string& source) {
     r.fail("model_type", fmt::format("unsupported model_type \"{}\" (supported: {})", raw_type,
                                      fmt::join(kModelTypes, ", ")));
   }
-  read_family(r, a, raw_type);
-  check(r, a, a.head_dim != 0);
-
   ModelSpec m;
+  try {
+    read_family(r, a, raw_type);
+    check(r, a, a.head_dim != 0);
+    m.inventory = build_inventory(a);
+    m.active_params = active_parameter_count(a, m.inventory);
+  } catch (const SizeOverflow& e) {
+    rethrow_with_context(e, source + ": the model's sizes");
+  }
   m.name = model_name(root, source);
-  m.inventory = build_inventory(a);
-  m.active_params = active_parameter_count(a, m.inventory);
   m.arch = std::move(a);
   return m;
 }

@@ -1,3 +1,5 @@
+#include "json_dump.hpp"
+
 #include <memest/report.hpp>
 
 #include <fmt/format.h>
@@ -411,7 +413,7 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   j["peak"] = peak_json(e);
   j["units"] = unit_label(options.unit);
   j["assumptions"] = e.assumptions;
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
 }
 
 std::string render_models_table(const std::vector<PresetInfo>& presets) {
@@ -433,7 +435,7 @@ std::string render_models_json(const std::vector<PresetInfo>& presets) {
                     {"active_params", p.active_params}});
   }
   ordered_json j = {{"schema_version", kJsonSchemaVersion}, {"models", list}};
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
 }
 
 std::string render_gpus_table(const std::vector<Gpu>& gpus, Unit unit) {
@@ -460,7 +462,7 @@ std::string render_gpus_json(const std::vector<Gpu>& gpus) {
   ordered_json j = {{"schema_version", kJsonSchemaVersion},
                     {"default_reserve_bytes", kDefaultReserve},
                     {"gpus", list}};
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
 }
 
 namespace {
@@ -526,7 +528,7 @@ std::string render_check_json(const std::vector<CheckResult>& results) {
       {"schema_version", kJsonSchemaVersion},
       {"results", list},
       {"summary", {{"fits", counts[0]}, {"over", counts[1]}, {"invalid", counts[2]}}}};
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
 }
 
 namespace {
@@ -606,7 +608,7 @@ std::string render_compare_json(const std::vector<RunSpec>& runs,
                     {"model", runs.front().model.name},
                     {"optimizer", optimizer_json(runs.front().optimizer)},
                     {"runs", list}};
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
 }
 
 }  // namespace memest

@@ -205,8 +205,12 @@ int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags
   grid.seq_lens = parse_list<std::uint64_t>(sf.seqs, "--seqs", parse_whole);
   grid.policies = parse_list<PrecisionPolicy>(sf.policies, "--policies", precision_preset);
   grid.optimizers = parse_list<OptimizerKind>(sf.optimizers, "--optimizers", parse_optimizer);
-  const auto rows = sweep(run, grid, run.budget);
-  out << (flags.format == "jsonl" ? render_sweep_jsonl(rows) : render_sweep_csv(rows));
+  sweep_size(grid);  // a grid too large is refused before anything is printed
+  const bool jsonl = flags.format == "jsonl";
+  if (!jsonl) out << render_sweep_csv_header();
+  sweep(run, grid, run.budget, [&](const SweepRow& row) {
+    out << (jsonl ? render_sweep_jsonl_row(row) : render_sweep_csv_row(row));
+  });
   return kExitOk;
 }
 
