@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 
 namespace memest::detail {
 namespace {
@@ -83,9 +82,9 @@ class DomBuilder {
 
   bool parse_error(std::size_t, const std::string& token, const nlohmann::detail::exception& e) {
     if (e.id == 406) {  // out_of_range.406: a number past a double's range
-      return fail(pointer(), fmt::format("number {} is out of range (expected at most {:g} in "
-                                         "magnitude)",
-                                         token, std::numeric_limits<double>::max()));
+      return fail(pointer(), fmt::format("number {} is out of range (expected a number of "
+                                         "magnitude at most 1.8e308, a double's limit)",
+                                         token));
     }
     // nlohmann prefixes "[json.exception.parse_error.101] "; users need only the rest.
     std::string what = e.what();
