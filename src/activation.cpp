@@ -130,6 +130,24 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.cuda = t.device == Device::cuda;
   in.attention = t.attention;
   in.recompute = t.recompute;
+  in.loss = t.loss;
+}
+
+// What the layer graph leaves out for a family it was not measured on, beyond the general
+// approximations of docs/activations.md; empty when nothing family-specific is known.
+std::string_view family_gap(std::string_view mt) {
+  if (mt == "olmo2") return "; its norms after attention and the MLP are taken as pre-norms";
+  if (mt == "bloom" || mt == "mpt") {
+    return "; ALiBi's position bias is left out and rotary's cos/sin counted instead";
+  }
+  if (mt == "gpt_oss") {
+    return "; the attention sinks and the clamped SwiGLU are taken as plain softmax and SiLU";
+  }
+  if (mt == "qwen3" || mt == "qwen3_moe" || mt == "gemma3_text" || mt == "olmoe" ||
+      mt == "cohere" || mt == "stablelm") {
+    return "; its k norm is taken as spanning all query heads";
+  }
+  return "";
 }
 
 // What was assumed: a canonical shape, a family not measured, an unknown activation function.
@@ -149,15 +167,38 @@ void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_a
         arch.vocab_size));
   } else if (!measured) {
     const bool llama = in.graph == LayerGraph::llama;
-    note(
-        fmt::format("{}: activations follow the {} layer graph measured on {} (approximations "
-                    "in docs/activations.md)",
-                    mt, llama ? "Llama" : "GPT-2", llama ? "Llama/Mistral/Qwen2" : "GPT-2"));
+    note(fmt::format(
+        "{}: activations follow the {} layer graph measured on {} (approximations "
+        "in docs/activations.md){}",
+        mt, llama ? "Llama" : "GPT-2", llama ? "Llama/Mistral/Qwen2" : "GPT-2", family_gap(mt)));
   }
   if (!known_act) {
     note(fmt::format(
         "activation function \"{}\": taken as saving its input and output, as gelu does",
         arch.activation));
+  }
+}
+
+// One device of a split run: its model chunk's layers, its part of the sequence, and the
+// embeddings and the head only where its stage has them.
+void read_rank(const RankSpec& r, const TrainingSpec& t, ActivationInputs& in) {
+  if (r.chunk_layers > 0 && r.layers > 0) {
+    in.moe_layers = in.moe_layers * r.chunk_layers / r.layers;
+    in.L = r.chunk_layers;
+  }
+  in.t = r.tensor;
+  in.sp = r.sequence;
+  in.cp = r.context;
+  in.s = ceil_div(t.seq_len, r.context);
+  in.in_flight = r.in_flight;
+  if (!r.head) {
+    in.lm_head = false;
+    in.final_norm = false;
+  }
+  if (!r.embedding) {
+    in.learned_positions = false;
+    in.embedding_norm = false;
+    in.p_embd = 0;
   }
 }
 
@@ -170,6 +211,14 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_
   Architecture canonical;
   if (!run.model.arch) canonical = canonical_architecture(parameter_count(run.model.inventory));
   const Architecture& arch = run.model.arch ? *run.model.arch : canonical;
+  if (arch.ssm_state_size > 0) {
+    // The transformer layer graph has no selective scan; its numbers would be wrong, not rough.
+    throw Error(fmt::format(
+        "model_type \"{}\": the activations of state-space (Mamba) layers are not modelled; "
+        "leave out --batch and --seq for the model states (parameters, gradients, optimizer "
+        "states), which are exact",
+        arch.model_type));
+  }
   in.b = t.micro_batch;
   in.s = t.seq_len;
   read_shape(arch, in);
@@ -178,6 +227,7 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_
   read_dropout(arch, t, in);
   read_policy(run, in);
   note_assumptions(run, arch, known_act, with_notes, in);
+  if (run.rank.split()) read_rank(run.rank, run.training, in);
   return in;
 }
 

@@ -18,7 +18,10 @@ constexpr std::array<std::string_view, 8> kTargets = {"q",    "k",  "v",    "o",
 // Whether LoRA adapts this matmul weight. A fused module is adapted once when any of its parts
 // is named; the lm_head never is (PEFT's all-linear leaves the output layer out).
 bool targeted(const TensorGroup& g, const std::set<std::string, std::less<>>& t, bool all_linear) {
-  if (!g.matmul || g.quant_state || g.kind.empty() || g.kind == "lm_head") return false;
+  if (!g.matmul || g.quant_state || g.kind.empty() || g.kind == "lm_head" ||
+      g.kind == "fused_experts") {
+    return false;
+  }
   if (all_linear) return true;
   const auto has = [&](std::string_view k) { return t.contains(k); };
   if (g.kind == "qkv") return has("q") || has("k") || has("v");
@@ -90,7 +93,7 @@ void apply_lora(ModelSpec& model, const LoraSpec& spec) {
   for (auto& g : inv.groups) {
     g.trainable = false;  // the whole base model is frozen
     if (!g.matmul || g.quant_state) continue;
-    if (g.kind != "lm_head" && !g.kind.empty()) kinds.insert(g.kind);
+    if (g.kind != "lm_head" && g.kind != "fused_experts" && !g.kind.empty()) kinds.insert(g.kind);
     if (targeted(g, targets, all_linear)) {
       const std::string module = module_of(g.name);
       TensorGroup a =
@@ -109,7 +112,8 @@ void apply_lora(ModelSpec& model, const LoraSpec& spec) {
       added.push_back(std::move(b));
     }
     // bitsandbytes' 4-bit loading replaces every Linear but the output layer.
-    if (spec.qlora && g.kind != "lm_head") {
+    // 3-D expert parameters (gpt-oss, Granite-MoE) are not Linears and stay as they are.
+    if (spec.qlora && g.kind != "lm_head" && g.kind != "fused_experts") {
       g.storage = Dtype::nf4;
       add_quant_state(g, spec.double_quant, added);
     }

@@ -2,12 +2,14 @@
 #include <memest/config.hpp>
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
+#include <memest/layout.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 
 namespace memest {
 namespace {
@@ -31,6 +33,11 @@ std::uint64_t parse_positive(std::string_view text, std::string_view what) {
     throw Error(fmt::format("expected a positive whole number of {}, got \"{}\"", what, text));
   }
   return v;
+}
+
+// A size with a unit, or 0 (no reserve).
+std::uint64_t parse_size_or_zero(std::string_view v) {
+  return v == "0" ? std::uint64_t{0} : parse_bytes(v);
 }
 
 double parse_probability(std::string_view text) {
@@ -59,7 +66,11 @@ ModelSpec load_model(const RunOptions& o) {
   }
   if (o.params) return model_from_count(parse_setting(*o.params, parse_count));
   if (o.model) {
-    return parse_setting(*o.model, [](std::string_view name) { return load_model_preset(name); });
+    // A preset, a preset's Hub id, or a Hub id in the local Hugging Face cache.
+    const std::string cache =
+        hf_hub_cache([](const char* var) -> const char* { return std::getenv(var); });
+    return parse_setting(*o.model,
+                         [&](std::string_view name) { return load_named_model(name, cache); });
   }
   if (o.architecture) {
     // Errors name the setting, then the key inside the inline config.
@@ -186,6 +197,56 @@ PrecisionPolicy resolve_precision(const RunOptions& o) {
   return apply_overrides(std::move(policy), ov);
 }
 
+// --fsdp and --distributed-optimizer are names for ZeRO stages over the --dp ranks.
+void resolve_sharding_names(const RunOptions& o, ParallelSpec& p) {
+  const auto stage_from = [&](const Setting<std::string>& s, unsigned stage) {
+    if (o.zero_stage && p.zero_stage != stage) {
+      throw Error(fmt::format("{} \"{}\" conflicts with {} {} (it is ZeRO stage {})", s.where,
+                              s.value, o.zero_stage->where, o.zero_stage->value, stage));
+    }
+    if (stage > 0 && p.data_parallel == 1) {
+      throw Error(
+          fmt::format("{} shards over data-parallel ranks: give --dp N with N > 1", s.where));
+    }
+    p.zero_stage = stage;
+  };
+  if (o.fsdp) {
+    const unsigned stage = parse_setting(*o.fsdp, [](std::string_view v) -> unsigned {
+      if (v == "full") return 3;
+      if (v == "grad-op") return 2;
+      if (v == "no-shard") return 0;
+      throw Error(
+          fmt::format("unknown FSDP mode \"{}\" (expected one of: full, grad-op, no-shard)", v));
+    });
+    stage_from(*o.fsdp, stage);
+  }
+  if (flag(o.distributed_optimizer)) {
+    const Setting<std::string> s{"on", o.distributed_optimizer->where};
+    stage_from(s, 1);
+  }
+}
+
+// Tensor, sequence, pipeline, context and expert parallelism (include/memest/layout.hpp).
+void resolve_model_split(const RunOptions& o, ParallelSpec& p) {
+  const auto ranks = [](const TextSetting& s, std::uint64_t& out) {
+    if (s) out = parse_setting(*s, [](std::string_view v) { return parse_positive(v, "ranks"); });
+  };
+  ranks(o.tensor_parallel, p.tensor);
+  ranks(o.pipeline_parallel, p.pipeline);
+  ranks(o.virtual_stages, p.virtual_stages);
+  ranks(o.context_parallel, p.context);
+  ranks(o.expert_parallel, p.expert);
+  if (o.microbatches) {
+    p.microbatches = parse_setting(
+        *o.microbatches, [](std::string_view v) { return parse_positive(v, "micro-batches"); });
+  }
+  if (o.vocab_multiple) {
+    p.vocab_multiple = parse_setting(
+        *o.vocab_multiple, [](std::string_view v) { return parse_positive(v, "a multiple"); });
+  }
+  p.sequence = flag(o.sequence_parallel);
+}
+
 ParallelSpec resolve_parallel(const RunOptions& o) {
   ParallelSpec p;
   if (o.data_parallel) {
@@ -212,6 +273,8 @@ ParallelSpec resolve_parallel(const RunOptions& o) {
                               o.zero_stage->where));
     }
   }
+  resolve_sharding_names(o, p);
+  resolve_model_split(o, p);
   return p;
 }
 
@@ -220,16 +283,23 @@ std::optional<Budget> resolve_budget(const RunOptions& o) {
     throw Error(fmt::format("{} \"{}\" conflicts with {} \"{}\" (give a GPU or a budget)",
                             o.gpu->where, o.gpu->value, o.budget->where, o.budget->value));
   }
-  std::optional<std::uint64_t> reserve;
-  if (o.reserve) {
-    reserve = parse_setting(*o.reserve, [](std::string_view v) {
-      return v == "0" ? std::uint64_t{0} : parse_bytes(v);
-    });
+  // Both would count the CUDA context: --reserve takes it from the budget, --context-reserve
+  // adds it to the need.
+  if (o.reserve && o.context_reserve) {
+    throw Error(fmt::format(
+        "{} \"{}\" conflicts with {} \"{}\" (both count the CUDA context: {} takes it from the "
+        "budget, {} adds it to the need; give one)",
+        o.reserve->where, o.reserve->value, o.context_reserve->where, o.context_reserve->value,
+        o.reserve->where, o.context_reserve->where));
   }
+  std::optional<std::uint64_t> reserve;
+  if (o.reserve) reserve = parse_setting(*o.reserve, parse_size_or_zero);
   if (o.gpu) {
     const Gpu& g =
         parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& { return find_gpu(v); });
-    return Budget{g.capacity, reserve.value_or(kDefaultReserve), std::string(g.name)};
+    // The default reserve is for the context; with --context-reserve the need carries it.
+    return Budget{g.capacity, reserve.value_or(o.context_reserve ? 0 : kDefaultReserve),
+                  std::string(g.name), true};
   }
   if (o.budget) {
     const auto bytes = parse_setting(*o.budget, parse_bytes);
@@ -298,7 +368,11 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     if (o.allocator) t.allocator = parse_setting(*o.allocator, parse_allocator);
   });
   problems.attempt([&] {
-    if (o.context_reserve) t.context_reserve = parse_setting(*o.context_reserve, parse_bytes);
+    if (o.loss) t.loss = parse_setting(*o.loss, parse_loss);
+  });
+  problems.attempt([&] {
+    if (o.context_reserve)
+      t.context_reserve = parse_setting(*o.context_reserve, parse_size_or_zero);
   });
   if (o.batch.has_value() != o.seq.has_value()) {
     const auto& given = o.batch ? o.batch->where : o.seq->where;
@@ -310,6 +384,19 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     });
   }
   return t;
+}
+
+// PyTorch gives gradients to floating-point tensors only: integer and 4-bit parameters can be
+// stored (a frozen, quantized base) but not trained.
+void check_trainable_dtype(const RunSpec& run, const RunOptions& o) {
+  const Dtype d = run.precision.param;
+  if (d != Dtype::int8 && d != Dtype::int4 && d != Dtype::nf4) return;
+  if (trainable_count(run.model.inventory) == 0) return;
+  const std::string where = o.param_dtype ? o.param_dtype->where : "--param-dtype";
+  throw Error(fmt::format(
+      "{}: {} parameters cannot be trained (autograd gives gradients to floating-point tensors "
+      "only): store a frozen base in 4 bits with --lora-rank R --qlora, or use fp32, bf16 or fp16",
+      where, dtype_name(d)));
 }
 
 }  // namespace
@@ -324,6 +411,8 @@ RunSpec resolve(const RunOptions& options) {
   problems.attempt([&] { run.parallel = resolve_parallel(options); });
   problems.attempt([&] { run.budget = resolve_budget(options); });
   problems.throw_if_any();
+  check_trainable_dtype(run, options);
+  check_layout(run);
   return run;
 }
 

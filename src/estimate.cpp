@@ -1,5 +1,6 @@
 #include <memest/error.hpp>
 #include <memest/estimate.hpp>
+#include <memest/layout.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -93,6 +94,7 @@ Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
                        std::optional<std::uint64_t> tensors) {
   Category c{"optimizer_step", "optimizer step counters", Dtype::fp32, 0, ob.step_bytes, ""};
   c.on_device = spec.impl == OptimizerImpl::fused;
+  c.per_param = false;
   if (!ob.step_counted) {
     c.bytes.reset();
     c.dtype = Dtype::fp32;
@@ -162,6 +164,52 @@ Category activations_and_peak(const RunSpec& run, Estimate& e) {
   return act;
 }
 
+// Parts of the step that no category row holds: they live only inside the step.
+bool outside_rows(Part p) {
+  return p == Part::master_grads || p == Part::inputs || p == Part::buffers || p == Part::other;
+}
+
+// The named tensors at the peak outside the rows, one entry per name, largest first.
+void peak_outside_rows(Estimate& e) {
+  if (!e.peak) return;
+  for (const LiveTensor& t : e.peak->live) {
+    if (!outside_rows(t.part) || t.bytes == 0) continue;
+    auto it = std::find_if(e.peak_outside_rows.begin(), e.peak_outside_rows.end(),
+                           [&](const Estimate::Named& n) { return n.name == t.name; });
+    if (it == e.peak_outside_rows.end()) {
+      e.peak_outside_rows.push_back({t.name, t.bytes});
+    } else {
+      it->bytes = checked_add(it->bytes, t.bytes);
+    }
+    e.peak_outside_rows_bytes = checked_add(e.peak_outside_rows_bytes, t.bytes);
+  }
+  std::stable_sort(
+      e.peak_outside_rows.begin(), e.peak_outside_rows.end(),
+      [](const Estimate::Named& a, const Estimate::Named& b) { return a.bytes > b.bytes; });
+}
+
+// A learned position table has no row past its length: such a run fails in the model.
+void position_warning(const RunSpec& run, Estimate& e) {
+  const auto& arch = run.model.arch;
+  const std::uint64_t s = run.training.seq_len;
+  if (!arch || arch->max_seq_len == 0 || s <= arch->max_seq_len) return;
+  e.warnings.push_back(fmt::format(
+      "sequence length {} is past the {} positions of {}'s learned position embedding (the "
+      "model fails on such input; the figures are for the shapes alone)",
+      format_count(s), format_count(arch->max_seq_len), run.model.name));
+}
+
+// Plain data parallelism (DDP) keeps a full replica and, besides, buckets for the all-reduce.
+void ddp_note(const RunSpec& run, Estimate& e) {
+  if (run.parallel.data_parallel <= 1 || run.parallel.zero_stage > 0) return;
+  const auto& grads = e.at("grads");
+  e.notes.push_back(fmt::format(
+      "--dp {} without --zero is plain DDP: every rank holds the whole model, gradients and "
+      "states as above; DDP's all-reduce buckets (25 MB each, bucket_cap_mb) hold a second "
+      "copy of the gradients ({} B) unless gradient_as_bucket_view=True, not counted here",
+      run.parallel.data_parallel, format_count(grads.bytes.value_or(0))));
+}
+
 }  // namespace
 
 double Category::bytes_per_element() const {
@@ -176,10 +224,19 @@ const Category& Estimate::at(std::string_view key) const {
   throw std::out_of_range(fmt::format("no category \"{}\"", key));
 }
 
-Estimate estimate(const RunSpec& run) {
+namespace {
+
+Estimate estimate_device(const RunSpec& run) {
   const auto& inv = run.model.inventory;
   const auto& p = run.precision;
   Estimate e;
+  if (const auto& q = run.model.checkpoint_quant) {
+    e.assumptions.push_back(fmt::format(
+        "the checkpoint is stored quantised ({}: {:.3g} bits per weight, {}); parameters are "
+        "sized by the precision policy, as when it is loaded dequantised for training "
+        "(--qlora for a frozen 4-bit base)",
+        q->method, q->bits_per_weight, q->detail));
+  }
   e.params = parameter_count(inv);
   e.trainable = trainable_count(inv);
   e.active = run.model.active_params != 0 ? run.model.active_params : e.params;
@@ -229,7 +286,47 @@ Estimate estimate(const RunSpec& run) {
       e.total_complete = false;
     }
   }
+  peak_outside_rows(e);
+  position_warning(run, e);
+  ddp_note(run, e);
+  if (run.budget) e.budget = check_budget(e.needed(), *run.budget);
   return e;
+}
+
+StageSummary summary_of(const RankSpec& r, const Estimate& e) {
+  StageSummary s;
+  s.stage = r.stage;
+  s.first_layer = r.first_layer;
+  s.layers = r.layers;
+  s.in_flight = r.in_flight;
+  s.embedding = r.embedding;
+  s.head = r.head;
+  s.params = e.params;
+  s.total_bytes = e.total_bytes;
+  if (e.peak) s.peak_bytes = e.peak->bytes;
+  s.needed = e.peak ? e.peak->needed : e.total_bytes;
+  return s;
+}
+
+}  // namespace
+
+Estimate estimate(const RunSpec& run) {
+  if (!run.parallel.splits_model() || run.rank.split()) return estimate_device(run);
+  // One device per pipeline stage; the report is that of the stage that needs the most.
+  std::vector<StageSummary> stages;
+  std::optional<Estimate> worst;
+  for (const RunSpec& r : stage_runs(run)) {
+    Estimate e = estimate_device(r);
+    stages.push_back(summary_of(r.rank, e));
+    if (!worst || stages.back().needed > stages[worst->worst_stage].needed) {
+      e.worst_stage = r.rank.stage;
+      worst = std::move(e);
+    }
+  }
+  Estimate out = std::move(*worst);
+  out.stages = std::move(stages);
+  for (auto& note : layout_notes(run)) out.assumptions.push_back(std::move(note));
+  return out;
 }
 
 }  // namespace memest

@@ -52,6 +52,11 @@ const Gpu& find_gpu(std::string_view name) {
                           fmt::join(names, ", ")));
 }
 
+std::string budget_label(const Budget& budget, Unit unit) {
+  return budget.preset ? budget.source
+                       : fmt::format("budget {}", format_bytes(budget.capacity, unit));
+}
+
 BudgetCheck check_budget(std::uint64_t need, const Budget& budget) {
   BudgetCheck c;
   c.need = need;

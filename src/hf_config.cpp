@@ -1,3 +1,4 @@
+#include "hf_families.hpp"
 #include "json_access.hpp"
 
 #include <memest/error.hpp>
@@ -9,7 +10,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <optional>
 #include <utility>
+#include <vector>
 
 namespace memest {
 namespace detail {
@@ -21,295 +25,11 @@ namespace {
 
 using detail::Json;
 
-constexpr std::array<std::string_view, 19> kModelTypes = {
-    "bert", "deepseek_v2", "falcon",    "gemma",   "gemma2", "gpt2", "gpt_neox",
-    "gptj", "llama",       "mistral",   "mixtral", "olmo",   "opt",  "phi",
-    "phi3", "qwen2",       "qwen2_moe", "roberta", "t5"};
-
 using detail::JsonObject;
-
-// The keys every Llama-style decoder shares.
-void read_decoder(const JsonObject& r, Architecture& a) {
-  a.vocab_size = r.required({"vocab_size"});
-  a.hidden_size = r.required({"hidden_size"});
-  a.num_layers = r.required({"num_hidden_layers"});
-  a.num_heads = r.required({"num_attention_heads"});
-  a.num_kv_heads = r.uint({"num_key_value_heads"}, a.num_heads);
-  a.head_dim = r.uint({"head_dim"}, 0);
-  a.intermediate_size = r.required({"intermediate_size"});
-  a.gated_mlp = true;
-  a.rms_norm = true;
-  a.norms_per_layer = 2;
-  a.activation = r.string({"hidden_act"}, "silu");
-  a.attn_dropout = r.probability({"attention_dropout"}, 0.0);
-  a.tied_embeddings = r.boolean({"tie_word_embeddings"}, false);
-}
-
-void read_gpt2(const JsonObject& r, Architecture& a) {
-  a.vocab_size = r.required({"vocab_size"});
-  a.hidden_size = r.required({"n_embd", "hidden_size"});
-  a.num_layers = r.required({"n_layer", "num_hidden_layers"});
-  a.num_heads = r.required({"n_head", "num_attention_heads"});
-  a.intermediate_size = r.uint({"n_inner"}, checked_mul(4, a.hidden_size));
-  a.max_positions = r.uint({"n_positions", "max_position_embeddings"}, 1024);
-  a.fused_qkv = true;
-  a.qkv_bias = a.attn_out_bias = a.mlp_bias = true;
-  a.activation = r.string({"activation_function"}, "gelu_new");
-  a.attn_dropout = r.probability({"attn_pdrop"}, 0.1);
-  a.resid_dropout = r.probability({"resid_pdrop"}, 0.1);
-  a.embd_dropout = r.probability({"embd_pdrop"}, 0.1);
-  a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
-}
-
-void read_gptj(const JsonObject& r, Architecture& a) {
-  a.vocab_size = r.required({"vocab_size"});
-  a.hidden_size = r.required({"n_embd", "hidden_size"});
-  a.num_layers = r.required({"n_layer", "num_hidden_layers"});
-  a.num_heads = r.required({"n_head", "num_attention_heads"});
-  a.intermediate_size = r.uint({"n_inner"}, checked_mul(4, a.hidden_size));
-  a.parallel_block = true;
-  a.norms_per_layer = 1;
-  a.mlp_bias = true;  // attention has no biases; fc_in, fc_out and lm_head do
-  a.lm_head_bias = true;
-  a.activation = r.string({"activation_function"}, "gelu_new");
-  a.attn_dropout = r.probability({"attn_pdrop"}, 0.0);
-  a.resid_dropout = r.probability({"resid_pdrop"}, 0.0);
-  a.embd_dropout = r.probability({"embd_pdrop"}, 0.0);
-  a.tied_embeddings = r.boolean({"tie_word_embeddings"}, false);
-}
-
-void read_gpt_neox(const JsonObject& r, Architecture& a) {
-  a.vocab_size = r.required({"vocab_size"});
-  a.hidden_size = r.required({"hidden_size"});
-  a.num_layers = r.required({"num_hidden_layers"});
-  a.num_heads = r.required({"num_attention_heads"});
-  a.intermediate_size = r.required({"intermediate_size"});
-  a.fused_qkv = true;
-  a.qkv_bias = a.attn_out_bias = r.boolean({"attention_bias"}, true);
-  a.mlp_bias = true;
-  a.parallel_block = r.boolean({"use_parallel_residual"}, true);  // still two norms per layer
-  a.activation = r.string({"hidden_act"}, "gelu");
-  a.attn_dropout = r.probability({"attention_dropout"}, 0.0);
-  a.resid_dropout = a.embd_dropout = r.probability({"hidden_dropout"}, 0.0);
-  a.tied_embeddings = r.boolean({"tie_word_embeddings"}, false);
-}
-
-// FalconConfig, and the RefinedWeb remote-code configs it replaced (n_head, n_layer, n_head_kv).
-// "RefinedWeb" was the 40B layout, i.e. new_decoder_architecture.
-void read_falcon(const JsonObject& r, Architecture& a, bool refined_web_40b) {
-  a.vocab_size = r.required({"vocab_size"});
-  a.hidden_size = r.required({"hidden_size", "n_embed"});
-  a.num_layers = r.required({"num_hidden_layers", "n_layer"});
-  a.num_heads = r.required({"num_attention_heads", "n_head"});
-  const bool new_arch = r.boolean({"new_decoder_architecture"}, refined_web_40b);
-  const bool multi_query = r.boolean({"multi_query"}, true);
-  // qkv width: new architecture (heads + 2 kv_heads) * head_dim; else multi_query means ONE
-  // key/value head whatever num_kv_heads says; else full multi-head.
-  if (new_arch) {
-    a.num_kv_heads = r.uint({"num_kv_heads", "n_head_kv"}, a.num_heads);
-  } else {
-    a.num_kv_heads = multi_query ? 1 : a.num_heads;
-  }
-  a.intermediate_size = r.uint({"ffn_hidden_size"}, checked_mul(4, a.hidden_size));
-  a.fused_qkv = true;
-  a.qkv_bias = a.attn_out_bias = a.mlp_bias = r.boolean({"bias"}, false);
-  a.parallel_block = r.boolean({"parallel_attn"}, true);
-  std::uint64_t ln_parallel = r.uint({"num_ln_in_parallel_attn"}, new_arch ? 2 : 0, true);
-  a.norms_per_layer = !a.parallel_block ? 2 : (ln_parallel == 2 ? 2 : 1);
-  a.activation = r.string({"activation"}, "gelu");
-  a.attn_dropout = r.probability({"attention_dropout"}, 0.0);
-  a.resid_dropout = r.probability({"hidden_dropout"}, 0.0);
-  a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
-}
-
-void read_phi(const JsonObject& r, Architecture& a) {
-  read_decoder(r, a);
-  a.head_dim = 0;  // PhiAttention uses hidden_size / heads
-  a.gated_mlp = false;
-  a.rms_norm = false;
-  a.parallel_block = true;
-  a.norms_per_layer = 1;
-  a.qkv_bias = a.attn_out_bias = a.mlp_bias = a.lm_head_bias = true;
-  a.qk_norm = r.boolean({"qk_layernorm"}, false);
-  a.activation = r.string({"hidden_act"}, "gelu_new");
-  a.resid_dropout = r.probability({"resid_pdrop"}, 0.0);
-  a.embd_dropout = r.probability({"embd_pdrop"}, 0.0);
-}
-
-void read_opt(const JsonObject& r, Architecture& a) {
-  a.vocab_size = r.required({"vocab_size"});
-  a.hidden_size = r.required({"hidden_size"});
-  a.num_layers = r.required({"num_hidden_layers"});
-  a.num_heads = r.required({"num_attention_heads"});
-  a.intermediate_size = r.required({"ffn_dim"});
-  // OPTLearnedPositionalEmbedding keeps 2 extra rows (fairseq's padding offset).
-  a.max_positions = checked_add(r.uint({"max_position_embeddings"}, 2048), 2);
-  a.embedding_dim = r.uint({"word_embed_proj_dim"}, a.hidden_size);
-  a.qkv_bias = a.attn_out_bias = a.mlp_bias = r.boolean({"enable_bias"}, true);
-  a.norm_affine = r.boolean({"layer_norm_elementwise_affine"}, true);
-  a.final_norm =
-      r.boolean({"do_layer_norm_before"}, true) && !r.boolean({"_remove_final_layer_norm"}, false);
-  a.activation = r.string({"activation_function"}, "relu");
-  a.attn_dropout = r.probability({"attention_dropout"}, 0.0);
-  a.resid_dropout = r.probability({"dropout"}, 0.1);
-  a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
-}
-
-void read_bert(const JsonObject& r, Architecture& a) {
-  a.vocab_size = r.required({"vocab_size"});
-  a.hidden_size = r.required({"hidden_size"});
-  a.num_layers = r.required({"num_hidden_layers"});
-  a.num_heads = r.required({"num_attention_heads"});
-  a.intermediate_size = r.required({"intermediate_size"});
-  a.max_positions = r.uint({"max_position_embeddings"}, 512);
-  a.type_vocab_size = r.uint({"type_vocab_size"}, 2, true);
-  a.qkv_bias = a.attn_out_bias = a.mlp_bias = true;
-  a.embedding_norm = true;
-  a.final_norm = false;
-  a.pooler = true;
-  a.lm_head = false;  // BertModel / RobertaModel: the task head is the user's choice
-  a.activation = r.string({"hidden_act"}, "gelu");
-  a.attn_dropout = r.probability({"attention_probs_dropout_prob"}, 0.1);
-  a.resid_dropout = a.embd_dropout = r.probability({"hidden_dropout_prob"}, 0.1);
-  a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
-}
-
-void read_t5(const JsonObject& r, Architecture& a) {
-  a.vocab_size = r.required({"vocab_size"});
-  a.hidden_size = r.required({"d_model", "hidden_size"});
-  a.num_layers = r.required({"num_layers", "num_hidden_layers"});
-  a.num_heads = r.required({"num_heads", "num_attention_heads"});
-  a.intermediate_size = r.required({"d_ff"});
-  a.head_dim = r.uint({"d_kv"}, 64);
-  a.num_decoder_layers = r.uint({"num_decoder_layers"}, a.num_layers);
-  a.relative_attention_buckets = r.uint({"relative_attention_num_buckets"}, 32);
-  a.rms_norm = true;
-  const std::string ff = r.string({"feed_forward_proj"}, "relu");
-  a.gated_mlp = ff.starts_with("gated-");
-  a.activation = a.gated_mlp ? ff.substr(6) : ff;
-  if (a.activation == "gelu" && a.gated_mlp) a.activation = "gelu_new";  // as T5Config maps it
-  a.attn_dropout = a.resid_dropout = a.embd_dropout = r.probability({"dropout_rate"}, 0.1);
-  a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
-}
-
-// The sum of config values `values` (read from `keys`); a sum past 2^64 names the keys.
-std::uint64_t sum_of(const JsonObject& r, std::initializer_list<std::string_view> keys,
-                     std::initializer_list<std::uint64_t> values) {
-  std::uint64_t total = 0;
-  for (const std::uint64_t v : values) {
-    if (__builtin_add_overflow(total, v, &total)) {
-      r.fail(*(keys.end() - 1), fmt::format("{} exceeds 2^64 (expected sizes a model can have)",
-                                            fmt::join(keys, " + ")));
-    }
-  }
-  return total;
-}
-
-void read_deepseek_v2(const JsonObject& r, Architecture& a) {
-  read_decoder(r, a);
-  a.qkv_bias = a.attn_out_bias = r.boolean({"attention_bias"}, false);
-  // q_lora_rank: null in the file means a plain q_proj; absent means the class default 1536.
-  a.q_lora_rank = r.is_null("q_lora_rank") ? 0 : r.uint({"q_lora_rank"}, 1536);
-  a.kv_lora_rank = r.uint({"kv_lora_rank"}, 512);
-  a.qk_nope_head_dim = r.uint({"qk_nope_head_dim"}, 128);
-  a.qk_rope_head_dim = r.uint({"qk_rope_head_dim"}, 64);
-  a.v_head_dim = r.uint({"v_head_dim"}, 128);
-  a.head_dim =
-      sum_of(r, {"qk_nope_head_dim", "qk_rope_head_dim"}, {a.qk_nope_head_dim, a.qk_rope_head_dim});
-  sum_of(r, {"kv_lora_rank", "qk_rope_head_dim"}, {a.kv_lora_rank, a.qk_rope_head_dim});
-  sum_of(r, {"qk_nope_head_dim", "v_head_dim"}, {a.qk_nope_head_dim, a.v_head_dim});
-  a.num_kv_heads = a.num_heads;  // MLA: num_key_value_heads plays no part
-  a.num_experts = r.uint({"n_routed_experts"}, 0, true);
-  if (a.num_experts > 0) {
-    a.experts_per_token = r.required({"num_experts_per_tok"});
-    a.moe_intermediate_size = r.uint({"moe_intermediate_size"}, 1407);
-    a.num_shared_experts = r.uint({"n_shared_experts"}, 0, true);
-    a.shared_expert_size = checked_mul(a.num_shared_experts, a.moe_intermediate_size);
-    const std::uint64_t first_dense = r.uint({"first_k_dense_replace"}, 0, true);
-    const std::uint64_t freq = r.uint({"moe_layer_freq"}, 1);
-    // Layers i >= first_dense with i % freq == 0, counted without a loop over the layers (the
-    // count may be huge). multiples(x): the multiples of freq in [0, x).
-    const auto multiples = [&](std::uint64_t x) { return ceil_div(x, freq); };
-    a.moe_layers = multiples(a.num_layers) - multiples(std::min(first_dense, a.num_layers));
-  }
-}
-
-void read_qwen2_moe(const JsonObject& r, Architecture& a) {
-  read_decoder(r, a);
-  a.qkv_bias = r.boolean({"qkv_bias"}, true);
-  a.num_experts = r.uint({"num_experts"}, 60, true);
-  a.experts_per_token = r.uint({"num_experts_per_tok"}, 4);
-  a.moe_intermediate_size = r.uint({"moe_intermediate_size"}, 1408);
-  a.shared_expert_size = r.uint({"shared_expert_intermediate_size"}, 5632, true);
-  a.num_shared_experts = a.shared_expert_size > 0 ? 1 : 0;
-  a.shared_expert_gate = a.shared_expert_size > 0;
-  const std::uint64_t step = r.uint({"decoder_sparse_step"}, 1);
-  std::vector<std::uint64_t> dense_only = r.uint_list("mlp_only_layers");
-  if (a.num_experts == 0) return;
-  // Qwen2MoeDecoderLayer: layer i is sparse when (i + 1) % step == 0 and i is not listed in
-  // mlp_only_layers; counted without a loop over the layers (the count may be huge).
-  a.moe_layers = a.num_layers / step;
-  std::sort(dense_only.begin(), dense_only.end());
-  dense_only.erase(std::unique(dense_only.begin(), dense_only.end()), dense_only.end());
-  for (const std::uint64_t i : dense_only) {
-    if (i < a.num_layers && (i + 1) % step == 0) --a.moe_layers;
-  }
-}
-
-void read_family(const JsonObject& r, Architecture& a, const std::string& raw_type) {
-  const std::string& t = a.model_type;
-  if (t == "gpt2") {
-    read_gpt2(r, a);
-  } else if (t == "gptj") {
-    read_gptj(r, a);
-  } else if (t == "gpt_neox") {
-    read_gpt_neox(r, a);
-  } else if (t == "falcon") {
-    read_falcon(r, a, raw_type == "RefinedWeb");
-  } else if (t == "phi") {
-    read_phi(r, a);
-  } else if (t == "opt") {
-    read_opt(r, a);
-  } else if (t == "bert" || t == "roberta") {
-    read_bert(r, a);
-  } else if (t == "t5") {
-    read_t5(r, a);
-  } else if (t == "deepseek_v2") {
-    read_deepseek_v2(r, a);
-  } else if (t == "qwen2_moe") {
-    read_qwen2_moe(r, a);
-  } else {
-    read_decoder(r, a);
-    if (t == "llama" || t == "olmo" || t == "gemma" || t == "gemma2") {
-      a.qkv_bias = a.attn_out_bias = r.boolean({"attention_bias"}, false);
-    }
-    if (t == "llama") a.mlp_bias = r.boolean({"mlp_bias"}, false);
-    if (t == "qwen2") a.qkv_bias = true;  // Qwen2Attention hard-codes q/k/v biases, none on o_proj
-    if (t == "olmo") a.norm_affine = false;  // OlmoLayerNorm has no parameters
-    if (t == "gemma" || t == "gemma2") {
-      a.head_dim = r.uint({"head_dim"}, 256);
-      a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
-      // The MLP uses hidden_activation; transformers ignores hidden_act here since the fix
-      // that made gelu_pytorch_tanh the default.
-      a.activation = r.string({"hidden_activation"}, "gelu_pytorch_tanh");
-    }
-    if (t == "gemma2") a.norms_per_layer = 4;
-    if (t == "phi3") {
-      a.fused_qkv = a.fused_gate_up = true;
-      a.resid_dropout = r.probability({"resid_pdrop"}, 0.0);
-      a.embd_dropout = r.probability({"embd_pdrop"}, 0.0);
-    }
-    if (t == "mixtral") {
-      a.num_experts = r.uint({"num_local_experts"}, 8);
-      a.experts_per_token = r.uint({"num_experts_per_tok"}, 2);
-      a.moe_intermediate_size = a.intermediate_size;
-      a.moe_layers = a.num_layers;
-    }
-  }
-}
 
 // Cross-field checks transformers makes (or would fail on) when it builds the model.
 void check(const JsonObject& r, Architecture& a, bool head_dim_given) {
+  if (a.ssm_state_size > 0) return;  // Mamba: no heads to divide
   if (a.kv_lora_rank == 0 && !head_dim_given) {
     if (a.hidden_size % a.num_heads != 0) {
       r.fail(a.model_type == "gpt2" || a.model_type == "gptj" ? "n_head" : "num_attention_heads",
@@ -331,6 +51,53 @@ void check(const JsonObject& r, Architecture& a, bool head_dim_given) {
   }
 }
 
+// quantization_config: how the checkpoint stores its weights, in bits per weight with the
+// scales (each method's format as transformers' quantizers read it). The estimate itself sizes
+// parameters by the precision policy; an unknown method is refused, never ignored.
+std::optional<CheckpointQuant> read_quantization(const JsonObject& root) {
+  if (!root.has("quantization_config") || root.is_null("quantization_config")) return std::nullopt;
+  const JsonObject q(root.at("quantization_config"));
+  if (!q.has("quant_method")) q.fail("quant_method", "missing required key");
+  CheckpointQuant c;
+  c.method = q.string({"quant_method"}, "");
+  if (c.method == "fp8") {
+    // FineGrainedFP8: e4m3 values and one fp32 scale per weight_block_size block (128 x 128).
+    const auto block = q.uint_list("weight_block_size");
+    const std::uint64_t n = block.size() == 2 ? checked_mul(block[0], block[1]) : 0;
+    c.bits_per_weight = 8.0 + (n > 0 ? 32.0 / static_cast<double>(n) : 0.0);
+    c.detail = n > 0 ? fmt::format("8-bit {} values + an fp32 scale per {}x{} block",
+                                   q.string({"fmt"}, "e4m3"), block[0], block[1])
+                     : "8-bit values";
+  } else if (c.method == "mxfp4") {
+    // OCP MX: 4-bit e2m1 values and one 8-bit (e8m0) scale per 32 (gpt-oss's expert weights).
+    c.bits_per_weight = 4.25;
+    c.detail = "4-bit e2m1 values + an 8-bit scale per 32 (MXFP4)";
+  } else if (c.method == "bitsandbytes") {
+    const bool four = q.boolean({"load_in_4bit"}, false);
+    if (!four && !q.boolean({"load_in_8bit"}, false)) {
+      q.fail("load_in_4bit", "expected load_in_4bit or load_in_8bit to be true");
+    }
+    c.bits_per_weight = four ? 4.5 : 8.0;
+    c.detail = four ? fmt::format("4-bit {} values + an fp32 absmax per 64",
+                                  q.string({"bnb_4bit_quant_type"}, "fp4"))
+                    : "int8 values (LLM.int8)";
+  } else if (c.method == "gptq" || c.method == "awq") {
+    const std::uint64_t bits = q.uint({"bits", "w_bit"}, 4);
+    const std::uint64_t group = q.uint({"group_size", "q_group_size"}, 128);
+    // Per group: an fp16 scale and a packed zero point of `bits`.
+    c.bits_per_weight =
+        static_cast<double>(bits) + static_cast<double>(16 + bits) / static_cast<double>(group);
+    c.detail =
+        fmt::format("{}-bit values + an fp16 scale and a {}-bit zero per {}", bits, bits, group);
+  } else {
+    q.fail("quant_method",
+           fmt::format("unsupported quantization \"{}\" (supported: fp8, mxfp4, bitsandbytes, "
+                       "gptq, awq; remove quantization_config to estimate the unquantised model)",
+                       c.method));
+  }
+  return c;
+}
+
 std::string model_name(const Json& root, const std::string& source) {
   if (const auto it = root.find("_name_or_path");
       it != root.end() && it->is_string() && !it->get<std::string>().empty()) {
@@ -350,9 +117,29 @@ std::string model_name(const Json& root, const std::string& source) {
 
 }  // namespace
 
-std::span<const std::string_view> supported_model_types() { return kModelTypes; }
+std::span<const std::string_view> supported_model_types() { return detail::family_types(); }
 
 namespace {
+
+// For an unknown model_type whose keys are those of a Llama-style decoder: the --architecture
+// that estimates it with Llama's layout, as a starting point the user has to check.
+std::string architecture_hint(const JsonObject& r) {
+  constexpr std::array<std::string_view, 5> kKeys = {
+      "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"};
+  std::vector<std::string> fields = {"\"model_type\": \"llama\""};
+  for (std::string_view key : kKeys) {
+    const auto v = r.find({key});
+    if (!v || !v->json().is_number_unsigned()) return "";
+    fields.push_back(fmt::format("\"{}\": {}", key, v->json().get<std::uint64_t>()));
+  }
+  if (const auto kv = r.find({"num_key_value_heads"}); kv && kv->json().is_number_unsigned()) {
+    fields.push_back(fmt::format("\"num_key_value_heads\": {}", kv->json().get<std::uint64_t>()));
+  }
+  return fmt::format(
+      "; its keys fit a Llama-style decoder: --architecture '{{{}}}' estimates it with Llama's "
+      "layout (check its biases, norms and tying)",
+      fmt::join(fields, ", "));
+}
 
 ModelSpec model_from_json(const Json& root, const std::string& source) {
   const JsonObject r(root, source);
@@ -360,13 +147,13 @@ ModelSpec model_from_json(const Json& root, const std::string& source) {
   const std::string raw_type = r.string({"model_type"}, "");
   Architecture a;
   a.model_type = raw_type == "RefinedWebModel" || raw_type == "RefinedWeb" ? "falcon" : raw_type;
-  if (std::find(kModelTypes.begin(), kModelTypes.end(), a.model_type) == kModelTypes.end()) {
-    r.fail("model_type", fmt::format("unsupported model_type \"{}\" (supported: {})", raw_type,
-                                     fmt::join(kModelTypes, ", ")));
-  }
   ModelSpec m;
   try {
-    read_family(r, a, raw_type);
+    if (!detail::read_family(r, a, raw_type)) {
+      r.fail("model_type",
+             fmt::format("unsupported model_type \"{}\" (supported: {}){}", raw_type,
+                         fmt::join(detail::family_types(), ", "), architecture_hint(r)));
+    }
     check(r, a, a.head_dim != 0);
     m.inventory = build_inventory(a);
     m.active_params = active_parameter_count(a, m.inventory);
@@ -374,6 +161,7 @@ ModelSpec model_from_json(const Json& root, const std::string& source) {
     rethrow_with_context(e, source + ": the model's sizes");
   }
   m.name = model_name(root, source);
+  m.checkpoint_quant = read_quantization(r);
   m.arch = std::move(a);
   return m;
 }
@@ -388,16 +176,57 @@ ModelSpec load_hf_config(const std::string& path) {
   return model_from_json(detail::read_json_file(path), path);
 }
 
+namespace {
+
+// "// llama-2-7b: config.json of ... (https://huggingface.co/meta-llama/Llama-2-7b-hf)" on the
+// preset's first line -> "meta-llama/Llama-2-7b-hf".
+std::string preset_hub_id(std::string_view text) {
+  constexpr std::string_view kHub = "(https://huggingface.co/";
+  const std::string_view first = text.substr(0, text.find('\n'));
+  const auto at = first.find(kHub);
+  if (at == std::string_view::npos) return "";
+  const std::string_view rest = first.substr(at + kHub.size());
+  return std::string(rest.substr(0, rest.find(')')));
+}
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+}  // namespace
+
 std::vector<PresetInfo> model_presets() {
   std::vector<PresetInfo> out;
   for (const auto& [name, text] : detail::embedded_model_presets()) {
     const ModelSpec m = parse_hf_config(text, fmt::format("model preset \"{}\"", name));
-    out.push_back(
-        {std::string(name), m.arch->model_type, parameter_count(m.inventory), m.active_params});
+    const Architecture& a = *m.arch;
+    PresetInfo p{std::string(name), a.model_type, parameter_count(m.inventory), m.active_params};
+    p.hub_id = preset_hub_id(text);
+    p.layers = a.num_layers + a.num_decoder_layers;
+    p.hidden = a.hidden_size;
+    p.experts = a.moe_layers > 0 ? a.num_experts : 0;
+    p.experts_per_token = a.moe_layers > 0 ? a.experts_per_token : 0;
+    p.tied = a.tied_embeddings;
+    p.state_space = a.ssm_state_size > 0;
+    out.push_back(std::move(p));
   }
   std::sort(out.begin(), out.end(),
             [](const PresetInfo& x, const PresetInfo& y) { return x.name < y.name; });
   return out;
+}
+
+std::vector<PresetInfo> model_presets(std::string_view filter) {
+  std::vector<PresetInfo> all = model_presets();
+  const std::string f = lower(filter);
+  std::erase_if(all, [&](const PresetInfo& p) {
+    return lower(p.name).find(f) == std::string::npos &&
+           lower(p.hub_id).find(f) == std::string::npos &&
+           lower(p.family).find(f) == std::string::npos;
+  });
+  return all;
 }
 
 ModelSpec load_model_preset(std::string_view name) {

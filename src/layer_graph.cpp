@@ -15,26 +15,10 @@ namespace {
 
 using u64 = std::uint64_t;
 
-// The model dimensions as symbols.
-struct Dims {
-  Sym h, a, k, d, dv, I, V, E, topk, Imoe, Ishared;
-  explicit Dims(const ActivationInputs& in)
-      : h(dim("h", in.h)),
-        a(dim("a", in.a)),
-        k(dim("kv", in.k)),
-        d(dim("d", in.d)),
-        dv(dim("d_v", in.dv)),
-        I(dim("I", in.I)),
-        V(dim("V", in.V)),
-        E(dim("E", in.experts)),
-        topk(dim("top_k", in.topk)),
-        Imoe(dim("I_moe", in.I_moe)),
-        Ishared(dim("I_shared", in.I_shared)) {}
-};
-
 class Saver {
  public:
-  Saver(Step& step, const ActivationInputs& in) : st_(step), in_(in), D(in) {}
+  Saver(Step& step, const ActivationInputs& in)
+      : st_(step), in_(in), D(in), T(in.sp ? sym::Nt : sym::N) {}
 
   void all() {
     layer();
@@ -51,6 +35,7 @@ class Saver {
   Step& st_;
   const ActivationInputs& in_;
   Dims D;
+  Sym T;  // the tokens of the replicated (or, under sequence parallelism, split) regions
   bool llama() const { return in_.graph == LayerGraph::llama; }
 
   void add(std::string_view name, Scope sc, Slot sl, u64 width, const Shape& sh,
@@ -88,18 +73,16 @@ class Saver {
     }};
     const auto& names = kNames[which];
     const bool qk = which == kQk;
-    const Shape full =
-        qk ? counted(n, n_name, {sym::N, D.a, D.d}) : counted(n, n_name, {sym::N, D.h});
+    const Shape full = qk ? counted(n, n_name, {sym::N, D.a, D.d}) : counted(n, n_name, {T, D.h});
     if (llama()) {
       add(names[0], sc, sl, 4, full);
-      add(names[1], sc, sl, 4,
-          qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {sym::N}));
+      add(names[1], sc, sl, 4, qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {T}));
       add(names[2], sc, sl, in_.ex, full);
     } else {
       const u64 eln = in_.cuda ? 4 : in_.ex;  // CPU keeps the statistics in the input dtype
       add(names[3], sc, sl, in_.ex, full);
       add(names[4], sc, sl, eln,
-          qk ? counted(2 * n, "2 stats x norms", {sym::N, D.a}) : counted(2, "2 stats", {sym::N}));
+          qk ? counted(2 * n, "2 stats x norms", {sym::N, D.a}) : counted(2, "2 stats", {T}));
     }
   }
 
@@ -116,9 +99,9 @@ class Saver {
     }
     if (in_.p_resid > 0) {
       add("residual dropout mask after attention (bool)", Scope::layer, Slot::rmask, 1,
-          shape({sym::N, D.h}));
+          shape({T, D.h}));
       add("residual dropout mask after the MLP (bool)", Scope::layer, Slot::mmask, 1,
-          shape({sym::N, D.h}));
+          shape({T, D.h}));
     }
     if (in_.norms > 2) norm(Scope::layer, Slot::extra, in_.norms - 2, "extra norms", kExtra);
     if (in_.qk_norm) norm(Scope::layer, Slot::extra, 2, "q and k", kQk);
@@ -130,14 +113,15 @@ class Saver {
       const u64 q_casts = in_.fused_qkv ? 1 : 3;
       const u64 m_casts = in_.gated && !in_.fused_gate_up ? 2 : 1;
       add("attention input: autocast casts of the norm output", Scope::layer, Slot::q_in, in_.ew,
-          counted(q_casts, "projections", {sym::N, D.h}));
+          counted(q_casts, "projections", {T, D.h}));
       add("MLP input: autocast casts of the norm output", Scope::layer, Slot::mlp_in, in_.ew,
-          counted(m_casts, "projections", {sym::N, D.h}));
+          counted(m_casts, "projections", {T, D.h}));
       return;
     }
-    add("attention input (norm output)", Scope::layer, Slot::q_in, in_.ex, shape({sym::N, D.h}));
+    // Under sequence parallelism the linear saves its input before the all-gather.
+    add("attention input (norm output)", Scope::layer, Slot::q_in, in_.ex, shape({T, D.h}));
     if (main_norms == 2 || !in_.parallel) {
-      add("MLP input (norm output)", Scope::layer, Slot::mlp_in, in_.ex, shape({sym::N, D.h}));
+      add("MLP input (norm output)", Scope::layer, Slot::mlp_in, in_.ex, shape({T, D.h}));
     }
   }
 
@@ -187,7 +171,7 @@ class Saver {
   void kernel_attention() {
     const u64 ec = in_.ec;
     const bool flash = in_.attention == Attention::flash;
-    const bool grouped = flash && llama();  // flash reads GQA k/v without repeating them
+    const bool grouped = flash;  // flash reads GQA k/v without repeating them
     add("q (kernel input)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
     add(grouped ? "k (kernel input, not repeated)" : "k (kernel input, repeated)", Scope::layer,
         Slot::k, ec, shape({sym::N, grouped ? D.k : D.a, D.d}));
@@ -273,7 +257,7 @@ class Saver {
     }
     if (full) {
       add("layer input (kept by full recompute)", Scope::checkpoint, Slot::none, in_.ex,
-          shape({sym::N, D.h}));
+          shape({T, D.h}));
     }
   }
 
@@ -283,7 +267,7 @@ class Saver {
     }
     if (in_.embedding_norm) norm(Scope::embed, Slot::none, 1, "", kEmbedding);
     if (in_.p_embd > 0) {
-      add("embedding dropout mask (bool)", Scope::embed, Slot::none, 1, shape({sym::N, D.h}));
+      add("embedding dropout mask (bool)", Scope::embed, Slot::none, 1, shape({T, D.h}));
     }
   }
 
@@ -292,9 +276,10 @@ class Saver {
     if (in_.final_norm) norm(Scope::head, Slot::none, 1, "", kFinal);
     if (!in_.lm_head) return;
     add(in_.amp ? "lm_head input (autocast cast)" : "lm_head input (final norm output)",
-        Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({sym::N, D.h}));
-    add("log_softmax(logits.float()) (fp32 N x V)", Scope::head, Slot::none, 4,
-        shape({sym::N, D.V}));
+        Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({T, D.h}));
+    add(in_.loss == Loss::hf ? "log_softmax(logits.float()) (fp32 N x V)"
+                             : "softmax: exp of the fp32 logits, in place (fp32 N x V)",
+        Scope::head, Slot::none, 4, shape({sym::N, D.V}));
     add("loss target (int64 labels)", Scope::head, Slot::target, 8, shape({sym::N}), Batch::many);
     add("loss target (the padded int64 labels at batch 1)", Scope::head, Slot::target, 8,
         shape({sym::s1}), Batch::one);
@@ -381,6 +366,7 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   ActivationBytes r;
   r.b = x[kMonoB];
   r.s = x[kMonoS];
+  r.t = token_split(in);
   r.h = in.h;
   r.a = in.a;
   r.k = in.k;

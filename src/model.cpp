@@ -146,6 +146,58 @@ struct Names {
   std::string pooler = "pooler.dense";
 };
 
+// The families of 2024-2025 (transformers models/<type>/modeling_<type>.py; internlm2 and
+// chatglm from their Hub repositories' remote code).
+void names_for_recent(const std::string& t, Names& n) {
+  if (t == "olmo2") {
+    n.norms = {"post_attention_layernorm", "post_feedforward_layernorm"};
+  } else if (t == "cohere") {
+    n.norms = {"input_layernorm"};
+  } else if (t == "starcoder2") {
+    n.mlp = {"mlp.c_gate", "mlp.c_fc", "mlp.c_proj", "mlp.c_fc"};
+  } else if (t == "internlm2") {
+    n.embed = "model.tok_embeddings";
+    n.qkv = "attention.wqkv";
+    n.o = "attention.wo";
+    n.norms = {"attention_norm", "ffn_norm"};
+    n.mlp = {"feed_forward.w1", "feed_forward.w3", "feed_forward.w2", "feed_forward.w13"};
+    n.lm_head = "output";
+  } else if (t == "chatglm") {
+    n.embed = "transformer.embedding.word_embeddings";
+    n.layer = "transformer.encoder.layers.*.";
+    n.qkv = "self_attention.query_key_value";
+    n.o = "self_attention.dense";
+    n.mlp = {"mlp.gate", "mlp.up", "mlp.dense_4h_to_h", "mlp.dense_h_to_4h"};
+    n.final_norm = "transformer.encoder.final_layernorm";
+    n.lm_head = "transformer.output_layer";
+  } else if (t == "glm4") {
+    n.norms = {"input_layernorm", "post_attention_layernorm", "post_self_attn_layernorm",
+               "post_mlp_layernorm"};
+  } else if (t == "bloom") {
+    n.embed = "transformer.word_embeddings";
+    n.embed_norm = "transformer.word_embeddings_layernorm";
+    n.layer = "transformer.h.*.";
+    n.qkv = "self_attention.query_key_value";
+    n.o = "self_attention.dense";
+    n.mlp = {"mlp.dense_gate", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h", "mlp.dense_h_to_4h"};
+    n.final_norm = "transformer.ln_f";
+  } else if (t == "mpt") {
+    n.embed = "transformer.wte";
+    n.layer = "transformer.blocks.*.";
+    n.qkv = "attn.Wqkv";
+    n.o = "attn.out_proj";
+    n.norms = {"norm_1", "norm_2"};
+    n.mlp = {"ffn.gate_proj", "ffn.up_proj", "ffn.down_proj", "ffn.up_proj"};
+    n.final_norm = "transformer.norm_f";
+  } else if (t == "gpt_oss") {
+    n.router = "mlp.router";
+    n.experts = "mlp.experts.";
+  } else if (t == "granitemoe") {
+    n.router = "block_sparse_moe.router.layer";
+    n.experts = "block_sparse_moe.";
+  }
+}
+
 Names names_for(const Architecture& a) {
   Names n;
   const std::string& t = a.model_type;
@@ -211,7 +263,10 @@ Names names_for(const Architecture& a) {
   } else if (t == "qwen2_moe") {
     n.shared = {"mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
                 "mlp.shared_expert.down_proj", "mlp.shared_expert.gate_up_proj"};
+  } else {
+    names_for_recent(t, n);
   }
+  if (a.qk_norm && t != "phi") n.q_norm = "self_attn.q_norm", n.k_norm = "self_attn.k_norm";
   return n;
 }
 
@@ -259,6 +314,23 @@ class Builder {
     linear(prefix + n.down, role, h, width, count, bias, "down");
   }
 
+  // Experts as 3-D parameters, one per layer for all experts (gpt-oss GptOssExperts,
+  // granitemoe GraniteMoeParallelExperts): [E, 2 I, h] up (gated) and [E, h, I] down, biases
+  // [E, 2 I] and [E, h] when the MLP has them. Not Linears: LoRA and 4-bit loading skip them.
+  void fused_experts(const std::string& prefix, std::uint64_t layers) {
+    const std::uint64_t e = a_.num_experts, h = a_.hidden_size, w = a_.moe_intermediate_size;
+    const std::uint64_t up = a_.gated_mlp ? checked_mul(2, w) : w;
+    const bool gpt_oss = a_.model_type == "gpt_oss";
+    const std::string up_name = prefix + (gpt_oss ? "gate_up_proj" : "input_linear.weight");
+    const std::string down_name = prefix + (gpt_oss ? "down_proj" : "output_linear.weight");
+    add(up_name, Role::expert, e, checked_mul(up, h), layers, true);
+    inv_.groups.back().kind = "fused_experts";
+    if (a_.mlp_bias) add(up_name + "_bias", Role::expert, e, up, layers, false);
+    add(down_name, Role::expert, e, checked_mul(h, w), layers, true);
+    inv_.groups.back().kind = "fused_experts";
+    if (a_.mlp_bias) add(down_name + "_bias", Role::expert, e, h, layers, false);
+  }
+
   Inventory take() { return std::move(inv_); }
 
  private:
@@ -267,12 +339,13 @@ class Builder {
 };
 
 Architecture with_defaults(Architecture a) {
-  if (a.hidden_size == 0 || a.num_layers == 0 || a.num_heads == 0 || a.vocab_size == 0) {
+  const bool ssm = a.ssm_state_size > 0;  // a state-space model has no attention heads
+  if (a.hidden_size == 0 || a.num_layers == 0 || (a.num_heads == 0 && !ssm) || a.vocab_size == 0) {
     throw Error(
         "architecture needs vocab_size, hidden_size, num_layers and num_heads (expected positive "
         "integers)");
   }
-  if (a.head_dim == 0) a.head_dim = a.hidden_size / a.num_heads;
+  if (a.head_dim == 0 && a.num_heads > 0) a.head_dim = a.hidden_size / a.num_heads;
   if (a.num_kv_heads == 0) a.num_kv_heads = a.num_heads;
   if (a.intermediate_size == 0) a.intermediate_size = checked_mul(4, a.hidden_size);
   if (a.moe_intermediate_size == 0) a.moe_intermediate_size = a.intermediate_size;
@@ -355,11 +428,39 @@ void build_attention(const Architecture& a, const Names& n, Builder& b) {
     b.linear(p + n.k, Role::attention, kv_out, h, layers, a.qkv_bias, "k");
     b.linear(p + n.v, Role::attention, kv_out, h, layers, a.qkv_bias, "v");
   }
-  if (a.qk_norm) {
+  if (a.qk_norm && a.qk_norm_full_width) {
+    // One weight per channel of all heads, no bias (Olmo2RMSNorm(heads * head_dim),
+    // CohereLayerNorm((heads, head_dim)), StableLmLayerNormPerHead(bias=False)).
+    b.add(p + n.q_norm + ".weight", Role::norm, 1, q_out, layers, false);
+    b.add(p + n.k_norm + ".weight", Role::norm, 1, kv_out, layers, false);
+  } else if (a.qk_norm) {
     b.norm(p + n.q_norm, a.head_dim, layers);
     b.norm(p + n.k_norm, a.head_dim, layers);
   }
   b.linear(p + n.o, Role::attention, h, q_out, layers, a.attn_out_bias, "o");
+  // gpt-oss: a learned logit per head joins each softmax (GptOssAttention.sinks).
+  if (a.attention_sinks)
+    b.add(p + "self_attn.sinks", Role::attention, 1, a.num_heads, layers, false);
+}
+
+// Mamba's mixer (transformers models/mamba/modeling_mamba.py, MambaMixer): in_proj to x and the
+// gate, a depthwise causal conv1d, x_proj to the time step and B, C, dt_proj, A_log, D, out_proj.
+void build_mamba(const Architecture& a, Builder& b) {
+  const std::uint64_t h = a.hidden_size, I = a.intermediate_size, N = a.ssm_state_size;
+  const std::uint64_t layers = a.num_layers, R = a.ssm_dt_rank;
+  const std::string p = "backbone.layers.*.";
+  b.add("backbone.embeddings.weight", Role::embedding, a.vocab_size, h, 1, false);
+  b.norm(p + "norm", h, layers);
+  b.linear(p + "mixer.in_proj", Role::mlp, checked_mul(2, I), h, layers, a.mlp_bias, "in_proj");
+  b.add(p + "mixer.conv1d.weight", Role::mlp, I, a.ssm_conv_kernel, layers, false);
+  if (a.ssm_conv_bias) b.add(p + "mixer.conv1d.bias", Role::mlp, 1, I, layers, false);
+  b.linear(p + "mixer.x_proj", Role::mlp, checked_add(R, checked_mul(2, N)), I, layers, false,
+           "x_proj");
+  b.linear(p + "mixer.dt_proj", Role::mlp, I, R, layers, true, "dt_proj");
+  b.add(p + "mixer.A_log", Role::mlp, I, N, layers, false);
+  b.add(p + "mixer.D", Role::mlp, 1, I, layers, false);
+  b.linear(p + "mixer.out_proj", Role::mlp, h, I, layers, a.mlp_bias, "out_proj");
+  if (a.final_norm) b.norm("backbone.norm_f", h, 1);
 }
 
 void build_decoder_only(const Architecture& a, Builder& b) {
@@ -378,9 +479,14 @@ void build_decoder_only(const Architecture& a, Builder& b) {
   const std::uint64_t dense_layers = layers - a.moe_layers;
   b.mlp(n.layer, n.mlp, a.intermediate_size, dense_layers, Role::mlp, a.mlp_bias);
   if (a.moe_layers > 0) {
-    b.linear(n.layer + n.router, Role::router, a.num_experts, h, a.moe_layers, false, "router");
-    b.mlp(n.layer + n.experts, n.expert, a.moe_intermediate_size,
-          checked_mul(a.moe_layers, a.num_experts), Role::expert, a.mlp_bias);
+    b.linear(n.layer + n.router, Role::router, a.num_experts, h, a.moe_layers, a.router_bias,
+             "router");
+    if (a.fused_experts) {
+      b.fused_experts(n.layer + n.experts, a.moe_layers);
+    } else {
+      b.mlp(n.layer + n.experts, n.expert, a.moe_intermediate_size,
+            checked_mul(a.moe_layers, a.num_experts), Role::expert, a.mlp_bias);
+    }
     if (a.shared_expert_size > 0) {
       b.mlp(n.layer, n.shared, a.shared_expert_size, a.moe_layers, Role::mlp, a.mlp_bias);
       if (a.shared_expert_gate) {
@@ -406,7 +512,9 @@ void build_decoder_only(const Architecture& a, Builder& b) {
 Inventory build_inventory(const Architecture& arch) {
   const Architecture a = with_defaults(arch);
   Builder b(a);
-  if (a.num_decoder_layers > 0) {
+  if (a.ssm_state_size > 0) {
+    build_mamba(a, b);
+  } else if (a.num_decoder_layers > 0) {
     build_encoder_decoder(a, b);
   } else {
     build_decoder_only(a, b);

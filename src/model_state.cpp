@@ -17,12 +17,14 @@ u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
 
 void add_layer_group(Layout& l, const TensorGroup& g, u64& layer_norms) {
   const u64 per = g.elements() / l.L;
-  if (g.trainable) l.layer_trainable += per;
   const bool mlp = g.role == Role::mlp || g.role == Role::expert || g.role == Role::router;
-  if (mlp) l.l_mlp += per;
-  if (g.kind == "down") l.l_down += per / std::max<u64>(1, g.count / l.L);
-  if (g.kind == "o") l.l_o += per;
-  if (g.role == Role::norm) layer_norms += per;
+  if (g.trainable) {  // the gradients a layer's backward makes: a frozen weight gets none
+    l.layer_trainable += per;
+    if (mlp) l.l_mlp += per;
+    if (g.kind == "down") l.l_down += per / std::max<u64>(1, g.count / l.L);
+    if (g.kind == "o") l.l_o += per;
+    if (g.role == Role::norm) layer_norms += per;
+  }
   if (!g.matmul) return;
   l.l_mm += per;
   if (mlp) l.l_mm_mlp += per;
@@ -52,6 +54,8 @@ Layout layout(const Inventory& inv, u64 layers, u64 norms_per_layer) {
       add_layer_group(l, g, layer_norms);
     } else if (seen_block && g.trainable) {
       l.head_trainable += n;
+    } else if (!seen_block && g.trainable && g.role == Role::embedding) {
+      l.embed_trainable += n;
     }
   }
   l.l_n2 = layer_norms / std::max<u64>(1, norms_per_layer);

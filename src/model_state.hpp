@@ -26,7 +26,8 @@ struct Layout {
   u64 bias_mm = 0;  // biases of matmul modules (cached by autocast during forward)
   u64 layer_trainable = 0, l_mlp = 0, l_down = 0, l_n2 = 0, l_o = 0, l_mm = 0, l_mm_mlp = 0,
       l_mm_o = 0, l_qkv = 0;
-  u64 head_trainable = 0;  // groups after the layers (final norm, lm_head, pooler)
+  u64 head_trainable = 0;   // groups after the layers (final norm, lm_head, pooler)
+  u64 embed_trainable = 0;  // token embeddings before the layers (a tied lm_head's gradient)
 
   bool per_layer(const TensorGroup& g) const {
     return L > 1 && g.name.find('*') != std::string::npos && g.count % L == 0;

@@ -172,7 +172,9 @@ constexpr u64 kRoundLarge = 2 * kMiB;    // larger requests get their own segmen
 u64 round_up(u64 x, u64 m) { return ceil_div(x, m) * m; }
 u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
 
-// Blocks of one part, by pool: rounded sizes, and the segment bytes of the large ones.
+// Blocks by pool (c10/cuda/CUDACachingAllocator.cpp): requests of at most 1 MiB are carved
+// from 2 MiB segments, those up to 10 MiB from 20 MiB segments, larger ones get a segment of
+// their own rounded to 2 MiB. `raw` is what was requested.
 struct Pool {
   u64 raw = 0, small = 0, mid = 0, large = 0, large_seg = 0;
   void add(u64 bytes, u64 count) {
@@ -188,11 +190,38 @@ struct Pool {
       large_seg += round_up(r, kRoundLarge) * count;
     }
   }
+  void add(const Pool& o) {
+    raw += o.raw;
+    small += o.small;
+    mid += o.mid;
+    large += o.large;
+    large_seg += o.large_seg;
+  }
+  u64 allocated() const { return small + mid + large; }
+  u64 reserved() const {
+    return round_up(small, kSmallBuffer) + round_up(mid, kLargeBuffer) + large_seg;
+  }
 };
 
-// The blocks a part is made of: the model states per parameter tensor, the activations per
-// saved tensor; parts the model cannot split are one block.
-Pool part_pool(const RunSpec& run, const Step& step, const Basis& x, Part part) {
+// Parts whose step tensors are sums over the parameter tensors (one block per tensor in
+// PyTorch): their blocks come from the inventory.
+bool per_parameter(Part part) {
+  switch (part) {
+    case Part::params:
+    case Part::grads:
+    case Part::grad_accum:
+    case Part::master_params:
+    case Part::master_grads:
+    case Part::optimizer_state:
+    case Part::param_casts:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The blocks of a per-parameter part when all of it is live: one per parameter tensor.
+Pool part_pool(const RunSpec& run, const Step& step, Part part) {
   Pool pool;
   const auto& inv = detail::walk_inventory(run);
   const auto& p = run.precision;
@@ -228,40 +257,68 @@ Pool part_pool(const RunSpec& run, const Step& step, const Basis& x, Part part) 
         break;
     }
   }
-  if (part == Part::activations) {
-    for (const Entry& e : step.saved) {
-      const Tensor& t = step.tensors[e.tensor];
-      if (t.exists_at(x)) pool.add(t.bytes.at(x), e.count);
+  return pool;
+}
+
+// `live` bytes of a per-parameter part: its blocks in proportion when only some are live
+// (one layer's gradients), and what the inventory does not hold as one block more.
+Pool part_share(const Pool& all, u64 live) {
+  Pool out;
+  if (live >= all.raw) {
+    out = all;
+    out.add(live - all.raw, 1);
+    return out;
+  }
+  const auto scale = [&](u64 v) {
+    return static_cast<u64>(static_cast<double>(v) * static_cast<double>(live) /
+                            static_cast<double>(all.raw));
+  };
+  out.raw = live;
+  out.small = scale(all.small);
+  out.mid = scale(all.mid);
+  out.large = scale(all.large);
+  out.large_seg = scale(all.large_seg);
+  return out;
+}
+
+// The blocks live at one moment: every other tensor is an allocation of its own.
+Pool moment_pool(const Step& step, const MomentSpec& spec, const Moment& m, const Basis& x,
+                 const std::array<Pool, kPartCount>& parts) {
+  Pool pool;
+  for (std::size_t i = 0; i < kPartCount; ++i) {
+    if (per_parameter(static_cast<Part>(i)) && m.parts[i] > 0)
+      pool.add(part_share(parts[i], m.parts[i]));
+  }
+  for (const LiveTensor& t : live_at(step, spec, x)) {
+    if (per_parameter(t.part)) continue;
+    if (t.ranks > 1) {
+      pool.add(t.bytes, 1);  // one rank's share of a flat buffer
+    } else {
+      pool.add(t.bytes_each, t.count);
     }
   }
   return pool;
 }
 
-// --allocator cuda: each part's blocks rounded as the caching allocator does; a part only
-// partly live at the peak (grads during backward) contributes in proportion.
-void allocator_view(const RunSpec& run, const Step& step, const Basis& x, Peak& pk) {
-  const auto& m = pk.peak_moment();
-  u64 small = 0, mid = 0, large = 0, large_seg = 0;
+// --allocator cuda: the largest allocated and reserved bytes over the moments of the step, each
+// moment's blocks rounded and pooled as the caching allocator does. The reserved maximum can
+// be at another moment than the peak of live bytes (docs/activations.md, "Allocator").
+void allocator_view(const RunSpec& run, const Step& step, const std::vector<Compiled>& steady,
+                    const Basis& x, Peak& pk) {
+  std::array<Pool, kPartCount> parts{};
   for (std::size_t i = 0; i < kPartCount; ++i) {
-    const u64 live = m.parts[i];
-    if (live == 0) continue;
-    Pool pool = part_pool(run, step, x, static_cast<Part>(i));
-    if (pool.raw == 0) {
-      pool = Pool{};
-      pool.add(live, 1);
-    }
-    const auto scale = [&](u64 v) {
-      if (live >= pool.raw) return v + (live - pool.raw);
-      return static_cast<u64>(static_cast<double>(v) * static_cast<double>(live) /
-                              static_cast<double>(pool.raw));
-    };
-    small += scale(pool.small);
-    mid += scale(pool.mid);
-    large += scale(pool.large);
-    large_seg += scale(pool.large_seg);
+    if (per_parameter(static_cast<Part>(i))) parts[i] = part_pool(run, step, static_cast<Part>(i));
   }
-  pk.allocated_bytes = small + mid + large;
-  pk.reserved_bytes = round_up(small, kSmallBuffer) + round_up(mid, kLargeBuffer) + large_seg;
+  u64 allocated = 0, reserved = 0;
+  for (std::size_t k = 0; k < steady.size(); ++k) {
+    Moment m;
+    for (std::size_t p = 0; p < kPartCount; ++p) m.parts[p] = steady[k].parts[p].at(x);
+    const Pool pool = moment_pool(step, step.steady[k], m, x, parts);
+    allocated = std::max(allocated, pool.allocated());
+    reserved = std::max(reserved, pool.reserved());
+  }
+  pk.allocated_bytes = allocated;
+  pk.reserved_bytes = reserved;
 }
 
 Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& steady,
@@ -293,7 +350,7 @@ Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& 
   pk.context_reserve = run.training.context_reserve;
   u64 device = pk.bytes;
   if (run.training.allocator == Allocator::cuda) {
-    allocator_view(run, step, x, pk);
+    allocator_view(run, step, steady, x, pk);
     device = *pk.reserved_bytes;
   }
   pk.needed = checked_add(device, pk.context_reserve);
@@ -310,7 +367,7 @@ std::uint64_t cuda_block_size(std::uint64_t bytes) {
 StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
                            bool first_step) {
   const Step step = build_step(run, in, first_step);
-  const Basis x = basis_at(in.b, in.s);
+  const Basis x = basis_at(in.b, in.s, token_split(in));
   const bool one = in.b == 1;
   const auto steady = compile(step, step.steady, one);
   std::vector<Compiled> first;
@@ -326,7 +383,7 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool 
 ActivationBytes activation_bytes(const ActivationInputs& in, bool with_terms) {
   Step step;
   detail::add_saved_tensors(step, in);
-  return detail::saved_bytes(step, in, basis_at(in.b, in.s), with_terms);
+  return detail::saved_bytes(step, in, basis_at(in.b, in.s, token_split(in)), with_terms);
 }
 
 // Per batch regime (batch 1, or more): the compiled moments, and the frontier of moment
@@ -416,7 +473,8 @@ PeakPlan& PeakPlan::operator=(PeakPlan&&) noexcept = default;
 
 std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len) const {
   const Regime& r = impl_->regimes[micro_batch == 1 ? 1 : 0];
-  const Basis x = basis_at(micro_batch, seq_len);
+  const ActivationInputs& in = *impl_->in;
+  const Basis x = basis_at(micro_batch, ceil_div(seq_len, in.cp), token_split(in));
   if (impl_->allocator) {
     RunSpec run = *impl_->run;
     run.training.micro_batch = micro_batch;

@@ -58,13 +58,13 @@ PrecisionPolicy precision_preset(std::string_view name) {
   }
   if (name == "mixed-fp32grad") {
     return master_weights("mixed-fp32grad", Dtype::fp16, Dtype::fp32,
-                          "fp16 model, fp32 grad accumulation buffer (main_grad), fp32 master "
-                          "weights and states (Megatron)");
+                          "fp16 model, fp32 gradients (Megatron's main_grad, accumulated in "
+                          "fp32), fp32 master weights and states");
   }
   if (name == "mixed-bf16-fp32grad") {
     return master_weights("mixed-bf16-fp32grad", Dtype::bf16, Dtype::fp32,
-                          "bf16 model, fp32 grad accumulation buffer (main_grad), fp32 master "
-                          "weights and states (Megatron)");
+                          "bf16 model, fp32 gradients (Megatron's main_grad, accumulated in "
+                          "fp32), fp32 master weights and states");
   }
   if (name == "bf16") return pure("bf16", Dtype::bf16, "pure bf16: model, grads, states in bf16");
   if (name == "fp16") return pure("fp16", Dtype::fp16, "pure fp16: model, grads, states in fp16");

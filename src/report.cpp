@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #ifndef MEMEST_VERSION
 #define MEMEST_VERSION "0.0.0"
 #endif
@@ -19,15 +21,14 @@ std::string dtype_or_dash(const std::optional<Dtype>& d) {
 }
 
 std::string per_element(const Category& c) {
-  if (!c.bytes || c.elements == 0) return "-";
+  if (!c.bytes || c.elements == 0 || !c.per_param) return "-";
   return fmt::format("{:.2f}", c.bytes_per_element());
 }
 
 std::string size_cell(const Category& c, Unit unit) {
   if (!c.bytes) return "not estimated";
   if (*c.bytes == 0) return "-";
-  // A few bytes (step counters) would print as 0.00 GB; show them exactly instead.
-  if (*c.bytes * 100 < unit_bytes(unit)) return format_bytes(*c.bytes, Unit::bytes);
+  // One unit per column: a few bytes (step counters) are "< 0.01 GB"; the basis has them exact.
   return format_bytes(*c.bytes, unit);
 }
 
@@ -36,6 +37,7 @@ std::string model_line(const RunSpec& run, const Estimate& e) {
       fmt::format("model      {}: {} parameters", run.model.name, format_count(e.params));
   if (e.trainable != e.params) line += fmt::format(", {} trainable", format_count(e.trainable));
   if (e.active != e.params) line += fmt::format(", {} active per token", format_count(e.active));
+  if (!run.model.source.empty()) line += fmt::format("\nconfig     {}", run.model.source);
   return line;
 }
 
@@ -85,12 +87,30 @@ std::string peak_parts(const Moment& m, Unit unit) {
   std::vector<std::string> parts;
   for (std::size_t i = 0; i < kPartCount; ++i) {
     if (m.parts[i] == 0) continue;
-    const auto b = m.parts[i];
-    parts.push_back(fmt::format(
-        "{} {}", part_label(static_cast<Part>(i)),
-        b * 100 < unit_bytes(unit) ? format_bytes(b, Unit::bytes) : format_bytes(b, unit)));
+    parts.push_back(
+        fmt::format("{} {}", part_label(static_cast<Part>(i)), format_bytes(m.parts[i], unit)));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// The tensors at the peak that no row holds, the largest by name: with the rows they make up
+// the peak (mixed precision's fp32 master gradients, the optimizer step's temporaries).
+std::string outside_rows_line(const Estimate& e, Unit unit) {
+  constexpr std::size_t kShown = 3;
+  std::vector<std::string> items;
+  std::uint64_t shown = 0;
+  for (std::size_t i = 0; i < e.peak_outside_rows.size() && i < kShown; ++i) {
+    const auto& n = e.peak_outside_rows[i];
+    if (i > 0 && n.bytes * 100 < e.peak_outside_rows_bytes) break;  // the rest, summed below
+    items.push_back(fmt::format("{} {}", n.name, format_bytes(n.bytes, unit)));
+    shown += n.bytes;
+  }
+  if (e.peak_outside_rows.size() > items.size()) {
+    items.push_back(fmt::format("{} more {}", e.peak_outside_rows.size() - items.size(),
+                                format_bytes(e.peak_outside_rows_bytes - shown, unit)));
+  }
+  return fmt::format("  in no row above ({} in all, only inside the step): {}\n",
+                     format_bytes(e.peak_outside_rows_bytes, unit), fmt::join(items, ", "));
 }
 
 std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
@@ -104,6 +124,7 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
                                 format_bytes(pk.bytes, unit), at,
                                 e.activations_approximate ? ", approximate" : "");
   out += fmt::format("  live at the peak: {}\n", peak_parts(m, unit));
+  if (!e.peak_outside_rows.empty()) out += outside_rows_line(e, unit);
   if (pk.first_step_bytes != pk.bytes || pk.first_step_moment != m.name) {
     out += fmt::format("  first step {} at {} ({}); steady state {} at {}\n",
                        format_bytes(pk.first_step_bytes, unit), pk.first_step_phase,
@@ -111,7 +132,8 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
   }
   if (pk.reserved_bytes) {
     out += fmt::format(
-        "  cuda caching allocator (modelled): {} allocated in 512 B blocks, {} reserved\n",
+        "  cuda caching allocator (modelled, largest over the step): {} allocated in 512 B "
+        "blocks, {} reserved in segments\n",
         format_bytes(*pk.allocated_bytes, unit), format_bytes(*pk.reserved_bytes, unit));
   }
   if (pk.context_reserve) {
@@ -130,9 +152,10 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
 }
 
 // "4*N*h = 4 x 512 x 4096", from the tensor's width and shape.
-std::string term_formula(const ActivationTerm& t, std::uint64_t b, std::uint64_t s) {
+std::string term_formula(const ActivationTerm& t, const ActivationBytes& ab) {
   if (t.shape.rank == 0) return fmt::format("{} B", t.width);
-  return fmt::format("{}*{} = {} x {}", t.width, t.shape.symbols(), t.width, t.shape.values(b, s));
+  return fmt::format("{}*{} = {} x {}", t.width, t.shape.symbols(), t.width,
+                     t.shape.values(ab.b, ab.s, ab.t));
 }
 
 std::string_view term_group(Scope s) {
@@ -166,7 +189,7 @@ std::string render_activation_terms(const Estimate& e) {
       out += fmt::format("  {}\n", group);
     }
     out += fmt::format("    {:<66} {:>14}  {:<36} {}\n", t.name, format_count(t.bytes),
-                       term_formula(t, A.b, A.s), term_copies(t));
+                       term_formula(t, A), term_copies(t));
   }
   out += fmt::format("  per layer {} (without recompute {}); {} layers {}\n",
                      format_count(A.per_layer), format_count(A.full_layer), A.L,
@@ -207,7 +230,7 @@ ordered_json activations_json(const Estimate& e) {
                     {"name", t.name},
                     {"bytes", t.bytes},
                     {"count", t.count},
-                    {"formula", term_formula(t, A.b, A.s)}});
+                    {"formula", term_formula(t, A)}});
   }
   return {{"bytes", A.total},
           {"approximate", e.activations_approximate},
@@ -248,12 +271,17 @@ ordered_json peak_json(const Estimate& e) {
   auto opt = [](const std::optional<std::uint64_t>& v) {
     return v ? ordered_json(*v) : ordered_json(nullptr);
   };
+  ordered_json outside = ordered_json::array();
+  for (const auto& n : e.peak_outside_rows)
+    outside.push_back({{"name", n.name}, {"bytes", n.bytes}});
   return {{"bytes", pk.bytes},
           {"phase", pk.phase},
           {"moment", pk.peak_moment().name},
           {"approximate", e.activations_approximate},
           {"composition", parts_json(pk.peak_moment())},
           {"live", live},
+          {"outside_rows", outside},
+          {"outside_rows_bytes", e.peak_outside_rows_bytes},
           {"by_phase", phases},
           {"first_step",
            {{"bytes", pk.first_step_bytes},
@@ -264,6 +292,20 @@ ordered_json peak_json(const Estimate& e) {
           {"context_reserve_bytes", pk.context_reserve},
           {"needed_bytes", pk.needed},
           {"moments", moments}};
+}
+
+// The budget and the verdict: null without --gpu or --budget.
+ordered_json budget_json(const RunSpec& run, const Estimate& e) {
+  if (!run.budget || !e.budget) return nullptr;
+  const auto& c = *e.budget;
+  return {{"source", run.budget->source},
+          {"capacity_bytes", run.budget->capacity},
+          {"reserve_bytes", run.budget->reserve},
+          {"usable_bytes", c.usable},
+          {"need_bytes", c.need},
+          {"fits", c.fits},
+          {"headroom_bytes", c.headroom},
+          {"over_bytes", c.over}};
 }
 
 struct RoleTotals {
@@ -338,6 +380,60 @@ ordered_json inventory_json(const Inventory& inv) {
 
 }  // namespace
 
+ordered_json parallel_json(const ParallelSpec& p) {
+  return {{"data_parallel", p.data_parallel},
+          {"zero_stage", p.zero_stage},
+          {"tensor_parallel", p.tensor},
+          {"sequence_parallel", p.sequence},
+          {"pipeline_parallel", p.pipeline},
+          {"virtual_stages", p.virtual_stages},
+          {"microbatches", p.microbatches},
+          {"context_parallel", p.context},
+          {"expert_parallel", p.expert},
+          {"world_size", p.data_parallel * p.tensor * p.pipeline * p.context}};
+}
+
+// Every pipeline stage of a split run, the worst marked; an empty list for a whole model.
+ordered_json stages_json(const Estimate& e) {
+  ordered_json list = ordered_json::array();
+  for (const StageSummary& s : e.stages) {
+    list.push_back({{"stage", s.stage},
+                    {"first_layer", s.first_layer},
+                    {"layers", s.layers},
+                    {"embedding", s.embedding},
+                    {"head", s.head},
+                    {"in_flight_microbatches", s.in_flight},
+                    {"parameters", s.params},
+                    {"total_bytes", s.total_bytes},
+                    {"peak_bytes", s.peak_bytes ? ordered_json(*s.peak_bytes) : ordered_json()},
+                    {"needed_bytes", s.needed},
+                    {"worst", s.stage == e.worst_stage}});
+  }
+  return list;
+}
+
+std::string render_stages(const Estimate& e, Unit unit) {
+  if (e.stages.size() <= 1) {
+    return e.stages.empty() ? ""
+                            : fmt::format("per device: {} parameters of the split model\n",
+                                          format_count(e.params));
+  }
+  std::string out = fmt::format(
+      "\nper pipeline stage (one device each; the rows above are stage "
+      "{}, the one that needs the most)\n",
+      e.worst_stage);
+  out += fmt::format("  {:>5}  {:>9}  {:>9}  {:>15}  {:>16}  {:>16}\n", "stage", "layers",
+                     "in flight", "parameters", "peak", "needs");
+  for (const StageSummary& s : e.stages) {
+    const std::string layers = fmt::format("{}-{}", s.first_layer, s.first_layer + s.layers - 1);
+    out += fmt::format("  {:>5}  {:>9}  {:>9}  {:>15}  {:>16}  {:>16}{}\n", s.stage, layers,
+                       s.in_flight, format_count(s.params),
+                       s.peak_bytes ? format_bytes(*s.peak_bytes, unit) : "-",
+                       format_bytes(s.needed, unit), s.stage == e.worst_stage ? "  <- worst" : "");
+  }
+  return out;
+}
+
 std::string_view version() { return MEMEST_VERSION; }
 
 std::string render_table(const RunSpec& run, const Estimate& e, const ReportOptions& options) {
@@ -345,7 +441,7 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
   out += model_line(run, e) + "\n";
   out += fmt::format("optimizer  {}\n", optimizer_name(run.optimizer.kind));
   out += fmt::format("precision  {}: {}\n\n", run.precision.name, run.precision.summary);
-  out += fmt::format("{:<26} {:<9} {:>7} {:>16}  {}\n", "category", "dtype", "B/elem", "size",
+  out += fmt::format("{:<26} {:<9} {:>7} {:>16}  {}\n", "category", "dtype", "B/param", "size",
                      "basis");
   for (const auto& c : e.categories) {
     std::string size = size_cell(c, options.unit);
@@ -361,7 +457,10 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
                        format_bytes(host, options.unit));
   }
   out += render_peak(run, e, options.unit);
+  out += render_stages(e, options.unit);
   for (const auto& a : e.assumptions) out += fmt::format("assumed: {}\n", a);
+  for (const auto& n : e.notes) out += fmt::format("note: {}\n", n);
+  for (const auto& w : e.warnings) out += fmt::format("warning: {}\n", w);
   if (options.explain) {
     out += render_inventory(run.model);
     out += render_activation_terms(e);
@@ -374,21 +473,26 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   ordered_json j;
   j["schema_version"] = kJsonSchemaVersion;
   j["memest_version"] = version();
-  j["inputs"] = {
-      {"model",
-       {{"name", run.model.name},
-        {"architecture",
-         run.model.arch ? ordered_json(run.model.arch->model_type) : ordered_json(nullptr)}}},
-      {"precision", precision_json(run.precision)},
-      {"optimizer", optimizer_json(run.optimizer)},
-      {"training", training_json(run.training)},
-      {"parallel",
-       {{"data_parallel", run.parallel.data_parallel}, {"zero_stage", run.parallel.zero_stage}}}};
+  j["inputs"] = {{"model",
+                  {{"name", run.model.name},
+                   {"architecture", run.model.arch ? ordered_json(run.model.arch->model_type)
+                                                   : ordered_json(nullptr)}}},
+                 {"precision", precision_json(run.precision)},
+                 {"optimizer", optimizer_json(run.optimizer)},
+                 {"training", training_json(run.training)},
+                 {"parallel", parallel_json(run.parallel)}};
+  // Present only when the model was looked up or its checkpoint is quantised.
+  auto& model = j["inputs"]["model"];
+  if (!run.model.source.empty()) model["source"] = run.model.source;
+  if (const auto& q = run.model.checkpoint_quant) {
+    model["checkpoint_quantization"] = {
+        {"method", q->method}, {"bits_per_weight", q->bits_per_weight}, {"detail", q->detail}};
+  }
   j["parameters"] = {{"total", e.params},
                      {"trainable", e.trainable},
                      {"active", e.active},
                      {"tensors", e.tensors ? ordered_json(*e.tensors) : ordered_json(nullptr)}};
-  if (run.model.inventory.shapes_known) {
+  if (run.model.inventory.shapes_known && !run.parallel.splits_model()) {  // the whole model's
     const auto inv = inventory_json(run.model.inventory);
     j["parameters"]["by_role"] = inv["by_role"];
     j["parameters"]["groups"] = inv["groups"];
@@ -409,19 +513,36 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
                 {"method", "sum"},
                 {"complete", e.total_complete},
                 {"formatted", format_bytes(e.total_bytes, options.unit)}};
+  j["budget"] = budget_json(run, e);
   j["activations"] = activations_json(e);
   j["peak"] = peak_json(e);
+  j["stages"] = stages_json(e);
   j["units"] = unit_label(options.unit);
   j["assumptions"] = e.assumptions;
+  j["notes"] = e.notes;
+  j["warnings"] = e.warnings;
   return detail::dump_json(j, 2) + "\n";
 }
 
+namespace {
+
+// "32 x 4096, MoE 8 of 128, tied": layers x hidden, then what decides the trainable layout.
+std::string preset_layout(const PresetInfo& p) {
+  std::string out = fmt::format("{} x {}", p.layers, p.hidden);
+  if (p.state_space) out += ", state-space";
+  if (p.experts > 0) out += fmt::format(", MoE {} of {}", p.experts_per_token, p.experts);
+  if (p.tied) out += ", tied";
+  return out;
+}
+
+}  // namespace
+
 std::string render_models_table(const std::vector<PresetInfo>& presets) {
-  std::string out = fmt::format("{:<26} {:<12} {:>18} {:>18}\n", "model", "family", "parameters",
-                                "active per token");
+  std::string out = fmt::format("{:<24} {:<38} {:<12} {:>18} {:>18}  {}\n", "model", "hub id",
+                                "family", "parameters", "active per token", "layers x hidden");
   for (const auto& p : presets) {
-    out += fmt::format("{:<26} {:<12} {:>18} {:>18}\n", p.name, p.family, format_count(p.params),
-                       format_count(p.active_params));
+    out += fmt::format("{:<24} {:<38} {:<12} {:>18} {:>18}  {}\n", p.name, p.hub_id, p.family,
+                       format_count(p.params), format_count(p.active_params), preset_layout(p));
   }
   return out;
 }
@@ -430,9 +551,15 @@ std::string render_models_json(const std::vector<PresetInfo>& presets) {
   ordered_json list = ordered_json::array();
   for (const auto& p : presets) {
     list.push_back({{"name", p.name},
+                    {"hub_id", p.hub_id},
                     {"family", p.family},
                     {"params", p.params},
-                    {"active_params", p.active_params}});
+                    {"active_params", p.active_params},
+                    {"layers", p.layers},
+                    {"hidden_size", p.hidden},
+                    {"experts", p.experts},
+                    {"experts_per_token", p.experts_per_token},
+                    {"tied_embeddings", p.tied}});
   }
   ordered_json j = {{"schema_version", kJsonSchemaVersion}, {"models", list}};
   return detail::dump_json(j, 2) + "\n";
@@ -498,7 +625,8 @@ std::string render_check_table(const std::vector<CheckResult>& results, Unit uni
         c.fits ? fmt::format("fits, headroom {}", format_bytes(c.headroom, unit))
                : fmt::format("over by {}", format_bytes(c.over, unit));
     out += fmt::format("{}: {}: needs {} of {} usable on {}{}\n", r.file, verdict,
-                       format_bytes(c.need, unit), format_bytes(c.usable, unit), r.budget->source,
+                       format_bytes(c.need, unit), format_bytes(c.usable, unit),
+                       budget_label(*r.budget, unit),
                        r.activations_estimated ? "" : " (activations not estimated)");
   }
   out += fmt::format("{} fit, {} over, {} invalid\n", counts[0], counts[1], counts[2]);
@@ -546,7 +674,10 @@ std::string signed_bytes(std::uint64_t value, std::uint64_t base, Unit unit) {
 
 std::string render_compare_table(const std::vector<RunSpec>& runs,
                                  const std::vector<Estimate>& estimates, Unit unit) {
-  constexpr int kWidth = 18;
+  // Columns at least two spaces apart, however long a policy's name.
+  int kWidth = 18;
+  for (const auto& r : runs)
+    kWidth = std::max(kWidth, static_cast<int>(r.precision.name.size()) + 2);
   std::string out = model_line(runs.front(), estimates.front()) + "\n";
   out += fmt::format("optimizer  {}\n\n", optimizer_name(runs.front().optimizer.kind));
   out += fmt::format("{:<26}", "category");
@@ -585,6 +716,16 @@ std::string render_compare_table(const std::vector<RunSpec>& runs,
   out += "\n";
   if (!estimates.front().total_complete) {
     out += "activations not estimated: give --batch and --seq for the peak\n";
+  }
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const Estimate& e = estimates[i];
+    // Said where it matters: a hundredth of the peak or more.
+    if (!e.peak || e.peak_outside_rows.empty() || e.peak_outside_rows_bytes * 100 < e.peak->bytes)
+      continue;
+    out += fmt::format("{}: the peak holds {} that no row has, largest {} {}\n",
+                       runs[i].precision.name, format_bytes(e.peak_outside_rows_bytes, unit),
+                       e.peak_outside_rows.front().name,
+                       format_bytes(e.peak_outside_rows.front().bytes, unit));
   }
   return out;
 }

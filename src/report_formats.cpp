@@ -78,10 +78,10 @@ std::string render_bar(const Estimate& est, const std::optional<Budget>& budget,
   std::string bar;
   for (const auto& c : cells) bar += c;
   std::string out = "\n";
-  if (budget) {
-    const auto check = check_budget(need, *budget);
+  if (budget && est.budget) {
+    const auto& check = *est.budget;
     out += fmt::format("{}  {} of {} usable on {}: {}\n", bar, format_bytes(need, options.unit),
-                       format_bytes(usable, options.unit), budget->source,
+                       format_bytes(usable, options.unit), budget_label(*budget, options.unit),
                        check.fits
                            ? fmt::format("headroom {}", format_bytes(check.headroom, options.unit))
                            : fmt::format("over by {}", format_bytes(check.over, options.unit)));
@@ -96,22 +96,24 @@ std::string render_markdown(const RunSpec& run, const Estimate& est, const Repor
   std::string out =
       fmt::format("**{}**: {} parameters, optimizer `{}`, precision `{}`\n\n", run.model.name,
                   format_count(est.params), optimizer_name(run.optimizer.kind), run.precision.name);
-  out += "| category | dtype | bytes/elem | size | basis |\n|---|---|---:|---:|---|\n";
+  out += "| category | dtype | bytes/param | size | basis |\n|---|---|---:|---:|---|\n";
   for (const auto& c : est.categories) {
     std::string size =
         c.bytes ? (*c.bytes ? format_bytes(*c.bytes, options.unit) : "-") : "not estimated";
     if (!c.on_device && c.bytes && *c.bytes) size += " (host)";
     out += fmt::format(
         "| {} | {} | {} | {} | {} |\n", c.label, c.dtype ? dtype_name(*c.dtype) : "-",
-        c.bytes && c.elements ? fmt::format("{:.2f}", c.bytes_per_element()) : "-", size, c.basis);
+        c.bytes && c.elements && c.per_param ? fmt::format("{:.2f}", c.bytes_per_element()) : "-",
+        size, c.basis);
   }
   out += fmt::format(
       "| **needed** | | | **{}** | {} |\n", format_bytes(bytes_needed(est), options.unit),
       est.total_complete ? "sum of the rows above" : "sum of the rows above, without activations");
-  if (run.budget) {
-    const auto c = check_budget(bytes_needed(est), *run.budget);
+  if (run.budget && est.budget) {
+    const auto& c = *est.budget;
     out += fmt::format(
-        "\nBudget: {} usable on {}: {}\n", format_bytes(c.usable, options.unit), run.budget->source,
+        "\nBudget: {} usable on {}: {}\n", format_bytes(c.usable, options.unit),
+        budget_label(*run.budget, options.unit),
         c.fits ? fmt::format("fits, headroom {}", format_bytes(c.headroom, options.unit))
                : fmt::format("**over by {}**", format_bytes(c.over, options.unit)));
   }

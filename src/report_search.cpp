@@ -33,22 +33,39 @@ std::string past_need(const FitResult& fit, Unit unit) {
                                     : format_bytes(fit.need_past_best, unit);
 }
 
+// A margin in the table's unit, or to the byte when it would print as less than 0.01.
+std::string margin(std::uint64_t bytes, Unit unit) {
+  return bytes * 100 < unit_bytes(unit) ? format_bytes(bytes, Unit::bytes)
+                                        : format_bytes(bytes, unit);
+}
+
 }  // namespace
 
 std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget target,
                              const FitResult& fit, const std::vector<Remedy>& remedies, Unit unit) {
   std::string out =
       fmt::format("model      {}\nbudget     {} usable on {} ({} less {} reserved)\n",
-                  run.model.name, format_bytes(budget.usable(), unit), budget.source,
+                  run.model.name, format_bytes(budget.usable(), unit), budget_label(budget, unit),
                   format_bytes(budget.capacity, unit), format_bytes(budget.reserve, unit));
   if (fit.best) {
     out += fmt::format("largest {} that fits {}: {}\n", target_name(target),
                        other_dimension(run, target), *fit.best);
-    out += fmt::format("  {} {} needs {}\n", target_name(target), *fit.best,
-                       format_bytes(fit.need_at_best, unit));
+    // The margin is said in words and to the byte when small: rounded figures alone could
+    // make the size past the boundary look as if it fits.
+    out += fmt::format("  {} {} needs {}, headroom {}\n", target_name(target), *fit.best,
+                       format_bytes(fit.need_at_best, unit),
+                       margin(fit.usable - fit.need_at_best, unit));
     if (*fit.best < fit.limit) {
-      out += fmt::format("  {} {} needs {}\n", target_name(target), *fit.best + 1,
-                         past_need(fit, unit));
+      if (fit.past_best_beyond_limit) {
+        out += fmt::format("  {} {} needs {}\n", target_name(target), *fit.best + 1,
+                           past_need(fit, unit));
+      } else {
+        out += fmt::format("  {} {} needs {}, over by {}\n", target_name(target), *fit.best + 1,
+                           format_bytes(fit.need_past_best, unit),
+                           margin(fit.need_past_best - fit.usable, unit));
+      }
+    } else if (fit.limit_is_model) {
+      out += fmt::format("  (the model's learned positions stop at {})\n", fit.limit);
     } else {
       out += fmt::format("  (the search stops at {})\n", fit.limit);
     }
@@ -60,7 +77,7 @@ std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget
     out += "no single change memest knows saves memory here\n";
     return out;
   }
-  out += "changes that save memory, smallest need first:\n";
+  out += "changes that save memory (what fits first, fewest changes first):\n";
   for (const auto& r : remedies) {
     out += fmt::format("  {:<5} {:>14}  {}\n", r.fits ? "fits" : "over", format_bytes(r.need, unit),
                        r.change);
@@ -72,7 +89,8 @@ std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget 
                             const FitResult& fit, const std::vector<Remedy>& remedies) {
   ordered_json rem = ordered_json::array();
   for (const auto& r : remedies) {
-    rem.push_back({{"change", r.change}, {"need_bytes", r.need}, {"fits", r.fits}});
+    rem.push_back(
+        {{"change", r.change}, {"changes", r.changes}, {"need_bytes", r.need}, {"fits", r.fits}});
   }
   ordered_json j = {
       {"schema_version", kJsonSchemaVersion},
@@ -89,6 +107,7 @@ std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget 
        fit.need_past_best ? ordered_json(fit.need_past_best) : ordered_json(nullptr)},
       {"need_past_best_beyond_limit", fit.past_best_beyond_limit},
       {"limit", fit.limit},
+      {"limit_is_model_positions", fit.limit_is_model},
       {"remedies", rem}};
   return detail::dump_json(j, 2) + "\n";
 }

@@ -11,6 +11,7 @@ constexpr std::array<std::string_view, 3> kAttentionNames = {"eager", "sdpa", "f
 constexpr std::array<std::string_view, 3> kRecomputeNames = {"none", "selective", "full"};
 constexpr std::array<std::string_view, 2> kDeviceNames = {"cuda", "cpu"};
 constexpr std::array<std::string_view, 2> kAllocatorNames = {"none", "cuda"};
+constexpr std::array<std::string_view, 2> kLossNames = {"hf", "vocab-parallel"};
 
 }  // namespace
 
@@ -40,5 +41,9 @@ Allocator parse_allocator(std::string_view t) {
 std::string_view allocator_name(Allocator a) {
   return kAllocatorNames[static_cast<std::size_t>(a)];
 }
+
+std::span<const std::string_view> loss_names() { return kLossNames; }
+Loss parse_loss(std::string_view t) { return detail::parse_enum<Loss>(kLossNames, t, "loss"); }
+std::string_view loss_name(Loss l) { return kLossNames[static_cast<std::size_t>(l)]; }
 
 }  // namespace memest

@@ -4,9 +4,12 @@
 #include <memest/hardware.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/run_config.hpp>
+#include <memest/units.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <cctype>
 
 namespace memest {
 namespace {
@@ -38,18 +41,31 @@ ordered_json positive_integer() {
 }
 
 ordered_json count() {
-  return {{"anyOf",
-           ordered_json::array({{{"type", "integer"}, {"minimum", 1}},
-                                {{"type", "string"},
-                                 {"pattern", "^[0-9]*\\.?[0-9]+([eE][+]?[0-9]+)?[kKMBGT]?$"}}})}};
+  return {{"anyOf", ordered_json::array(
+                        {{{"type", "integer"}, {"minimum", 1}},
+                         {{"type", "string"},
+                          {"pattern", "^[0-9]*\\.?[0-9]+([eE][+]?[0-9]+)?[kKmMbBgGtT]?$"}}})}};
 }
 
+// "GiB" as "[gG][iI][bB]": JSON Schema patterns have no case-insensitive flag.
+std::string any_case(std::string_view word) {
+  std::string out;
+  for (const char c : word) {
+    const auto u = static_cast<unsigned char>(c);
+    out += fmt::format("[{}{}]", static_cast<char>(std::tolower(u)),
+                       static_cast<char>(std::toupper(u)));
+  }
+  return out;
+}
+
+// A size needs a unit (any case); 0 alone means none.
 ordered_json size() {
-  return {{"anyOf",
-           ordered_json::array(
-               {{{"type", "integer"}, {"minimum", 0}},
-                {{"type", "string"},
-                 {"pattern", "^[0-9]*\\.?[0-9]+ ?(B|bytes|kB|KB|KiB|MB|MiB|GB|GiB|TB|TiB)?$"}}})}};
+  std::vector<std::string> units = {any_case("B")};
+  for (const auto name : unit_names()) units.push_back(any_case(name));
+  return {{"anyOf", ordered_json::array({{{"type", "integer"}, {"const", 0}},
+                                         {{"type", "string"},
+                                          {"pattern", fmt::format("^0$|^[0-9]*\\.?[0-9]+ ?({})$",
+                                                                  fmt::join(units, "|"))}}})}};
 }
 
 std::vector<std::string_view> preset_names() {
@@ -70,7 +86,12 @@ ordered_json value_schema(const RunOptionInfo& info) {
   if (info.boolean) return {{"type", "boolean"}};
   const std::string k = info.section + "/" + info.key;
   if (k == "model/params") return count();
-  if (k == "model/name") return enum_of(names_of(preset_names()));
+  if (k == "model/name") {
+    // A preset, or a Hub id ("org/name") memest finds among the presets or in the local cache.
+    return {
+        {"anyOf", ordered_json::array({enum_of(names_of(preset_names())),
+                                       {{"type", "string"}, {"pattern", "^[^/\\s]+/[^/\\s]+$"}}})}};
+  }
   if (k == "model/config") return {{"type", "string"}, {"minLength", 1}};
   if (k == "model/architecture") {
     return {{"type", "object"}, {"required", ordered_json::array({"model_type"})}};
@@ -88,6 +109,7 @@ ordered_json value_schema(const RunOptionInfo& info) {
   if (k == "training/attention") return enum_of(names_of(attention_names()));
   if (k == "training/recompute") return enum_of(names_of(recompute_names()));
   if (k == "training/device") return enum_of(names_of(device_names()));
+  if (k == "training/loss") return enum_of(names_of(loss_names()));
   if (k == "training/zero_grad") return enum_of({"none", "zero"});
   if (k == "training/dropout") {
     return {{"anyOf",
@@ -99,6 +121,7 @@ ordered_json value_schema(const RunOptionInfo& info) {
                                            {{"type", "string"}, {"enum", {"0", "1", "2", "3"}}}})}};
   }
   if (k == "parallel/offload") return enum_of({"none", "optimizer"});
+  if (k == "parallel/fsdp") return enum_of({"full", "grad-op", "no-shard"});
   if (k == "hardware/allocator") return enum_of(names_of(allocator_names()));
   if (k == "hardware/gpu") return enum_of(names_of(gpu_names()));
   if (k == "hardware/budget" || k == "hardware/reserve" || k == "hardware/context_reserve") {

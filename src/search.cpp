@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 
 namespace memest {
 namespace {
@@ -28,6 +29,12 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   complete_training(run);
   FitResult r;
   r.usable = budget.usable();
+  // A learned position table has no row past its length: the sequence stops there.
+  const auto& arch = run.model.arch;
+  if (target == FitTarget::seq_len && arch && arch->max_seq_len > 0 && arch->max_seq_len <= limit) {
+    limit = arch->max_seq_len;
+    r.limit_is_model = true;
+  }
   r.limit = limit;
   // The model, precision and optimizer stay; only the searched size changes.
   const auto in = activation_inputs(run, false);
@@ -86,78 +93,171 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   return r;
 }
 
-std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
-  std::vector<Remedy> out;
-  const std::uint64_t before = bytes_needed(run);
-  auto consider = [&](std::string change, RunSpec changed) {
-    try {
-      const std::uint64_t n = bytes_needed(changed);
-      if (n < before)
-        out.push_back({std::move(change), std::move(changed), n, n <= budget.usable()});
-    } catch (const Error&) {
-      // a change this model cannot take (e.g. LoRA without an architecture) is no remedy
-    }
-  };
+namespace {
+
+// One change a remedy can make. Changes of the same group exclude each other (two precisions,
+// LoRA and QLoRA, two GPU counts).
+struct Move {
+  std::string change;
+  int group = 0;
+  std::function<void(RunSpec&)> apply;
+};
+
+enum Group : int {
+  kPrecision,
+  kOptimizer,
+  kImpl,
+  kParallel,
+  kOffload,
+  kRecompute,
+  kAttention,
+  kBatch,
+  kAdapters
+};
+
+void precision_moves(const RunSpec& run, std::vector<Move>& out) {
   for (const char* policy : {"bf16", "mixed-bf16", "amp-bf16"}) {
     if (run.precision.name == policy) continue;
-    RunSpec r = run;
-    r.precision = precision_preset(policy);
-    consider(fmt::format("precision {} (--precision {})", policy, policy), r);
+    out.push_back({fmt::format("precision {} (--precision {})", policy, policy), kPrecision,
+                   [policy](RunSpec& r) { r.precision = precision_preset(policy); }});
   }
   if (run.optimizer.kind == OptimizerKind::adam || run.optimizer.kind == OptimizerKind::adamw) {
-    RunSpec r = run;
-    r.optimizer = OptimizerSpec{};
-    r.optimizer.kind = OptimizerKind::adam8bit;
-    consider("8-bit Adam states (--optimizer adam8bit)", r);
+    out.push_back({"8-bit Adam states (--optimizer adam8bit)", kOptimizer, [](RunSpec& r) {
+                     r.optimizer = OptimizerSpec{};
+                     r.optimizer.kind = OptimizerKind::adam8bit;
+                   }});
   }
-  if (run.parallel.data_parallel > 1) {
+  if (run.optimizer.impl != OptimizerImpl::fused) {
+    out.push_back({"a fused optimizer step, no step temporaries (--fused-optimizer)", kImpl,
+                   [](RunSpec& r) { r.optimizer.impl = OptimizerImpl::fused; }});
+  }
+}
+
+// More ranks sharding the model states: ZeRO stages over the ranks there are, and ZeRO-3
+// (FSDP) over more GPUs.
+void parallel_moves(const RunSpec& run, std::vector<Move>& out) {
+  const std::uint64_t dp = run.parallel.data_parallel;
+  if (dp > 1) {
     for (unsigned stage = run.parallel.zero_stage + 1; stage <= 3; ++stage) {
-      RunSpec r = run;
-      r.parallel.zero_stage = stage;
-      consider(fmt::format("ZeRO stage {} over the {} data-parallel ranks (--zero {})", stage,
-                           run.parallel.data_parallel, stage),
-               r);
+      out.push_back({fmt::format("ZeRO stage {} over the {} data-parallel ranks (--zero {})", stage,
+                                 dp, stage),
+                     kParallel, [stage](RunSpec& r) { r.parallel.zero_stage = stage; }});
     }
+  }
+  for (std::uint64_t n : {dp * 2, dp * 4, dp * 8}) {
+    if (n < 2 || n > 1024) continue;
+    out.push_back({fmt::format("{} GPUs with ZeRO-3 / FSDP full sharding (--dp {} --zero 3)", n, n),
+                   kParallel, [n](RunSpec& r) {
+                     r.parallel.data_parallel = n;
+                     r.parallel.zero_stage = 3;
+                   }});
   }
   if (!run.parallel.offload_optimizer && run.precision.master) {
-    RunSpec r = run;
-    r.parallel.offload_optimizer = true;
-    consider("master weights and optimizer states in host memory (--offload optimizer)", r);
+    out.push_back({"master weights and optimizer states in host memory (--offload optimizer)",
+                   kOffload, [](RunSpec& r) { r.parallel.offload_optimizer = true; }});
   }
+}
+
+void training_moves(const RunSpec& run, std::vector<Move>& out) {
   const bool has_batch = run.training.micro_batch > 0 && run.training.seq_len > 0;
-  if (has_batch && run.training.recompute != Recompute::full) {
-    RunSpec r = run;
-    r.training.recompute = Recompute::full;
-    consider("full activation recompute (--recompute full)", r);
+  if (!has_batch) return;
+  if (run.training.recompute != Recompute::full) {
+    out.push_back({"full activation recompute (--recompute full)", kRecompute,
+                   [](RunSpec& r) { r.training.recompute = Recompute::full; }});
   }
-  if (has_batch && run.training.attention == Attention::eager) {
-    RunSpec r = run;
-    r.training.attention = Attention::flash;
-    consider("flash attention (--attention flash)", r);
+  if (run.training.attention != Attention::flash) {
+    out.push_back({"flash attention (--attention flash)", kAttention,
+                   [](RunSpec& r) { r.training.attention = Attention::flash; }});
   }
-  if (has_batch && run.training.micro_batch > 1) {
-    RunSpec r = run;
-    r.training.micro_batch = run.training.micro_batch / 2;
-    r.training.grad_accum = run.training.grad_accum * 2;
-    consider(
-        fmt::format("half the micro-batch, twice the accumulation (--batch {} --grad-accum {})",
-                    r.training.micro_batch, r.training.grad_accum),
-        r);
+  if (run.training.micro_batch > 1) {
+    const std::uint64_t b = run.training.micro_batch / 2, a = run.training.grad_accum * 2;
+    out.push_back(
+        {fmt::format("half the micro-batch, twice the accumulation (--batch {} --grad-accum {})", b,
+                     a),
+         kBatch, [b, a](RunSpec& r) {
+           r.training.micro_batch = b;
+           r.training.grad_accum = a;
+         }});
   }
+}
+
+void adapter_moves(const RunSpec& run, std::vector<Move>& out) {
   const bool base_trains =
       trainable_count(run.model.inventory) == parameter_count(run.model.inventory);
-  if (run.model.arch && base_trains) {
-    for (bool q : {false, true}) {
-      RunSpec r = run;
-      apply_lora(r.model, LoraSpec{16, {"all-linear"}, q, q});
-      consider(q ? "QLoRA: nf4 base, rank-16 adapters (--lora-rank 16 --lora-targets all-linear "
-                   "--qlora --double-quant)"
-                 : "LoRA: frozen base, rank-16 adapters (--lora-rank 16 --lora-targets all-linear)",
-               r);
+  if (!run.model.arch || !base_trains) return;
+  for (bool q : {false, true}) {
+    out.push_back({q ? "QLoRA: nf4 base, rank-16 adapters (--lora-rank 16 --lora-targets "
+                       "all-linear --qlora --double-quant)"
+                     : "LoRA: frozen base, rank-16 adapters (--lora-rank 16 --lora-targets "
+                       "all-linear)",
+                   kAdapters, [q](RunSpec& r) {
+                     apply_lora(r.model, LoraSpec{16, {"all-linear"}, q, q});
+                   }});
+  }
+}
+
+// The memory a changed run needs, or nothing when this model cannot take the change (LoRA
+// without an architecture).
+std::optional<std::uint64_t> try_need(const RunSpec& r) {
+  try {
+    return bytes_needed(r);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
+  std::vector<Move> moves;
+  precision_moves(run, moves);
+  parallel_moves(run, moves);
+  training_moves(run, moves);
+  adapter_moves(run, moves);
+  const std::uint64_t before = bytes_needed(run);
+  std::vector<Remedy> out;
+  std::vector<std::vector<std::size_t>> fitting;  // the change sets that fit, to keep them minimal
+  auto consider = [&](const std::vector<std::size_t>& set) {
+    for (const auto& f : fitting) {  // a set with a fitting subset adds nothing
+      if (std::includes(set.begin(), set.end(), f.begin(), f.end())) return;
+    }
+    RunSpec r = run;
+    std::vector<std::string> names;
+    for (std::size_t i : set) {
+      moves[i].apply(r);
+      names.push_back(moves[i].change);
+    }
+    const auto n = try_need(r);
+    if (!n || *n >= before) return;
+    const bool fits = *n <= budget.usable();
+    if (set.size() > 1 && !fits) return;  // combinations are shown only when they fit
+    if (fits) fitting.push_back(set);
+    out.push_back({fmt::format("{}", fmt::join(names, " + ")), std::move(r), *n, fits, set.size()});
+  };
+  // Single changes, then pairs and triples of changes from different groups.
+  const std::size_t m = moves.size();
+  for (std::size_t i = 0; i < m; ++i) consider({i});
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = i + 1; j < m; ++j) {
+      if (moves[i].group == moves[j].group) continue;
+      consider({i, j});
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const Remedy& a, const Remedy& b) { return a.need < b.need; });
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = i + 1; j < m; ++j) {
+      for (std::size_t k = j + 1; k < m; ++k) {
+        const int gi = moves[i].group, gj = moves[j].group, gk = moves[k].group;
+        if (gi == gj || gi == gk || gj == gk) continue;
+        consider({i, j, k});
+      }
+    }
+  }
+  // What fits first, the fewest changes first; then by need.
+  std::stable_sort(out.begin(), out.end(), [](const Remedy& a, const Remedy& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.fits && a.changes != b.changes) return a.changes < b.changes;
+    return a.need < b.need;
+  });
   return out;
 }
 

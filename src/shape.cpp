@@ -6,17 +6,26 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace memest {
 namespace {
 
 struct Exps {
-  std::uint8_t b, s, r;
+  std::uint8_t b, s, r, t;
 };
-// Monomial i is b^eb s^es ceil32(s)^er.
-constexpr std::array<Exps, kMonoCount> kExps = {
-    {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 0, 1}}};
+// Monomial i is b^eb s^es ceil32(s)^er, or (b*s/t)^et.
+constexpr std::array<Exps, kMonoCount> kExps = {{{0, 0, 0, 0},
+                                                 {0, 1, 0, 0},
+                                                 {0, 2, 0, 0},
+                                                 {1, 0, 0, 0},
+                                                 {1, 1, 0, 0},
+                                                 {1, 2, 0, 0},
+                                                 {1, 0, 1, 0},
+                                                 {0, 0, 0, 1}}};
+constexpr std::size_t kMonoNt = 7;
+static_assert(kExps[kMonoNt].t == 1);
 static_assert(kExps[kMonoS].s == 1 && kExps[kMonoS].b == 0 && kExps[kMonoB].b == 1 &&
               kExps[kMonoB].s == 0 && kExps[kMonoBS].b == 1 && kExps[kMonoBS].s == 1);
 
@@ -24,10 +33,12 @@ static_assert(kExps[kMonoS].s == 1 && kExps[kMonoS].b == 0 && kExps[kMonoB].b ==
 constexpr std::array<std::array<std::array<int, 2>, 3>, 2> kIndex = {
     {{{{0, -1}, {1, -1}, {2, -1}}}, {{{3, 6}, {4, -1}, {5, -1}}}}};
 
-std::size_t mono_of(unsigned b, unsigned s, unsigned r) {
-  const int i = b < 2 && s < 3 && r < 2 ? kIndex[b][s][r] : -1;
+std::size_t mono_of(unsigned b, unsigned s, unsigned r, unsigned t = 0) {
+  if (t == 1 && b == 0 && s == 0 && r == 0) return kMonoNt;
+  const int i = t == 0 && b < 2 && s < 3 && r < 2 ? kIndex[b][s][r] : -1;
   if (i < 0)
-    throw std::logic_error(fmt::format("shape: no monomial b^{} s^{} ceil32(s)^{}", b, s, r));
+    throw std::logic_error(
+        fmt::format("shape: no monomial b^{} s^{} ceil32(s)^{} (N/t)^{}", b, s, r, t));
   return static_cast<std::size_t>(i);
 }
 
@@ -37,14 +48,15 @@ Poly times_run(const Poly& p, const Sym& f) {
   for (std::size_t i = 0; i < kMonoCount; ++i) {
     if (p.c[i] == 0) continue;
     const auto& e = kExps[i];
-    out.c[mono_of(e.b + f.eb, e.s + f.es, e.r + f.er)] += p.c[i];
+    out.c[mono_of(e.b + f.eb, e.s + f.es, e.r + f.er, e.t + f.et)] += p.c[i];
   }
   if (f.plus_one) out.add(p);
   return out;
 }
 
-std::uint64_t value_at(const Sym& f, std::uint64_t b, std::uint64_t s) {
+std::uint64_t value_at(const Sym& f, std::uint64_t b, std::uint64_t s, std::uint64_t t) {
   if (!f.run()) return f.value;
+  if (f.et) return checked_mul(b, ceil_div(s, t));
   if (f.er) return checked_mul(ceil_div(s, 32), 32);
   std::uint64_t v = f.eb ? b : 1;
   for (unsigned i = 0; i < f.es; ++i) v = checked_mul(v, s);
@@ -59,12 +71,19 @@ std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) {
 
 }  // namespace
 
-Basis basis_at(std::uint64_t b, std::uint64_t s) {
+Basis basis_at(std::uint64_t b, std::uint64_t s, std::uint64_t t) {
   // A monomial past 2^64 matters only to a size that uses it: Poly::at throws then, and a plan
   // without s^2 terms still evaluates at s = 2^32.
   const std::uint64_t s2 = saturating_mul(s, s);
   const std::uint64_t s32 = saturating_mul(ceil_div(s, 32), 32);
-  return {1, s, s2, b, saturating_mul(b, s), saturating_mul(b, s2), saturating_mul(b, s32)};
+  return {1,
+          s,
+          s2,
+          b,
+          saturating_mul(b, s),
+          saturating_mul(b, s2),
+          saturating_mul(b, s32),
+          saturating_mul(b, ceil_div(s, std::max<std::uint64_t>(1, t)))};
 }
 
 bool Poly::constant() const {
@@ -80,7 +99,7 @@ Poly Shape::elements() const {
   Poly p;
   // Most shapes are a product of dimensions and one monomial.
   std::uint64_t coef = 1;
-  unsigned eb = 0, es = 0, er = 0;
+  unsigned eb = 0, es = 0, er = 0, et = 0;
   bool simple = true;
   for (std::uint8_t i = 0; i < rank; ++i) {
     const Sym& f = factors[i];
@@ -89,9 +108,10 @@ Poly Shape::elements() const {
     eb += f.eb;
     es += f.es;
     er += f.er;
+    et += f.et;
   }
   if (simple) {
-    p.c[mono_of(eb, es, er)] = coef;
+    p.c[mono_of(eb, es, er, et)] = coef;
     return p;
   }
   p.c[0] = 1;
@@ -114,11 +134,11 @@ std::string Shape::symbols() const {
   return out;
 }
 
-std::string Shape::values(std::uint64_t b, std::uint64_t s) const {
+std::string Shape::values(std::uint64_t b, std::uint64_t s, std::uint64_t t) const {
   if (rank == 0) return "1";
-  std::string out = std::to_string(value_at(factors[0], b, s));
+  std::string out = std::to_string(value_at(factors[0], b, s, t));
   for (std::uint8_t i = 1; i < rank; ++i)
-    fmt::format_to(std::back_inserter(out), " x {}", value_at(factors[i], b, s));
+    fmt::format_to(std::back_inserter(out), " x {}", value_at(factors[i], b, s, t));
   return out;
 }
 

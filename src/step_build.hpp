@@ -10,6 +10,24 @@
 
 namespace memest::detail {
 
+/// The model dimensions as symbols, named after the split that made them (a/t for the heads of
+/// one tensor-parallel rank).
+struct Dims {
+  Sym h, a, k, d, dv, I, V, E, topk, Imoe, Ishared;
+  explicit Dims(const ActivationInputs& in)
+      : h(dim("h", in.h)),
+        a(dim(in.t > 1 ? "a/t" : "a", in.a)),
+        k(dim(in.t > 1 ? "kv/t" : "kv", in.k)),
+        d(dim("d", in.d)),
+        dv(dim("d_v", in.dv)),
+        I(dim(in.t > 1 ? "I/t" : "I", in.I)),
+        V(dim(in.t > 1 ? "V/t" : "V", in.V)),
+        E(dim("E", in.experts)),
+        topk(dim("top_k", in.topk)),
+        Imoe(dim(in.t > 1 ? "I_moe/t" : "I_moe", in.I_moe)),
+        Ishared(dim(in.t > 1 ? "I_shared/t" : "I_shared", in.I_shared)) {}
+};
+
 /// Appends a tensor; returns its index.
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
                          std::uint64_t width, const Shape& shape, Batch batch = Batch::any);

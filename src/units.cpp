@@ -28,6 +28,16 @@ constexpr u128 kMantissaCap = u128{1} << 70;
 
 std::string quoted(std::string_view text) { return fmt::format("\"{}\"", text); }
 
+bool same_letters(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  }
+  return true;
+}
+
 // Reads "[digits][.digits][e[+-]digits]" from the front of `text`; returns the rest in `rest`.
 std::optional<Decimal> parse_decimal(std::string_view text, std::string_view& rest) {
   Decimal d;
@@ -135,8 +145,10 @@ void throw_size_overflow() {
 std::span<const std::string_view> unit_names() { return kUnitNames; }
 
 Unit parse_unit(std::string_view text) {
+  // Case does not matter: every unit name differs from the others in more than case.
   for (std::size_t i = 0; i < kUnits.size(); ++i) {
-    if (kUnits[i].name == text) return static_cast<Unit>(i);
+    if (same_letters(kUnits[i].name, text) || same_letters(kUnits[i].label, text))
+      return static_cast<Unit>(i);
   }
   throw Error(
       fmt::format("unknown unit {} (expected one of: {})", quoted(text), joined_unit_names()));
@@ -156,13 +168,13 @@ std::uint64_t parse_count(std::string_view text) {
   auto d = parse_decimal(text, rest);
   if (!d) throw fail("not a count:");
   std::uint64_t multiplier = 1;
-  if (rest == "k" || rest == "K") {
+  if (same_letters(rest, "k")) {
     multiplier = 1'000;
-  } else if (rest == "M") {
+  } else if (same_letters(rest, "M")) {
     multiplier = 1'000'000;
-  } else if (rest == "B" || rest == "G") {
+  } else if (same_letters(rest, "B") || same_letters(rest, "G")) {
     multiplier = 1'000'000'000;
-  } else if (rest == "T") {
+  } else if (same_letters(rest, "T")) {
     multiplier = 1'000'000'000'000;
   } else if (!rest.empty()) {
     throw fail("not a count:");
@@ -177,24 +189,22 @@ std::uint64_t parse_count(std::string_view text) {
 
 std::uint64_t parse_bytes(std::string_view text) {
   const auto fail = [&](std::string_view why) -> Error {
-    return Error(fmt::format("{} {} (expected a size such as 80GiB, 80GB, 512MiB or 1000000)", why,
-                             quoted(text)));
+    return Error(
+        fmt::format("{} {} (expected a size with a unit such as 80GiB, 80GB, 512MiB or 4096B)", why,
+                    quoted(text)));
   };
   std::string_view rest;
   auto d = parse_decimal(text, rest);
   if (!d) throw fail("not a size:");
   while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
-  std::uint64_t multiplier = 1;
-  if (!rest.empty() && rest != "B" && rest != "bytes") {
-    bool found = false;
-    for (const auto& u : kUnits) {
-      if (u.label == rest || (u.name == "kB" && rest == "KB")) {
-        multiplier = u.bytes;
-        found = true;
-      }
-    }
-    if (!found) throw fail("unknown size unit in");
+  // A bare number is refused: "--budget 80" meant 80 GB or GiB, not 80 bytes. Units match
+  // whatever their case (80gb, 80GiB, 512mib): no two differ only in case.
+  if (rest.empty()) throw fail("a size needs a unit:");
+  std::uint64_t multiplier = 0;
+  for (const auto& u : kUnits) {
+    if (same_letters(u.label, rest) || same_letters(u.name, rest)) multiplier = u.bytes;
   }
+  if (multiplier == 0) throw fail("unknown size unit in");
   bool exact = true;
   auto value = scale(*d, multiplier, exact);
   if (!value) throw fail("size too large:");
@@ -205,6 +215,8 @@ std::uint64_t parse_bytes(std::string_view text) {
 std::string format_bytes(std::uint64_t bytes, Unit unit) {
   if (unit == Unit::bytes) return format_count(bytes) + " B";
   const double value = static_cast<double>(bytes) / static_cast<double>(unit_bytes(unit));
+  // A few bytes are not nothing: "< 0.01 GB", never "0.00 GB".
+  if (bytes > 0 && value < 0.005) return fmt::format("< 0.01 {}", unit_label(unit));
   return fmt::format("{:.2f} {}", value, unit_label(unit));
 }
 

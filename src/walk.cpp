@@ -27,7 +27,13 @@ struct ScoreAlternative;
 class Walker {
  public:
   Walker(Step& step, const RunSpec& run, const ActivationInputs& in, const Layout& lay)
-      : st_(step), run_(run), in_(in), lp_(lay), sh_(sharding_of(run.parallel)) {}
+      : st_(step),
+        run_(run),
+        in_(in),
+        lp_(lay),
+        sh_(sharding_of(run.parallel)),
+        D_(in),
+        T_(in.sp ? sym::Nt : sym::N) {}
 
   void statics(const Inventory& inv0);
   void attention_tensors();
@@ -39,6 +45,8 @@ class Walker {
   const ActivationInputs& in_;
   const Layout& lp_;
   Sharding sh_;
+  Dims D_;
+  Sym T_;  // the tokens of the residual stream (N/t under sequence parallelism)
   bool in_optimizer_ = false;
   std::uint32_t gathered_ = 0;
   std::vector<MomentSpec>* out_ = nullptr;
@@ -69,7 +77,16 @@ class Walker {
   void begin(std::string_view name, std::string_view phase) {
     in_optimizer_ = phase == "optimizer";
     out_->push_back({name, phase, static_cast<std::uint32_t>(st_.entries.size()), 0});
-    if (sh_.params && (phase == "forward" || phase == "backward")) add(gathered_);
+    if (phase == "forward" || phase == "backward") {
+      if (sh_.params) add(gathered_);
+      in_flight_microbatches();
+    }
+  }
+  // A pipeline stage holds the saved tensors of the micro-batches it has run forward and not
+  // yet backward (docs/parallelism.md): all but the current one are whole.
+  void in_flight_microbatches() {
+    if (in_.in_flight <= 1) return;
+    for (const Entry& e : st_.saved) add(e.tensor, checked_mul(e.count, in_.in_flight - 1));
   }
   void end() { out_->back().end = static_cast<std::uint32_t>(st_.entries.size()); }
   // `keep`: entered even when empty (the optimizer's tensors, which a plan may resize).
@@ -138,6 +155,8 @@ class Walker {
   }
   bool ck() const { return in_.recompute == Recompute::full; }
   bool llama() const { return in_.graph == LayerGraph::llama; }
+  // A tied lm_head shares the embedding weight: it has a gradient only when that is trainable.
+  bool tied_grad() const { return in_.tied && lp_.embed_trainable > 0; }
   bool grads_live(bool steady) const {
     return (steady && !run_.training.grads_set_to_none) || run_.training.grad_accum > 1;
   }
@@ -186,7 +205,7 @@ void Walker::statics(const Inventory& inv0) {
                            : grads_;
   const u64 lm = in_.lm_head ? in_.V * in_.h : 0;
   head_grads_ = constant("gradients of the head (final norm, lm_head)", Part::grads,
-                         eg * (lp_.head_trainable + (in_.tied ? lm : 0)));
+                         eg * (lp_.head_trainable + (tied_grad() ? lm : 0)));
   layer_grads_ = constant("gradients of one layer", Part::grads, eg * lp_.layer_trainable);
   const u64 ew = in_.amp ? in_.ew : 0;
   const u64 I = in_.moe_layers == in_.L && in_.moe_layers ? in_.I_moe : in_.I;
@@ -202,8 +221,7 @@ void Walker::statics(const Inventory& inv0) {
   // torch.utils.checkpoint keeps the CPU RNG state per layer; on CUDA it lives on the host.
   rng_ = temp("checkpoint CPU RNG states", Part::other, kRngStateBytes,
               shape({dim("L", ck() && !in_.cuda ? in_.L : 0)}));
-  grad_out_ =
-      temp("gradient of the layer output", Part::other, in_.ex, shape({sym::N, dim("h", in_.h)}));
+  grad_out_ = temp("gradient of the layer output", Part::other, in_.ex, shape({T_, D_.h}));
   attention_tensors();
   // ZeRO-3 gathers the layer being computed and prefetches the next.
   gathered_ = constant("gathered parameters (this layer and the prefetched next)", Part::other,
@@ -211,7 +229,7 @@ void Walker::statics(const Inventory& inv0) {
 }
 
 void Walker::attention_tensors() {
-  const Sym h = dim("h", in_.h), a = dim("a", in_.a), d = dim("d", in_.d);
+  const Sym h = D_.h, a = D_.a, d = D_.d;
   const bool amp = in_.amp;
   bias_cache_ = constant("autocast bias cache", Part::param_casts, amp ? in_.ew * lp_.bias_mm : 0);
   qkv_casts_ = constant("autocast copies of this layer's q/k/v weights", Part::param_casts,
@@ -237,7 +255,7 @@ void Walker::walk(bool steady) {
 
 // At nll_loss: everything saved, the logits, the padded labels, the loss (§4.1).
 void Walker::forward_end(bool steady) {
-  const Sym h = dim("h", in_.h), V = dim("V", in_.V);
+  const Sym h = D_.h, V = D_.V;
   begin("forward_end", "forward");
   baseline(steady, grads_live(steady));
   for (const Entry& e : st_.saved) add(e.tensor, e.count);
@@ -250,7 +268,8 @@ void Walker::forward_end(bool steady) {
   }
   if (in_.lm_head) {
     if (in_.ec != 4) add(temp("logits", Part::other, in_.ec, shape({sym::N, V})));
-    add(temp("logits.float()", Part::other, 4, shape({sym::N, V})));
+    // Megatron's loss turns its fp32 copy into the saved softmax in place.
+    if (in_.loss == Loss::hf) add(temp("logits.float()", Part::other, 4, shape({sym::N, V})));
     add(temp("padded labels (int64)", Part::other, 8, shape({sym::b, sym::s1}), Batch::many));
     add(loss_);
   }
@@ -306,6 +325,14 @@ void Walker::attention_prelude(bool steady) {
   layers(in_.L - 1);
   layer_casts(in_.L - 1);
   layers(1, [&](Slot s) { return !before_scores(s); });
+  if (in_.sp) {
+    add(temp("all-gathered attention input (sequence parallel)", Part::other, in_.ec,
+             shape({sym::N, D_.h})));
+  }
+  if (in_.cp > 1) {
+    add(temp("context-parallel ring: the next K/V block", Part::other, in_.ec,
+             shape({dim("2", 2), sym::N, D_.k, D_.d})));
+  }
   if (in_.amp) {
     add(bias_cache_);
     add(qkv_casts_);
@@ -411,7 +438,7 @@ void Walker::forward_attention(bool steady) {
     end();
     return;
   }
-  const Shape S2 = shape({sym::b, dim("a", in_.a), sym::s2});
+  const Shape S2 = shape({sym::b, D_.a, sym::s2});
   for (const ScoreAlternative& alt : llama() ? llama_scores() : gpt2_scores()) {
     attention_prelude(steady);
     if (alt.softmax) {  // saved, or under selective recompute a transient all the same
@@ -430,7 +457,7 @@ void Walker::forward_attention(bool steady) {
 
 // After NllLossBackward0, while LogSoftmaxBackward0 allocates grad_logits (§4.2).
 void Walker::backward_start(bool steady) {
-  const Sym V = dim("V", in_.V);
+  const Sym V = D_.V;
   begin("backward_start", "backward");
   baseline(steady, grads_live(steady));
   saved_except_target();
@@ -440,9 +467,12 @@ void Walker::backward_start(bool steady) {
     casts = ck() ? (in_.lm_head ? in_.ew * in_.V * in_.h : 0) : in_.ew * lp_.mm_all + tied_copy;
   }
   add(constant("autocast weight copies saved for backward", Part::param_casts, casts));
-  if (in_.lm_head) {
+  if (in_.lm_head && in_.loss == Loss::hf) {
     add(temp("gradient of the log-probs (fp32)", Part::other, 4, shape({sym::N, V})));
     add(temp("gradient of the logits (fp32)", Part::other, 4, shape({sym::N, V})));
+  } else if (in_.lm_head) {  // written over the saved softmax, then cast
+    add(temp("gradient of the logits (cast from the fp32 softmax)", Part::other, in_.ec,
+             shape({sym::N, V})));
   }
   add(loss_);
   add(seed_);
@@ -454,14 +484,13 @@ void Walker::backward_start(bool steady) {
 void Walker::backward_end(bool steady) {
   begin("backward_end", "backward");
   baseline(steady, true);
-  if (in_.tied && in_.lm_head) {
+  if (tied_grad() && in_.lm_head) {
     // The tied weight's gradient arrives twice (AccumulateGrad's buffer, then the embedding's
     // zeros-initialised grad) and is summed out of place.
     add(temp("tied embedding gradient: lm_head's and the embedding's", Part::other,
              width(run_.precision.grad), shape({dim("2", 2), dim("V", in_.V), dim("h", in_.h)})));
   } else {
-    add(temp("gradient of the embedding output", Part::other, in_.ex,
-             shape({sym::N, dim("h", in_.h)})));
+    add(temp("gradient of the embedding output", Part::other, in_.ex, shape({T_, D_.h})));
   }
   add(loss_);
   add(seed_);
@@ -506,7 +535,7 @@ void Walker::backward_mlp(bool steady, u64 j) {
       j == in_.L - 1 ? "backward_mlp_last_layer" : "backward_mlp_first_layer";
   const Sym h = dim("h", in_.h);
   const bool all_moe = in_.moe_layers == in_.L && in_.moe_layers;
-  const Sym I = all_moe ? dim("I_moe", in_.I_moe) : dim("I", in_.I);
+  const Sym I = all_moe ? D_.Imoe : D_.I;
   const Shape NI = all_moe ? shape({sym::N, dim("top_k", in_.topk), I}) : shape({sym::N, I});
   const u64 ec = in_.ec, eg = width(run_.precision.grad);
   const std::uint32_t down_grad =
@@ -580,10 +609,14 @@ void Walker::attention_backward_base(bool steady, u64 j, Slot also) {
 
 // SoftmaxBackward0, or the SDPA/flash kernel's backward (§4.2, §5.2).
 void Walker::backward_attention(bool steady, u64 j) {
-  const Sym a = dim("a", in_.a), d = dim("d", in_.d);
+  const Sym a = D_.a, d = D_.d;
   if (in_.attention != Attention::eager) {
     attention_backward_base(steady, j, Slot::none);
     add(temp("gradients of q, k and v", Part::other, in_.ec, shape({dim("3", 3), sym::N, a, d})));
+    if (in_.cp > 1) {
+      add(temp("context-parallel ring: K/V and their gradients in flight", Part::other, in_.ec,
+               shape({dim("4", 4), sym::N, D_.k, d})));
+    }
     add(temp("softmax delta (fp32, one per row)", Part::other, 4, shape({sym::b, a, sym::s})));
     if (in_.attention == Attention::flash)
       add(temp("dq accumulator (fp32)", Part::other, 4, shape({sym::N, a, d})));
@@ -598,7 +631,7 @@ void Walker::backward_attention(bool steady, u64 j) {
 // Llama: the fp32 grads of the probabilities and the scores (releasing the compute-dtype
 // probabilities), or with attention dropout its backward (releasing the dropout output).
 void Walker::llama_softmax_backward(bool steady, u64 j) {
-  const Sym a = dim("a", in_.a);
+  const Sym a = D_.a;
   const Shape S2 = shape({sym::b, a, sym::s2});
   const u64 ec = in_.ec;
   const bool cuda = in_.cuda;
@@ -638,7 +671,7 @@ void Walker::llama_softmax_backward(bool steady, u64 j) {
 // GPT-2: softmax backward in the softmax's dtype, or the dropout's backward; at batch 1 the
 // v copy stays (q, k and v share one storage).
 void Walker::gpt2_softmax_backward(bool steady, u64 j) {
-  const Sym a = dim("a", in_.a);
+  const Sym a = D_.a;
   const Shape S2 = shape({sym::b, a, sym::s2});
   const u64 ec = in_.ec;
   const bool cuda = in_.cuda;

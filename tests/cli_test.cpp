@@ -28,7 +28,8 @@ TEST_CASE("golden output of the seed's examples", "[cli]") {
   CAPTURE(name);
   auto r = run_cli(args);
   REQUIRE(r.err.empty());
-  REQUIRE(r.code == 0);
+  // 16 B/param of 7B (112 GB) is over an H100's 84.45 GB usable: exit 1, as the README says.
+  REQUIRE(r.code == (name == "seed_mixed_h100.txt" ? 1 : 0));
   expect_golden(name, r.out);
 }
 
@@ -288,4 +289,74 @@ TEST_CASE("a plain estimate answers the same without CLI11 as with it", "[cli]")
     REQUIRE(out1.str() == out2.str());
     REQUIRE(err1.str() == err2.str());
   }
+}
+
+TEST_CASE("issue 12: a plain estimate over its budget exits 1, and its JSON says so", "[cli]") {
+  auto over = run_cli({"--params", "7B", "--budget", "80GB", "--format", "json"});
+  REQUIRE(over.code == 1);
+  auto j = nlohmann::json::parse(over.out);
+  REQUIRE(j["budget"]["fits"] == false);
+  REQUIRE(j["budget"]["need_bytes"] == 112'000'000'000ULL);
+  REQUIRE(j["budget"]["over_bytes"] == 32'000'000'000ULL);
+  auto fits = run_cli({"--params", "7B", "--budget", "200gb", "--format", "json"});
+  REQUIRE(fits.code == 0);
+  j = nlohmann::json::parse(fits.out);
+  REQUIRE(j["budget"]["headroom_bytes"] == 88'000'000'000ULL);
+  REQUIRE(nlohmann::json::parse(run_cli({"--params", "7B", "--format", "json"}).out)["budget"]
+              .is_null());
+}
+
+TEST_CASE("issue 12: misleading inputs are refused or warned about", "[cli]") {
+  auto [args, code, text] = GENERATE(table<std::vector<std::string>, int, std::string>({
+      {{"--params", "7B", "--budget", "80"},
+       2,
+       "memest: error: --budget: a size needs a unit: \"80\" (expected a size with a unit such as "
+       "80GiB, 80GB, 512MiB or 4096B)\n"},
+      {{"--params", "7B", "--gpu", "h100-80gb", "--context-reserve", "2GiB", "--reserve", "1GiB"},
+       2,
+       "memest: error: --reserve \"1GiB\" conflicts with --context-reserve \"2GiB\" (both count "
+       "the CUDA context: --reserve takes it from the budget, --context-reserve adds it to the "
+       "need; give one)\n"},
+      {{"--model", "gpt2", "--precision", "mixed-bf16", "--param-dtype", "int8"},
+       2,
+       "memest: error: --param-dtype: int8 parameters cannot be trained (autograd gives gradients "
+       "to floating-point tensors only): store a frozen base in 4 bits with --lora-rank R "
+       "--qlora, or use fp32, bf16 or fp16\n"},
+      {{"sweep", "--model", "gpt2"},
+       2,
+       "memest: error: sweep needs a list to sweep: --batches, --seqs, --policies or "
+       "--optimizers\n"},
+  }));
+  CAPTURE(args);
+  auto r = run_cli(args);
+  REQUIRE(r.code == code);
+  REQUIRE(r.err == text);
+}
+
+TEST_CASE("issue 12: warnings and notes in the table", "[cli]") {
+  auto r = run_cli({"--model", "gpt2", "--batch", "1", "--seq", "4096"});
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, Catch::Contains("warning: sequence length 4,096 is past the 1,024 positions "
+                                      "of gpt2's learned position embedding"));
+  r = run_cli({"--params", "7B", "--dp", "8"});
+  REQUIRE_THAT(r.out, Catch::Contains("note: --dp 8 without --zero is plain DDP"));
+  // The context reserve replaces the default reserve instead of adding to it.
+  r = run_cli(
+      {"--params", "7B", "--gpu", "h100-80gb", "--context-reserve", "2GiB", "--format", "json"});
+  REQUIRE(nlohmann::json::parse(r.out)["budget"]["reserve_bytes"] == 0);
+}
+
+TEST_CASE("issue 12: one unit per column and per line", "[cli]") {
+  auto r = run_cli({"compare", "--params", "7B", "--policies", "mixed-bf16,mixed-bf16-fp32grad"});
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, !Catch::Contains("mixed-bf16mixed"));
+  r = run_cli({"--model", "llama-2-7b", "--batch", "1", "--seq", "512", "--units", "gib"});
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, !Catch::Contains(" GB"));
+  REQUIRE_THAT(r.out, Catch::Contains("< 0.01 GiB (host)"));
+  REQUIRE_THAT(r.out, Catch::Contains("B/param"));
+  r = run_cli(
+      {"check", std::string(MEMEST_SOURCE_DIR) + "/configs/examples/llama-2-7b-budget.json"});
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, !Catch::Contains("GiB"));
 }

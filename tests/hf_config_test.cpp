@@ -202,9 +202,26 @@ TEST_CASE("malformed and unsupported configs name the file and the key", "[hf_co
            "num_hidden_layers": 32, "num_attention_heads": "32", "intermediate_size": 11008})",
        "path/config.json: /num_attention_heads: expected a positive integer, got string \"32\""},
       {R"({"model_type": "foo"})",
-       "path/config.json: /model_type: unsupported model_type \"foo\" (supported: bert, "
-       "deepseek_v2, falcon, gemma, gemma2, gpt2, gpt_neox, gptj, llama, mistral, mixtral, olmo, "
-       "opt, phi, phi3, qwen2, qwen2_moe, roberta, t5)"},
+       "path/config.json: /model_type: unsupported model_type \"foo\" (supported: bert, bloom, "
+       "chatglm, cohere, deepseek_v2, deepseek_v3, falcon, gemma, gemma2, gemma3_text, glm, glm4, "
+       "gpt2, gpt_neox, gpt_oss, gptj, granite, granitemoe, internlm2, llama, mamba, megatron_gpt, "
+       "mistral, mixtral, mpt, olmo, olmo2, olmoe, opt, phi, phi3, qwen2, qwen2_moe, qwen3, "
+       "qwen3_moe, "
+       "roberta, stablelm, starcoder2, t5)"},
+      // Keys of a Llama-style decoder: the --architecture that would estimate it.
+      {R"({"model_type": "exaone", "vocab_size": 1000, "hidden_size": 64,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "intermediate_size": 128})",
+       "path/config.json: /model_type: unsupported model_type \"exaone\" (supported: bert, "
+       "bloom, chatglm, cohere, deepseek_v2, deepseek_v3, falcon, gemma, gemma2, gemma3_text, "
+       "glm, glm4, gpt2, gpt_neox, gpt_oss, gptj, granite, granitemoe, internlm2, llama, mamba, "
+       "megatron_gpt, mistral, mixtral, mpt, olmo, olmo2, olmoe, opt, phi, phi3, qwen2, qwen2_moe, "
+       "qwen3, "
+       "qwen3_moe, roberta, stablelm, starcoder2, t5); its keys fit a Llama-style decoder: "
+       "--architecture '{\"model_type\": \"llama\", \"vocab_size\": 1000, \"hidden_size\": 64, "
+       "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 128, "
+       "\"num_key_value_heads\": 2}' estimates it with Llama's layout (check its biases, norms "
+       "and tying)"},
       {R"({"model_type": "llama", "vocab_size": 32000})",
        "path/config.json: /hidden_size: missing required key"},
       {R"({"vocab_size": 32000})", "path/config.json: /model_type: missing required key"},

@@ -54,10 +54,51 @@ TEST_CASE("fit: when nothing fits, remedies are ranked and each is a real estima
     REQUIRE(fixes[i].need == bytes_needed(fixes[i].run));
     REQUIRE(fixes[i].need < bytes_needed(run));
     REQUIRE(fixes[i].fits == (fixes[i].need <= budget.usable()));
-    if (i > 0) REQUIRE(fixes[i - 1].need <= fixes[i].need);
+    REQUIRE((fixes[i].changes == 1 || fixes[i].fits));  // combinations only when they fit
+    if (i == 0) continue;
+    const auto& a = fixes[i - 1];
+    const auto& b = fixes[i];
+    // What fits first, fewest changes first, then the smallest need.
+    REQUIRE((a.fits || !b.fits));
+    if (a.fits == b.fits && (!a.fits || a.changes == b.changes)) REQUIRE(a.need <= b.need);
+    if (a.fits && b.fits) REQUIRE(a.changes <= b.changes);
   }
   // QLoRA of a 7B model fits a 24 GB card; fp32 full fine-tuning does not.
   REQUIRE(fixes.front().fits);
+}
+
+TEST_CASE("issue 12: fit tries remedies in combination and suggests more GPUs", "[search]") {
+  auto run = llama("fp32");
+  run.training.seq_len = 1024;
+  const Budget budget{find_gpu("a10").capacity, kDefaultReserve, "a10"};
+  const auto fixes = remedies(run, budget);
+  bool combination = false, gpus = false, fused = false;
+  for (const auto& f : fixes) {
+    CAPTURE(f.change);
+    combination = combination || (f.changes > 1 && f.fits);
+    gpus = gpus || (f.run.parallel.data_parallel > 1 && f.run.parallel.zero_stage == 3);
+    fused = fused || f.run.optimizer.impl == OptimizerImpl::fused;
+    if (f.changes == 1 || !f.fits) continue;
+    // A fitting combination is minimal: no single change of it fits on its own.
+    for (const auto& g : fixes) {
+      if (g.changes == 1 && g.fits) REQUIRE(f.change.find(g.change) == std::string::npos);
+    }
+  }
+  REQUIRE(combination);
+  REQUIRE(gpus);
+  REQUIRE(fused);
+}
+
+TEST_CASE("issue 12: fit --for seq stops at a learned position table", "[search]") {
+  RunSpec run;
+  run.model = load_model_preset("gpt2");
+  run.training.micro_batch = 1;
+  run.training.seq_len = 1;
+  const Budget budget{find_gpu("h100-80gb").capacity, kDefaultReserve, "h100-80gb"};
+  const auto fit = fit_largest(run, budget, FitTarget::seq_len, 1 << 20);
+  REQUIRE(fit.best);
+  REQUIRE(*fit.best == 1024);  // GPT-2's n_positions, not the budget's limit
+  REQUIRE(fit.limit_is_model);
 }
 
 TEST_CASE("sweep: every combination, each the estimate of its run", "[search]") {

@@ -48,9 +48,18 @@ struct ActivationInputs {
   bool cuda = true;
   Attention attention = Attention::sdpa;  ///< PyTorch 2 and transformers default
   Recompute recompute = Recompute::none;
-  bool approximate = false;        ///< a shape or family that was not measured
+  Loss loss = Loss::hf;
+  // One device of a split run (include/memest/layout.hpp): the dimensions above are its share.
+  std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank
+  bool sp = false;              ///< sequence parallelism: norms, dropouts, residuals keep N/t
+  std::uint64_t cp = 1;         ///< context-parallel ranks: s is this rank's part of the sequence
+  std::uint64_t in_flight = 1;  ///< micro-batches whose saved tensors the device holds (pipeline)
+  bool approximate = false;     ///< a shape or family that was not measured
   std::vector<std::string> notes;  ///< what was assumed (canonical shape, family approximations)
 };
+
+/// The split of the token dimension the sizes use: t under sequence parallelism, else 1.
+inline std::uint64_t token_split(const ActivationInputs& in) { return in.sp ? in.t : 1; }
 
 /// The canonical Llama-style decoder memest assumes for a bare parameter count
 /// (docs/activations.md): hidden from a size table, layers = round((P - 2*32000*h) / (12 h^2)),
@@ -77,6 +86,7 @@ struct ActivationTerm {
 /// Saved activations of one micro-batch (PyTorch >= 2 semantics), in bytes.
 struct ActivationBytes {
   std::uint64_t b = 0, s = 0;  ///< the micro-batch and sequence length they are for
+  std::uint64_t t = 1;         ///< the split of N/t (sequence parallelism), 1 without
   /// The model's dimensions the shapes use: hidden, heads, kv heads, head dim, MLP, vocab, layers.
   std::uint64_t h = 0, a = 0, k = 0, d = 0, I = 0, V = 0, L = 0;
   std::uint64_t per_layer = 0;        ///< as stored (the layer input under full recompute)

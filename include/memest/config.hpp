@@ -42,9 +42,11 @@ struct RunOptions {
       grad_accum_dtype;
   // training
   TextSetting batch, seq, grad_accum, attention, recompute, dropout, zero_grad, device, allocator,
-      context_reserve;
+      context_reserve, loss;
   // parallelism
-  TextSetting data_parallel, zero_stage, offload;
+  TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,
+      virtual_stages, microbatches, context_parallel, expert_parallel, vocab_multiple, fsdp;
+  FlagSetting sequence_parallel, distributed_optimizer;
   // hardware
   TextSetting gpu, budget, reserve;
 };

@@ -29,12 +29,26 @@ struct Category {
   std::optional<std::uint64_t> bytes;  ///< absent when not estimated (see `basis`)
   std::string basis;                   ///< how the bytes follow, or why they are not estimated
   bool on_device = true;               ///< false for host memory (PyTorch's step counters)
+  bool per_param = true;  ///< elements are parameters (false: the step counters' tensors)
 
   /// bytes / elements, 0 when unused or not estimated.
   double bytes_per_element() const;
 };
 
-/// The result: bytes per category for one device holding the whole model (no sharding yet).
+/// One pipeline stage of a split run, as its device sees it.
+struct StageSummary {
+  std::uint64_t stage = 0;
+  std::uint64_t first_layer = 0, layers = 0;  ///< the layers the stage holds
+  std::uint64_t in_flight = 1;                ///< micro-batches whose activations it keeps
+  bool embedding = false, head = false;       ///< whether it holds the embeddings / the head
+  std::uint64_t params = 0;                   ///< parameters on one device of the stage
+  std::uint64_t total_bytes = 0;              ///< sum of its device categories
+  std::optional<std::uint64_t> peak_bytes;    ///< its peak, when activations are estimated
+  std::uint64_t needed = 0;                   ///< what its device must hold
+};
+
+/// The result: bytes per category for one device. A run split over devices (tensor, pipeline,
+/// context, expert parallelism) gives the device of its worst stage, and lists every stage.
 struct Estimate {
   std::uint64_t params = 0;              ///< all parameters
   std::uint64_t trainable = 0;           ///< parameters that get gradients and optimizer states
@@ -52,6 +66,33 @@ struct Estimate {
   bool activations_approximate = false;  ///< shape or family not measured (see assumptions)
   /// The peak over a training step (docs/activations.md), when activations are estimated.
   std::optional<Peak> peak;
+  /// Every pipeline stage of a split run (one entry per stage); empty when the model is whole
+  /// on every device. The categories above are those of stage `worst_stage`.
+  std::vector<StageSummary> stages;
+  std::uint64_t worst_stage = 0;
+
+  /// What the run asks of the model that it cannot do as given (a sequence past a learned
+  /// position table): the estimate is of the shapes alone.
+  std::vector<std::string> warnings;
+  /// What the estimate leaves out that the run may hold (DDP's gradient buckets).
+  std::vector<std::string> notes;
+  /// A named tensor live at the peak.
+  struct Named {
+    std::string_view name;
+    std::uint64_t bytes = 0;
+  };
+  /// The tensors live at the peak that no category row holds (master gradients, the optimizer
+  /// step's temporaries, the loss's buffers, input ids), largest first; with the rows' live
+  /// bytes they make up the peak.
+  std::vector<Named> peak_outside_rows;
+  std::uint64_t peak_outside_rows_bytes = 0;  ///< their sum
+
+  /// The run's budget (--gpu or --budget) against what the run needs, when one is given.
+  std::optional<BudgetCheck> budget;
+
+  /// What a device must hold: the peak's `needed` when the peak is modelled, else the sum of
+  /// the device categories.
+  std::uint64_t needed() const { return peak ? peak->needed : total_bytes; }
 
   /// The category with this key; throws std::out_of_range if there is none.
   const Category& at(std::string_view key) const;

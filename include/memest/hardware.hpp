@@ -1,5 +1,7 @@
 #pragma once
 
+#include <memest/units.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,10 +33,15 @@ inline constexpr std::uint64_t kDefaultReserve = 1ULL << 30;
 struct Budget {
   std::uint64_t capacity = 0;  ///< the device's memory, or the --budget given
   std::uint64_t reserve = 0;   ///< kept back (context, workspaces)
-  std::string source;          ///< "h100-80gb" or "--budget 80GiB"
+  std::string source;          ///< "h100-80gb", or "budget 80GiB" as given
+  bool preset = false;         ///< a GPU preset (source is its name)
   /// capacity - reserve (0 if the reserve is larger).
   std::uint64_t usable() const { return capacity > reserve ? capacity - reserve : 0; }
 };
+
+/// The budget for a line of text in one unit: the GPU's name, or "budget 85.90 GB" for a
+/// --budget given as 80GiB (so a line never mixes GB and GiB).
+std::string budget_label(const Budget& budget, Unit unit);
 
 /// Whether `need` bytes fit a budget, and by how much.
 struct BudgetCheck {

@@ -91,15 +91,16 @@ struct Architecture {
   std::uint64_t head_dim = 0;           ///< = hidden_size / num_heads unless the config says
   std::uint64_t intermediate_size = 0;  ///< MLP width (dense layers; per expert for Mixtral)
   std::uint64_t max_positions = 0;      ///< rows of a learned position table, 0 if none
-  bool gated_mlp = false;               ///< gate, up and down projections (SwiGLU)
-  bool rms_norm = false;                ///< RMSNorm (weight only) instead of LayerNorm
-  bool parallel_block = false;          ///< attention and MLP read one normed input (GPT-J, Phi)
-  bool tied_embeddings = false;         ///< lm_head shares the input embedding
-  std::string activation = "silu";      ///< MLP activation function, HF spelling
-  double attn_dropout = 0.0;            ///< dropout on attention probabilities
-  double resid_dropout = 0.0;           ///< dropout after attention and MLP outputs
-  double embd_dropout = 0.0;            ///< dropout after the embeddings
-  std::uint64_t num_experts = 0;        ///< MoE routed experts per MoE layer, 0 for dense
+  std::uint64_t max_seq_len = 0;    ///< longest sequence a learned position table indexes; 0: none
+  bool gated_mlp = false;           ///< gate, up and down projections (SwiGLU)
+  bool rms_norm = false;            ///< RMSNorm (weight only) instead of LayerNorm
+  bool parallel_block = false;      ///< attention and MLP read one normed input (GPT-J, Phi)
+  bool tied_embeddings = false;     ///< lm_head shares the input embedding
+  std::string activation = "silu";  ///< MLP activation function, HF spelling
+  double attn_dropout = 0.0;        ///< dropout on attention probabilities
+  double resid_dropout = 0.0;       ///< dropout after attention and MLP outputs
+  double embd_dropout = 0.0;        ///< dropout after the embeddings
+  std::uint64_t num_experts = 0;    ///< MoE routed experts per MoE layer, 0 for dense
   std::uint64_t experts_per_token = 0;  ///< MoE top-k
 
   // Norms.
@@ -109,6 +110,9 @@ struct Architecture {
   bool final_norm = true;             ///< a norm after the last layer (of each stack)
   bool embedding_norm = false;        ///< a norm right after the embeddings (BERT)
   bool qk_norm = false;               ///< norms of head_dim on queries and keys (Phi qk_layernorm)
+  /// The q and k norms span every head with weights of their own: heads x head_dim and
+  /// kv_heads x head_dim, weight only (OLMo-2, OLMoE, Cohere use_qk_norm, StableLM qk_layernorm).
+  bool qk_norm_full_width = false;
 
   // Biases and heads.
   bool qkv_bias = false;       ///< q, k and v projections have biases
@@ -133,6 +137,18 @@ struct Architecture {
   std::uint64_t shared_expert_size = 0;     ///< width of the always-active shared MLP, 0 if none
   std::uint64_t num_shared_experts = 0;     ///< shared experts fused into that width
   bool shared_expert_gate = false;          ///< Linear(hidden, 1) gate on it (Qwen2-MoE)
+  bool router_bias = false;                 ///< the router Linear has a bias (gpt-oss)
+  /// The experts of a layer are two 3-D parameters, gate_up_proj [E, h, 2 I] and down_proj
+  /// [E, I, h], each with a bias (gpt-oss's GptOssExperts), not E modules of Linears.
+  bool fused_experts = false;
+  bool attention_sinks = false;  ///< one learned sink logit per head and layer (gpt-oss)
+
+  // Selective state-space layers (Mamba); ssm_state_size > 0 turns them on and replaces
+  // attention and the MLP by one mixer per layer.
+  std::uint64_t ssm_state_size = 0;   ///< N: the state per channel (A_log is I x N)
+  std::uint64_t ssm_conv_kernel = 0;  ///< depthwise causal conv1d width
+  std::uint64_t ssm_dt_rank = 0;      ///< rank of the time-step projection
+  bool ssm_conv_bias = true;          ///< conv1d has a bias (use_conv_bias)
 
   // Multi-head latent attention (DeepSeek-V2); kv_lora_rank > 0 turns it on.
   std::uint64_t q_lora_rank = 0;       ///< 0: one q_proj, else q_a_proj, q_a_layernorm, q_b_proj
@@ -158,9 +174,23 @@ Inventory build_inventory(const Architecture& arch);
 /// ((num_experts - experts_per_token) experts in each MoE layer); the total for dense models.
 std::uint64_t active_parameter_count(const Architecture& arch, const Inventory& inventory);
 
+/// How a checkpoint stores its weights when its config.json has a `quantization_config`: read so
+/// the output can say it, since the estimate sizes parameters by the precision policy (the
+/// weights dequantised for training, or --qlora's 4-bit base), never by the checkpoint.
+struct CheckpointQuant {
+  std::string method;            ///< quant_method as written: "fp8", "mxfp4", "bitsandbytes", ...
+  double bits_per_weight = 0.0;  ///< storage bits per quantised weight, scales included
+  std::string detail;            ///< how the bits follow, e.g. "4-bit values + 8-bit scale per 32"
+
+  bool operator==(const CheckpointQuant&) const = default;
+};
+
 /// A model as memest sees it: a name, its inventory and, when known, its architecture.
 struct ModelSpec {
   std::string name;
+  /// Where the config came from when it was looked up (a Hub id's preset or the local cache).
+  std::string source;
+  std::optional<CheckpointQuant> checkpoint_quant;
   std::optional<Architecture> arch;
   Inventory inventory;
   /// Parameters used per token (MoE top-k); equals the total for dense models.

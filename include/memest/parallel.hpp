@@ -4,10 +4,16 @@
 
 namespace memest {
 
-/// Data parallelism with ZeRO (Rajbhandari et al. 2020) sharding of the model states across
-/// the data-parallel ranks. Stage 1 shards the optimizer states and master weights, stage 2
-/// also the gradients, stage 3 also the parameters (FSDP FULL_SHARD; SHARD_GRAD_OP is stage 2).
-/// Activations are per micro-batch and are not sharded.
+/// The pipeline schedule: 1F1B (PipeDream-Flush, Megatron's default) or Megatron's interleaved
+/// 1F1B with virtual stages.
+enum class Schedule : std::uint8_t { one_f_one_b, interleaved };
+
+/// How the run is spread over devices (docs/parallelism.md). Data parallelism with ZeRO
+/// (Rajbhandari et al. 2020) shards the model states over the data-parallel ranks: stage 1 the
+/// optimizer states and master weights, stage 2 also the gradients, stage 3 also the parameters
+/// (FSDP FULL_SHARD; SHARD_GRAD_OP is stage 2). Tensor (Megatron-LM, Shoeybi et al. 2019),
+/// sequence (Korthikanti et al. 2022), pipeline, context and expert parallelism split the model
+/// and its tensors: src/layout.cpp gives each device its share.
 struct ParallelSpec {
   std::uint64_t data_parallel = 1;  ///< ranks the states are sharded over
   unsigned zero_stage = 0;          ///< 0 (replicated), 1, 2 or 3
@@ -15,8 +21,47 @@ struct ParallelSpec {
   /// live in host memory and the optimizer steps on the CPU; the device keeps the model's
   /// parameters, gradients and activations.
   bool offload_optimizer = false;
+  std::uint64_t tensor = 1;          ///< tensor-parallel ranks (t)
+  bool sequence = false;             ///< sequence parallelism over the tensor-parallel ranks
+  std::uint64_t pipeline = 1;        ///< pipeline stages (p)
+  std::uint64_t virtual_stages = 1;  ///< model chunks per pipeline rank (interleaved schedule)
+  std::uint64_t microbatches = 0;    ///< micro-batches per step on a pipeline; 0 = grad_accum
+  std::uint64_t context = 1;         ///< context-parallel ranks (the sequence split c ways)
+  std::uint64_t expert = 1;          ///< expert-parallel ranks (routed experts split e ways)
+  /// The vocabulary is padded to a multiple of vocab_multiple x t (Megatron's
+  /// --make-vocab-size-divisible-by, 128 there; 1 here: padded to a multiple of t only).
+  std::uint64_t vocab_multiple = 1;
+
+  /// Whether any dimension of the model or of its tensors is split over devices.
+  bool splits_model() const { return tensor > 1 || pipeline > 1 || context > 1 || expert > 1; }
+  Schedule schedule() const {
+    return virtual_stages > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
+  }
 
   bool operator==(const ParallelSpec&) const = default;
+};
+
+/// One device of a split run: which pipeline stage, what it holds of the model, how many
+/// micro-batches it keeps activations for. The default is a device holding the whole model.
+struct RankSpec {
+  std::uint64_t stage = 0, stages = 1;
+  std::uint64_t first_layer = 0;  ///< the stage's first layer in the whole model
+  std::uint64_t layers = 0;       ///< layers on this device (all its model chunks)
+  /// Layers one micro-batch runs through on this device before passing on: a model chunk.
+  std::uint64_t chunk_layers = 0;
+  /// Micro-batches (chunk-micro-batches when interleaved) whose saved activations are held at
+  /// the stage's peak: the one being computed and the others in flight.
+  std::uint64_t in_flight = 1;
+  bool embedding = true;  ///< the first stage: the embeddings
+  bool head = true;       ///< the last stage: the final norm, the head and the loss
+  std::uint64_t tensor = 1;
+  bool sequence = false;
+  std::uint64_t context = 1;
+  std::uint64_t expert = 1;
+  std::uint64_t vocab = 0;  ///< the padded vocabulary (all ranks); 0 = not split
+
+  bool split() const { return stages > 1 || tensor > 1 || context > 1 || expert > 1; }
+  bool operator==(const RankSpec&) const = default;
 };
 
 /// One rank's share of `bytes` spread evenly over `ranks` (rounded up).

@@ -26,6 +26,11 @@ enum class Device { cuda, cpu };
 /// Allocation model: none counts requested bytes (torch.cuda.max_memory_allocated); cuda rounds
 /// each block as the CUDA caching allocator does and reports reserved bytes as well.
 enum class Allocator { none, cuda };
+/// The loss over the vocabulary: hf keeps log_softmax(logits.float()) and frees two fp32 N x V
+/// gradients at the start of backward (transformers' ForCausalLMLoss); vocab-parallel is
+/// Megatron-LM's cross-entropy (tensor_parallel/cross_entropy.py): the fp32 logits turned into
+/// the softmax in place and saved, the gradient written over it and cast to the logits' dtype.
+enum class Loss { hf, vocab_parallel };
 
 std::span<const std::string_view> attention_names();
 Attention parse_attention(std::string_view text);
@@ -39,6 +44,9 @@ std::string_view device_name(Device d);
 std::span<const std::string_view> allocator_names();
 Allocator parse_allocator(std::string_view text);
 std::string_view allocator_name(Allocator a);
+std::span<const std::string_view> loss_names();
+Loss parse_loss(std::string_view text);
+std::string_view loss_name(Loss l);
 
 /// The training loop around the model.
 struct TrainingSpec {
@@ -52,6 +60,7 @@ struct TrainingSpec {
   Device device = Device::cuda;
   Allocator allocator = Allocator::none;
   std::uint64_t context_reserve = 0;  ///< a stated constant for the CUDA context, added to the peak
+  Loss loss = Loss::hf;
 
   bool operator==(const TrainingSpec&) const = default;
 };
@@ -62,7 +71,10 @@ struct RunSpec {
   PrecisionPolicy precision;
   OptimizerSpec optimizer;
   TrainingSpec training;
-  ParallelSpec parallel;         ///< data parallelism and ZeRO sharding
+  ParallelSpec parallel;  ///< data parallelism and ZeRO sharding
+  /// The device this spec describes when the model is split (src/layout.cpp): `model` is then
+  /// that device's share. Default: one device holds the whole model.
+  RankSpec rank;
   std::optional<Budget> budget;  ///< the device memory to check against, when given
 };
 

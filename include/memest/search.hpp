@@ -26,6 +26,7 @@ struct FitResult {
   /// The need at best + 1 (or at 1 when nothing fits) is past 2^64 bytes, the largest size the
   /// estimator counts: need_past_best is then 0, not a number of bytes.
   bool past_best_beyond_limit = false;
+  bool limit_is_model = false;  ///< the limit is the model's positions (fit --for seq)
   std::uint64_t usable = 0;
   std::uint64_t limit = 0;        ///< the largest value tried
   std::uint64_t evaluations = 0;  ///< estimates computed
@@ -44,11 +45,14 @@ struct Remedy {
   RunSpec run;         ///< the run with the change applied
   std::uint64_t need = 0;
   bool fits = false;
+  std::size_t changes = 1;  ///< how many changes `change` combines
 };
 
-/// Single changes that save memory (precision, 8-bit optimizer, recompute, flash attention,
-/// smaller micro-batch with more accumulation, LoRA/QLoRA), each estimated, those that save
-/// something sorted by need, smallest first.
+/// Changes that save memory (precision, 8-bit or fused optimizer, ZeRO/FSDP over more GPUs,
+/// offload, recompute, flash attention, smaller micro-batch with more accumulation,
+/// LoRA/QLoRA), each estimated: every single change that saves something, and the
+/// combinations of two or three that fit while no part of them does. Those that fit come
+/// first, fewest changes first; then by need, smallest first.
 std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget);
 
 /// A grid of runs: every combination of the listed values (an empty list keeps the run's own).

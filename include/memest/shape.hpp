@@ -9,8 +9,9 @@
 namespace memest {
 
 /// The monomials in the micro-batch b and the sequence length s that tensor sizes are made of:
-/// 1, s, s^2, b, b*s, b*s^2 and b*ceil32(s) (SDPA's log-sum-exp rows, padded to 32).
-inline constexpr std::size_t kMonoCount = 7;
+/// 1, s, s^2, b, b*s, b*s^2, b*ceil32(s) (SDPA's log-sum-exp rows, padded to 32) and b*s/t (the
+/// tokens of one rank where sequence parallelism splits them over t tensor-parallel ranks).
+inline constexpr std::size_t kMonoCount = 8;
 
 /// Where b, s and b*s sit in the basis (the order shape.cpp's exponent table gives).
 inline constexpr std::size_t kMonoS = 1, kMonoB = 3, kMonoBS = 4;
@@ -21,8 +22,9 @@ using Basis = std::array<std::uint64_t, kMonoCount>;
 /// A monomial's value when it passes 2^64 - 2: Poly::at throws for a size that uses it.
 inline constexpr std::uint64_t kBeyond = UINT64_MAX;
 
-/// The monomials at (b, s), each kBeyond past 2^64 - 2.
-Basis basis_at(std::uint64_t b, std::uint64_t s);
+/// The monomials at (b, s), with s split `t` ways for b*s/t (rounded up); each kBeyond past
+/// 2^64 - 2.
+Basis basis_at(std::uint64_t b, std::uint64_t s, std::uint64_t t = 1);
 
 /// A size as a polynomial in b and s: one coefficient per monomial.
 struct Poly {
@@ -59,13 +61,15 @@ struct Poly {
 };
 
 /// One factor of a shape: a model dimension (h = 4096), a count (3 projections) or a run size
-/// (b, s, N = b*s, s^2, ceil32(s), s+1). Run sizes carry exponents of b, s and ceil32(s).
+/// (b, s, N = b*s, s^2, ceil32(s), s+1, N/t). Run sizes carry exponents of b, s, ceil32(s) and
+/// b*s/t.
 struct Sym {
   const char* name = "";
   std::uint64_t value = 1;  ///< model dimensions and counts; 1 for run sizes
   std::uint8_t eb = 0, es = 0, er = 0;
   bool plus_one = false;  ///< s + 1
-  bool run() const { return eb || es || er; }
+  std::uint8_t et = 0;    ///< b*s/t: the tokens of one sequence-parallel rank
+  bool run() const { return eb || es || er || et; }
 };
 
 /// The run sizes, by name.
@@ -76,6 +80,7 @@ inline constexpr Sym N{"N", 1, 1, 1, 0, false};
 inline constexpr Sym s2{"s^2", 1, 0, 2, 0, false};
 inline constexpr Sym s32{"ceil32(s)", 1, 0, 0, 1, false};
 inline constexpr Sym s1{"(s+1)", 1, 0, 1, 0, true};
+inline constexpr Sym Nt{"N/t", 1, 0, 0, 0, false, 1};
 }  // namespace sym
 
 /// A model dimension or a count (`name` a string literal).
@@ -90,8 +95,8 @@ struct Shape {
   Poly elements() const;
   /// "N*h", "b*a*s^2"; "1" for a scalar.
   std::string symbols() const;
-  /// "2048 x 4096": each factor's value at (b, s).
-  std::string values(std::uint64_t b, std::uint64_t s) const;
+  /// "2048 x 4096": each factor's value at (b, s), s split t ways for N/t.
+  std::string values(std::uint64_t b, std::uint64_t s, std::uint64_t t = 1) const;
 };
 
 /// A shape from its factors; throws std::logic_error past five factors.

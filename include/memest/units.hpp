@@ -33,7 +33,8 @@ enum class Unit { bytes, kB, KiB, MB, MiB, GB, GiB, TB, TiB };
 
 /// The names accepted by --units, in display order.
 std::span<const std::string_view> unit_names();
-/// Parses a unit name ("GB", "GiB", "bytes", ...); throws Error listing the accepted names.
+/// Parses a unit name ("GB", "GiB", "bytes", "B", ...) in any case; throws Error listing the
+/// accepted names.
 Unit parse_unit(std::string_view text);
 /// The label printed after a number, e.g. "GiB"; "B" for bytes.
 std::string_view unit_label(Unit unit);
@@ -41,15 +42,17 @@ std::string_view unit_label(Unit unit);
 std::uint64_t unit_bytes(Unit unit);
 
 /// Parses an element count exactly: "7B", "6.7B", "125M", "350k", "1.3e9", "6738415616".
-/// Suffixes k/K = 10^3, M = 10^6, B/G = 10^9, T = 10^12. The result must be a positive whole
-/// number; throws Error otherwise (fractions, zero, negatives, NaN, overflow).
+/// Suffixes in either case: k = 10^3, M = 10^6, B/G = 10^9, T = 10^12. The result must be a
+/// positive whole number; throws Error otherwise (fractions, zero, negatives, NaN, overflow).
 std::uint64_t parse_count(std::string_view text);
 
-/// Parses a size in bytes: "80GiB", "80GB", "512MiB", "1.5TB", "1000000" (plain bytes) or
-/// "4096B". Fractional bytes round down. Throws Error on anything else or on overflow.
+/// Parses a size in bytes: "80GiB", "80GB", "512MiB", "1.5TB" or "4096B"; units in any case
+/// ("80gb", "80gib"). A bare number is refused (a size needs a unit). Fractional bytes round
+/// down. Throws Error on anything else or on overflow.
 std::uint64_t parse_bytes(std::string_view text);
 
-/// Formats bytes in `unit` with two decimals and the unit label, e.g. "28.00 GB"; Unit::bytes
+/// Formats bytes in `unit` with two decimals and the unit label, e.g. "28.00 GB" ("< 0.01 GB"
+/// for a few bytes, never "0.00 GB" for more than none); Unit::bytes
 /// prints the exact integer with thousands separators, e.g. "28,000,000,000 B".
 std::string format_bytes(std::uint64_t bytes, Unit unit);
 

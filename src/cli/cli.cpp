@@ -204,12 +204,30 @@ struct SweepFlags {
 int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags& flags,
               std::ostream& out) {
   report_options(flags, {"table", "csv", "jsonl"});
-  const RunSpec run = resolve(with_file(options, flags));
   SweepGrid grid;
   grid.micro_batches = parse_list<std::uint64_t>(sf.batches, "--batches", parse_whole);
   grid.seq_lens = parse_list<std::uint64_t>(sf.seqs, "--seqs", parse_whole);
+  // A swept size stands in for the flag, so --batches with --seq (no --batch) is a whole run.
+  RunOptions with_lists = with_file(options, flags);
+  if (!grid.micro_batches.empty() && !with_lists.batch)
+    with_lists.batch =
+        Setting<std::string>{std::to_string(grid.micro_batches.front()), "--batches"};
+  if (!grid.seq_lens.empty() && !with_lists.seq)
+    with_lists.seq = Setting<std::string>{std::to_string(grid.seq_lens.front()), "--seqs"};
+  const RunSpec run = resolve(with_lists);
   grid.policies = parse_list<PrecisionPolicy>(sf.policies, "--policies", precision_preset);
   grid.optimizers = parse_list<OptimizerKind>(sf.optimizers, "--optimizers", parse_optimizer);
+  if (grid.micro_batches.empty() && grid.seq_lens.empty() && grid.policies.empty() &&
+      grid.optimizers.empty()) {
+    throw Error("sweep needs a list to sweep: --batches, --seqs, --policies or --optimizers");
+  }
+  // A row is a whole run: without a micro-batch and a sequence it would have no peak.
+  if ((grid.micro_batches.empty() && run.training.micro_batch == 0) ||
+      (grid.seq_lens.empty() && run.training.seq_len == 0)) {
+    throw Error(
+        "sweep needs a micro-batch and a sequence length: --batches or --batch, and --seqs or "
+        "--seq");
+  }
   sweep_size(grid);  // a grid too large is refused before anything is printed
   const bool jsonl = flags.format == "jsonl";
   if (!jsonl) out << render_sweep_csv_header();
@@ -219,9 +237,15 @@ int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags
   return kExitOk;
 }
 
-int run_models(const OutputFlags& flags, std::ostream& out) {
+int run_models(const std::string& filter, const OutputFlags& flags, std::ostream& out) {
   report_options(flags);  // validates --format and --units
-  const auto presets = model_presets();
+  const auto presets = model_presets(filter);
+  if (presets.empty()) {
+    throw Error(
+        fmt::format("models: no preset matches \"{}\" (by name, Hub id or family; "
+                    "'memest models' lists all)",
+                    filter));
+  }
   out << (flags.format == "json" ? render_models_json(presets) : render_models_table(presets));
   return kExitOk;
 }
@@ -286,7 +310,7 @@ int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::
   } else {
     out << render_table(spec, est, report) << render_bar(est, spec.budget, report);
   }
-  return kExitOk;
+  return est.budget && !est.budget->fits ? kExitCheckFailed : kExitOk;
 }
 
 // The common one-shot command without CLI11: a plain estimate whose arguments are each a run
@@ -387,7 +411,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   binder.bind(app, options);
   add_output_flags(app, output);
   app.require_subcommand(0, 1);
-  auto* models = app.add_subcommand("models", "List the model presets with their parameter counts");
+  auto* models = app.add_subcommand(
+      "models", "List the model presets: Hub id, family, parameter count and layout");
+  std::string models_filter;
+  models->add_option("filter", models_filter, "Only presets whose name, Hub id or family has it")
+      ->type_name("TEXT");
   auto* gpus = app.add_subcommand("gpus", "List the GPU presets with their memory");
   auto* check = app.add_subcommand(
       "check",
@@ -442,7 +470,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   output.color = use_color(out);
   return guarded(err, [&] {
     binder.collect();
-    if (models->parsed()) return run_models(output, out);
+    if (models->parsed()) return run_models(models_filter, output, out);
     if (gpus->parsed()) return run_gpus(output, out);
     if (check->parsed()) return run_check(check_files, options, output, out);
     if (compare->parsed()) return run_compare(policies, options, output, out);

@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const std::uint64_t bytes = memest::parse_bytes(text);
     require(bytes > 0);
-    require(memest::parse_bytes(std::to_string(bytes)) == bytes);
+    require(memest::parse_bytes(std::to_string(bytes) + "B") == bytes);
     (void)memest::format_bytes(bytes, memest::Unit::GiB);
   } catch (const memest::Error&) {
   }

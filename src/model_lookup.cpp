@@ -1,0 +1,106 @@
+// `--model NAME` beyond the preset names: a preset's Hub id, or the config.json of a Hub id in
+// the local Hugging Face cache (the layout huggingface_hub writes: models--<org>--<name>/refs/main
+// holds the commit, snapshots/<commit>/config.json the file). Reads the disk, never the network.
+#include <memest/error.hpp>
+#include <memest/hf_config.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace memest {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool same_id(std::string_view x, std::string_view y) {
+  return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](char c, char d) {
+    return std::tolower(static_cast<unsigned char>(c)) ==
+           std::tolower(static_cast<unsigned char>(d));
+  });
+}
+
+// "Qwen/Qwen3-8B": one slash with text on both sides, as Hub repository ids are written.
+bool looks_like_hub_id(std::string_view name) {
+  const auto slash = name.find('/');
+  return slash != std::string_view::npos && slash > 0 && slash + 1 < name.size() &&
+         name.find('/', slash + 1) == std::string_view::npos && !name.ends_with(".json");
+}
+
+// The snapshot's config.json: the commit refs/main names, else the only snapshot that has one.
+// Empty when the repository is not cached; throws when several snapshots leave it ambiguous.
+std::string cached_config(const fs::path& repo, std::string_view id) {
+  std::error_code ec;
+  if (!fs::is_directory(repo / "snapshots", ec)) return "";
+  std::ifstream ref(repo / "refs" / "main");
+  std::string commit;
+  if (ref && std::getline(ref, commit) && !commit.empty()) {
+    const fs::path file = repo / "snapshots" / commit / "config.json";
+    if (fs::is_regular_file(file, ec)) return file.string();
+  }
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(repo / "snapshots", ec)) {
+    if (fs::is_regular_file(e.path() / "config.json", ec)) {
+      found.push_back((e.path() / "config.json").string());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  if (found.size() > 1) {
+    throw Error(fmt::format(
+        "model \"{}\": the local Hugging Face cache has {} snapshots with a config.json and no "
+        "refs/main to choose: pass --config with one of {}",
+        id, found.size(), fmt::join(found, ", ")));
+  }
+  return found.empty() ? "" : found.front();
+}
+
+}  // namespace
+
+std::string hf_hub_cache(const char* (*env)(const char*)) {
+  const auto get = [&](const char* name) -> std::string {
+    const char* v = env(name);
+    return v != nullptr ? std::string(v) : std::string();
+  };
+  if (const std::string v = get("HF_HUB_CACHE"); !v.empty()) return v;
+  if (const std::string v = get("HF_HOME"); !v.empty()) return v + "/hub";
+  if (const std::string v = get("XDG_CACHE_HOME"); !v.empty()) return v + "/huggingface/hub";
+  if (const std::string v = get("HOME"); !v.empty()) return v + "/.cache/huggingface/hub";
+  return "";
+}
+
+ModelSpec load_named_model(std::string_view name, const std::string& hub_cache) {
+  if (!looks_like_hub_id(name)) return load_model_preset(name);
+  for (const PresetInfo& p : model_presets()) {
+    if (same_id(p.hub_id, name)) {
+      ModelSpec m = load_model_preset(p.name);
+      m.source = fmt::format("preset \"{}\" (the config.json of {})", p.name, p.hub_id);
+      return m;
+    }
+  }
+  // huggingface_hub's folder name: "models--" + the id with "/" replaced by "--".
+  std::string folder = "models--" + std::string(name);
+  folder.replace(folder.find('/'), 1, "--");
+  if (!hub_cache.empty()) {
+    const std::string file = cached_config(fs::path(hub_cache) / folder, name);
+    if (!file.empty()) {
+      ModelSpec m = load_hf_config(file);
+      m.name = std::string(name);
+      m.source = file;
+      return m;
+    }
+  }
+  throw Error(fmt::format(
+      "model \"{}\": no preset has this Hub id and the local Hugging Face cache ({}) has no "
+      "{}/snapshots/*/config.json; fetch it with `huggingface-cli download {} config.json` and "
+      "run again, or pass --config PATH (memest never uses the network)",
+      name, hub_cache.empty() ? "not found: HF_HUB_CACHE, HF_HOME and HOME are unset" : hub_cache,
+      folder, name));
+}
+
+}  // namespace memest

@@ -1,0 +1,222 @@
+// Tensor, sequence, pipeline and context parallelism (include/memest/layout.hpp): the split rules
+// against Korthikanti et al. 2022's per-layer formulas and Megatron-LM's published per-rank
+// counts and measured peaks (tests/data/gpu/SOURCES.md).
+#include "testutil.hpp"
+
+#include <memest/config.hpp>
+#include <memest/layout.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+namespace memest::test {
+namespace {
+
+using nlohmann::json;
+
+json run_json(std::vector<std::string> args) {
+  args.push_back("--format");
+  args.push_back("json");
+  const CliResult r = run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return json::parse(r.out);
+}
+
+// A GPT layer as the paper draws it: LayerNorm, gelu MLP of 4h, fused qkv, dropout everywhere,
+// eager attention, activations in 16 bits (no autocast), on CUDA.
+const char* kGpt =
+    R"({"model_type":"megatron_gpt","vocab_size":51200,"hidden_size":1024,"num_layers":4,)"
+    R"("num_attention_heads":16,"max_position_embeddings":2048})";
+
+std::uint64_t per_layer(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--architecture", kGpt,    "--precision", "bf16",
+                                   "--attention",    "eager", "--batch",     "2",
+                                   "--seq",          "512"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_json(args)["activations"]["per_layer_bytes"].get<std::uint64_t>();
+}
+
+}  // namespace
+
+// Korthikanti et al. 2022, eq. 2-4: s*b*h*(34 + 5as/h) bytes per layer; with t-way tensor
+// parallelism s*b*h*(10 + 24/t + 5as/(ht)); with sequence parallelism as well
+// s*b*h/t*(34 + 5as/h). The paper leaves out LayerNorm's fp32 mean and rstd (2 norms x 2 x 4 B
+// per token, split by t under sequence parallelism) and the 2-byte score divisor.
+TEST_CASE("per-layer activations follow Korthikanti et al. under tensor and sequence parallelism") {
+  const double s = 512, b = 2, h = 1024, a = 16;
+  const auto paper = [&](double t, bool sp) {
+    const double core = 5 * a * s / h / t;
+    return sp ? s * b * h * (34 / t + core) : s * b * h * (10 + 24 / t + core);
+  };
+  const auto stats = [&](double t, bool sp) { return 16 * s * b / (sp ? t : 1) + 2; };
+  CHECK(per_layer({}) == static_cast<std::uint64_t>(paper(1, false) + stats(1, false)));
+  for (const std::string t : {"2", "4", "8"}) {
+    const double tv = std::stod(t);
+    CHECK(per_layer({"--tp", t}) ==
+          static_cast<std::uint64_t>(paper(tv, false) + stats(tv, false)));
+    CHECK(per_layer({"--tp", t, "--sp"}) ==
+          static_cast<std::uint64_t>(paper(tv, true) + stats(tv, true)));
+  }
+  // Selective recompute drops the 5as/h term (the paper's eq. 6).
+  CHECK(per_layer({"--tp", "4", "--sp", "--recompute", "selective"}) ==
+        static_cast<std::uint64_t>(s * b * h * 34 / 4 + stats(4, true) - 2));  // divisor too
+}
+
+// Megatron's TP4 7B GQA run: 1,713,299,456 parameters per rank (the reference's check of the
+// published configuration: vocabulary 131,073 padded to 131,584, position table replicated).
+TEST_CASE("tensor parallelism gives Megatron's per-rank parameter count") {
+  const json j = run_json(
+      {"--architecture",
+       R"({"model_type":"megatron_gpt","vocab_size":131073,"hidden_size":4096,"num_layers":32,)"
+       R"("num_attention_heads":32,"num_query_groups":8,"kv_channels":128,"ffn_hidden_size":16384,)"
+       R"("max_position_embeddings":8192,"untie_embeddings_and_output_weights":true})",
+       "--tp", "4", "--vocab-multiple", "128"});
+  CHECK(j["parameters"]["total"].get<std::uint64_t>() == 1'713'299'456ULL);
+}
+
+// Each published Megatron CI run, with the flags a user would type; the metric is the last
+// rank's max allocated bytes. The cases memest models within 5% are held to it; the others are
+// known gaps (docs/parallelism.md) held to their current bound, so that a change shows.
+TEST_CASE("Megatron-LM CI runs: the last stage's peak against max allocated") {
+  struct Case {
+    std::string id;
+    std::vector<std::string> flags;
+    double tolerance;
+  };
+  const std::string small =
+      R"({"model_type":"megatron_gpt","vocab_size":50257,"hidden_size":512,"num_layers":12,)"
+      R"("num_attention_heads":8,"max_position_embeddings":1024)";
+  const std::vector<Case> cases = {
+      {"meg-gpt7b-gqa-tp4-dp2-mbs2-s8192-distopt",
+       {"--architecture",
+        R"({"model_type":"megatron_gpt","vocab_size":131073,"hidden_size":4096,"num_layers":32,)"
+        R"("num_attention_heads":32,"num_query_groups":8,"kv_channels":128,)"
+        R"("ffn_hidden_size":16384,"max_position_embeddings":8192,)"
+        R"("untie_embeddings_and_output_weights":true})",
+        "--batch", "2", "--seq", "8192", "--tp", "4", "--dp", "2", "--distributed-optimizer",
+        "--attention", "flash", "--grad-accum", "2"},
+       0.05},
+      {"meg-gpt125m-tp1-pp2-dp4-mbs4-s1024-local",
+       {"--architecture", small + "}", "--batch", "4", "--seq", "1024", "--dp", "4", "--pp", "2",
+        "--attention", "eager", "--grad-accum", "2"},
+       0.05},
+      {"meg-gpt125m-tp1-dp8-mbs4-s1024-distopt-unfused",
+       {"--architecture", small + "}", "--batch", "4", "--seq", "1024", "--dp", "8",
+        "--distributed-optimizer", "--attention", "eager"},
+       0.10},
+      {"meg-gpt125m-tp1-dp8-mbs4-s1024-fullrecompute-unfused",
+       {"--architecture", small + "}", "--batch", "4", "--seq", "1024", "--dp", "8", "--attention",
+        "eager", "--recompute", "full"},
+       0.15},
+      {"meg-gpt125m-tp2-pp2-cp2-sp-mbs4-s1024-flash",
+       {"--architecture", small + R"(,"hidden_dropout":0,"attention_dropout":0})", "--batch", "4",
+        "--seq", "1024", "--tp", "2", "--sp", "--pp", "2", "--cp", "2", "--attention", "flash",
+        "--grad-accum", "8"},
+       0.15},
+  };
+  std::ifstream in(data_path("data/gpu/megatron_cases.jsonl"));
+  std::map<std::string, double> measured;
+  for (std::string line; std::getline(in, line);) {
+    const json c = json::parse(line);
+    measured[c["id"].get<std::string>()] = c["measured"]["bytes"].get<double>();
+  }
+  REQUIRE(measured.size() == cases.size());
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.flags;
+    for (const char* f : {"--precision", "mixed-bf16-fp32grad", "--fused-optimizer",
+                          "--vocab-multiple", "128", "--loss", "vocab-parallel"})
+      args.emplace_back(f);
+    const json j = run_json(args);
+    const json& stages = j["stages"];  // empty when only data parallelism is used
+    const double last = stages.empty() ? j["peak"]["bytes"].get<double>()
+                                       : stages.back()["peak_bytes"].get<double>();
+    const double err = last / measured.at(c.id) - 1;
+    INFO(c.id << ": memest " << last << " B, measured " << measured.at(c.id) << " B, error "
+              << err * 100 << "%");
+    CHECK(std::abs(err) <= c.tolerance);
+  }
+}
+
+TEST_CASE("pipeline stages keep the micro-batches in flight that their schedule says") {
+  ParallelSpec p;
+  p.pipeline = 4;
+  CHECK(in_flight_microbatches(p, 0, 8) == 4);  // 1F1B: p - stage
+  CHECK(in_flight_microbatches(p, 3, 8) == 1);
+  CHECK(in_flight_microbatches(p, 0, 2) == 2);  // never more than the micro-batches
+  p.virtual_stages = 8;                         // Megatron: 2(p - r - 1) + (v - 1)p, plus one
+  CHECK(in_flight_microbatches(p, 3, 8) == 29);
+  CHECK(in_flight_microbatches(p, 0, 8) == 35);
+  CHECK(in_flight_microbatches(p, 0, 4) == 32);  // m == p: every micro-batch is warm-up
+}
+
+TEST_CASE("a layout that does not fit the model is refused, one line per problem") {
+  const auto err = [](std::vector<std::string> args) {
+    const CliResult r = run_cli(args);
+    CHECK(r.code == 2);
+    return r.err;
+  };
+  CHECK_THAT(err({"--model", "llama-2-7b", "--tp", "3"}),
+             Catch::Contains("--tp 3: does not divide the attention heads (32)"));
+  CHECK_THAT(err({"--model", "llama-3-8b", "--tp", "6"}),
+             Catch::Contains("the 8 kv heads can be neither split nor replicated"));
+  CHECK_THAT(err({"--model", "gpt2", "--pp", "5"}),
+             Catch::Contains("12 layers do not split evenly into 5 model chunks"));
+  CHECK_THAT(err({"--model", "gpt2", "--pp", "24"}), Catch::Contains("--pp 24"));
+  CHECK_THAT(err({"--model", "llama-2-7b", "--cp", "2", "--batch", "1", "--seq", "1002"}),
+             Catch::Contains("--cp 2: the sequence of 1002 tokens does not split"));
+  CHECK_THAT(err({"--model", "llama-2-7b", "--ep", "2"}), Catch::Contains("no routed experts"));
+  CHECK_THAT(err({"--model", "mixtral-8x7b", "--ep", "3"}),
+             Catch::Contains("--ep 3: does not divide the 8 routed experts"));
+  CHECK_THAT(err({"--model", "gpt2", "--sp"}), Catch::Contains("--sp"));
+  CHECK_THAT(err({"--model", "gpt2", "--fsdp", "full"}), Catch::Contains("--dp N"));
+}
+
+TEST_CASE("kv heads fewer than the tensor-parallel ranks are replicated, and said so") {
+  const json j = run_json({"--model", "llama-3-8b", "--tp", "16"});
+  bool said = false;
+  for (const json& a : j["assumptions"])
+    said = said || a.get<std::string>().find("each rank holds one kv head") != std::string::npos;
+  CHECK(said);
+  // q: 4096/16 rows per rank; k and v: one head of 128 rows each, on every rank.
+  RunSpec run = run_of("llama-3-8b", "bf16", 1, 128);
+  run.parallel.tensor = 16;
+  std::uint64_t k_rows = 0, q_rows = 0;
+  for (const TensorGroup& g : stage_runs(run).front().model.inventory.groups) {
+    if (g.name.find("k_proj") != std::string::npos) k_rows = g.rows;
+    if (g.name.find("q_proj") != std::string::npos) q_rows = g.rows;
+  }
+  CHECK(q_rows == 256);
+  CHECK(k_rows == 128);
+}
+
+TEST_CASE("the stages of a pipeline split the layers and hold the ends of the model") {
+  const json j = run_json({"--model", "llama-2-7b", "--pp", "4", "--tp", "2", "--batch", "1",
+                           "--seq", "4096", "--grad-accum", "8", "--precision", "mixed-bf16"});
+  const json& st = j["stages"];
+  REQUIRE(st.size() == 4);
+  std::uint64_t layers = 0, worst = 0;
+  for (const json& s : st) {
+    layers += s["layers"].get<std::uint64_t>();
+    worst += s["worst"].get<bool>() ? 1U : 0U;
+    CHECK(s["needed_bytes"].get<std::uint64_t>() >= s["peak_bytes"].get<std::uint64_t>());
+  }
+  CHECK(layers == 32);
+  CHECK(worst == 1);
+  CHECK(st[0]["embedding"].get<bool>());
+  CHECK(st[3]["head"].get<bool>());
+  CHECK(st[0]["in_flight_microbatches"].get<std::uint64_t>() == 4);
+  // The middle stages hold neither end of the model: the same layers, fewer parameters.
+  CHECK(st[1]["parameters"].get<std::uint64_t>() < st[0]["parameters"].get<std::uint64_t>());
+  CHECK(st[1]["parameters"] == st[2]["parameters"]);
+  // Tensor parallelism halves the split parameters of a layer; the whole model is the sum.
+  const json whole = run_json({"--model", "llama-2-7b"});
+  std::uint64_t sum = 0;
+  for (const json& s : st) sum += s["parameters"].get<std::uint64_t>();
+  const auto total = whole["parameters"]["total"].get<std::uint64_t>();
+  CHECK(sum * 2 < total + 2 * 4096 * 65 * 32);  // norms are replicated, not split
+  CHECK(sum * 2 > total);
+}
+
+}  // namespace memest::test
