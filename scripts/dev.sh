@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One entry point for setting up, building and testing memest on Debian 12.
 #   bash scripts/dev.sh demo   install what is missing, build (release), run the main example
-#   bash scripts/dev.sh test   install what is missing, build and run every test (dev + asan)
+#   bash scripts/dev.sh test   install what is missing, build and run every test (dev + asan),
+#                              then each fuzz target for a few seconds (scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ clang-format git libcli11-dev nlohmann-json3-dev libfmt-dev
-          catch2 libbenchmark-dev python3 python3-jsonschema)
+          catch2 libbenchmark-dev python3 python3-jsonschema clang libclang-rt-dev)
 
 install_missing() {
   local missing=()
@@ -33,6 +34,9 @@ case "${1:-}" in
     git ls-files '*.cpp' '*.hpp' | xargs clang-format --dry-run --Werror
     cmake --workflow --preset dev
     cmake --workflow --preset asan
+    # libFuzzer + ASan + UBSan, 5 s per target: a smoke run that keeps the targets building and
+    # replays the corpus; a real run is `bash scripts/fuzz.sh` (docs/hardening.md).
+    bash scripts/fuzz.sh 5
     ;;
   *)
     echo "usage: bash scripts/dev.sh demo|test" >&2

@@ -147,18 +147,21 @@ ModelSpec model_from_json(const Json& root, const std::string& source) {
   const std::string raw_type = r.string({"model_type"}, "");
   Architecture a;
   a.model_type = raw_type == "RefinedWebModel" || raw_type == "RefinedWeb" ? "falcon" : raw_type;
-  if (!detail::read_family(r, a, raw_type)) {
-    r.fail("model_type",
-           fmt::format("unsupported model_type \"{}\" (supported: {}){}", raw_type,
-                       fmt::join(detail::family_types(), ", "), architecture_hint(r)));
-  }
-  check(r, a, a.head_dim != 0);
-
   ModelSpec m;
+  try {
+    if (!detail::read_family(r, a, raw_type)) {
+      r.fail("model_type",
+             fmt::format("unsupported model_type \"{}\" (supported: {}){}", raw_type,
+                         fmt::join(detail::family_types(), ", "), architecture_hint(r)));
+    }
+    check(r, a, a.head_dim != 0);
+    m.inventory = build_inventory(a);
+    m.active_params = active_parameter_count(a, m.inventory);
+  } catch (const SizeOverflow& e) {
+    rethrow_with_context(e, source + ": the model's sizes");
+  }
   m.name = model_name(root, source);
   m.checkpoint_quant = read_quantization(r);
-  m.inventory = build_inventory(a);
-  m.active_params = active_parameter_count(a, m.inventory);
   m.arch = std::move(a);
   return m;
 }

@@ -214,6 +214,35 @@ void read_t5(const JsonObject& r, Architecture& a) {
   a.tied_embeddings = r.boolean({"tie_word_embeddings"}, true);
 }
 
+// The sum of config values `values` (read from `keys`); a sum past 2^64 names the keys.
+std::uint64_t sum_of(const JsonObject& r, std::initializer_list<std::string_view> keys,
+                     std::initializer_list<std::uint64_t> values) {
+  std::uint64_t total = 0;
+  for (const std::uint64_t v : values) {
+    if (__builtin_add_overflow(total, v, &total)) {
+      r.fail(*(keys.end() - 1), fmt::format("{} exceeds 2^64 (expected sizes a model can have)",
+                                            fmt::join(keys, " + ")));
+    }
+  }
+  return total;
+}
+
+// Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer: layer i is sparse when there are experts,
+// (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers. Counted without a loop
+// over the layers (the count may be huge).
+std::uint64_t sparse_layers(const JsonObject& r, const Architecture& a) {
+  const std::uint64_t step = r.uint({"decoder_sparse_step"}, 1);
+  std::vector<std::uint64_t> dense_only = r.uint_list("mlp_only_layers");
+  if (a.num_experts == 0) return 0;
+  std::uint64_t sparse = a.num_layers / step;
+  std::sort(dense_only.begin(), dense_only.end());
+  dense_only.erase(std::unique(dense_only.begin(), dense_only.end()), dense_only.end());
+  for (const std::uint64_t i : dense_only) {
+    if (i < a.num_layers && (i + 1) % step == 0) --sparse;
+  }
+  return sparse;
+}
+
 // DeepSeek-V2 and V3 (transformers models/deepseek_v2 and models/deepseek_v3): MLA and MoE with
 // shared experts. V3's router keeps its e_score_correction_bias as a buffer, not a parameter,
 // and its multi-token-prediction layer (num_nextn_predict_layers) is not instantiated.
@@ -227,7 +256,10 @@ void read_deepseek(const JsonObject& r, Architecture& a) {
   a.qk_nope_head_dim = r.uint({"qk_nope_head_dim"}, 128);
   a.qk_rope_head_dim = r.uint({"qk_rope_head_dim"}, 64);
   a.v_head_dim = r.uint({"v_head_dim"}, 128);
-  a.head_dim = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  a.head_dim =
+      sum_of(r, {"qk_nope_head_dim", "qk_rope_head_dim"}, {a.qk_nope_head_dim, a.qk_rope_head_dim});
+  sum_of(r, {"kv_lora_rank", "qk_rope_head_dim"}, {a.kv_lora_rank, a.qk_rope_head_dim});
+  sum_of(r, {"qk_nope_head_dim", "v_head_dim"}, {a.qk_nope_head_dim, a.v_head_dim});
   a.num_kv_heads = a.num_heads;  // MLA: num_key_value_heads plays no part
   a.num_experts = r.uint({"n_routed_experts"}, v3 ? 256 : 0, true);
   if (a.num_experts > 0) {
@@ -239,9 +271,10 @@ void read_deepseek(const JsonObject& r, Architecture& a) {
     const std::uint64_t first_dense = r.uint({"first_k_dense_replace"}, v3 ? 3 : 0, true);
     // DeepseekV3DecoderLayer makes every layer from first_k_dense_replace on a MoE layer.
     const std::uint64_t freq = v3 ? 1 : r.uint({"moe_layer_freq"}, 1);
-    for (std::uint64_t i = first_dense; i < a.num_layers; ++i) {
-      if (i % freq == 0) ++a.moe_layers;
-    }
+    // Layers i >= first_dense with i % freq == 0, counted without a loop over the layers (the
+    // count may be huge). multiples(x): the multiples of freq in [0, x).
+    const auto multiples = [&](std::uint64_t x) { return ceil_div(x, freq); };
+    a.moe_layers = multiples(a.num_layers) - multiples(std::min(first_dense, a.num_layers));
   }
 }
 
@@ -254,12 +287,7 @@ void read_qwen2_moe(const JsonObject& r, Architecture& a) {
   a.shared_expert_size = r.uint({"shared_expert_intermediate_size"}, 5632, true);
   a.num_shared_experts = a.shared_expert_size > 0 ? 1 : 0;
   a.shared_expert_gate = a.shared_expert_size > 0;
-  const std::uint64_t step = r.uint({"decoder_sparse_step"}, 1);
-  const std::vector<std::uint64_t> dense_only = r.uint_list("mlp_only_layers");
-  for (std::uint64_t i = 0; i < a.num_layers && a.num_experts > 0; ++i) {
-    const bool listed = std::find(dense_only.begin(), dense_only.end(), i) != dense_only.end();
-    if (!listed && (i + 1) % step == 0) ++a.moe_layers;
-  }
+  a.moe_layers = sparse_layers(r, a);
 }
 
 // Llama, Mistral, OLMo, Gemma 1/2, Qwen2, Phi-3 and Mixtral: the Llama layout with switches.
@@ -306,12 +334,7 @@ void read_qwen3(const JsonObject& r, Architecture& a) {
   a.num_experts = r.uint({"num_experts"}, 128, true);
   a.experts_per_token = r.uint({"num_experts_per_tok"}, 8);
   a.moe_intermediate_size = r.uint({"moe_intermediate_size"}, 768);
-  const std::uint64_t step = r.uint({"decoder_sparse_step"}, 1);
-  const std::vector<std::uint64_t> dense_only = r.uint_list("mlp_only_layers");
-  for (std::uint64_t i = 0; i < a.num_layers && a.num_experts > 0; ++i) {
-    const bool listed = std::find(dense_only.begin(), dense_only.end(), i) != dense_only.end();
-    if (!listed && (i + 1) % step == 0) ++a.moe_layers;
-  }
+  a.moe_layers = sparse_layers(r, a);
 }
 
 // Gemma 3 text (models/gemma3, Gemma3ForCausalLM): Gemma 2's four norms per layer plus per-head

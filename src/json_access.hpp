@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -19,12 +20,24 @@ namespace memest::detail {
 
 using Json = nlohmann::json;
 
+/// The largest config file read (16 MiB): config files are kilobytes, and a cap keeps a wrong
+/// path from being read until memory runs out.
+inline constexpr std::uint64_t kMaxConfigFileBytes = 16 * 1024 * 1024;
+
+/// The deepest nesting of arrays and objects accepted (config files use three or four levels).
+inline constexpr std::size_t kMaxJsonDepth = 64;
+
 /// Parses JSON text, comments allowed; throws Error `<source>: invalid JSON: parse error at line
-/// L, column C: ...` (without nlohmann's `[json.exception...] ` prefix).
+/// L, column C: ...` (without nlohmann's `[json.exception...] ` prefix), or `<source>: <pointer>:
+/// <problem>` for a number past a double's range, a duplicate key or nesting past kMaxJsonDepth.
 Json parse_json(std::string_view text, const std::string& source);
 
-/// Reads and parses the file at `path`, which names it in messages. Throws Error `<path>: cannot
-/// open file: <reason>` when it is missing, a directory or unreadable, else as parse_json.
+/// The text of the config file at `path`, which names it in messages. Throws Error `<path>:
+/// cannot open file: <reason>` when it is missing, a directory, not a regular file (a FIFO, a
+/// device) or unreadable, and `<path>: file is larger than ...` past kMaxConfigFileBytes.
+std::string read_config_file(const std::string& path);
+
+/// Reads and parses the file at `path`: read_config_file, then parse_json.
 Json read_json_file(const std::string& path);
 
 /// A value as messages show it: `string "4k"`, `number -2`, `boolean true`, `null`, `an array`,

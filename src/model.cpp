@@ -398,7 +398,7 @@ void build_attention(const Architecture& a, const Names& n, Builder& b) {
   const std::string& p = n.layer;
   if (a.kv_lora_rank > 0) {
     // DeepSeek-V2 multi-head latent attention.
-    const std::uint64_t q_head = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    const std::uint64_t q_head = checked_add(a.qk_nope_head_dim, a.qk_rope_head_dim);
     const std::uint64_t q_out = checked_mul(a.num_heads, q_head);
     if (a.q_lora_rank == 0) {
       b.linear(p + "self_attn.q_proj", Role::attention, q_out, h, layers, false, "q");
@@ -409,11 +409,11 @@ void build_attention(const Architecture& a, const Names& n, Builder& b) {
       b.linear(p + "self_attn.q_b_proj", Role::attention, q_out, a.q_lora_rank, layers, false, "q");
     }
     b.linear(p + "self_attn.kv_a_proj_with_mqa", Role::attention,
-             a.kv_lora_rank + a.qk_rope_head_dim, h, layers, a.qkv_bias, "kv");
+             checked_add(a.kv_lora_rank, a.qk_rope_head_dim), h, layers, a.qkv_bias, "kv");
     b.norm(p + "self_attn.kv_a_layernorm", a.kv_lora_rank, layers);
     b.linear(p + "self_attn.kv_b_proj", Role::attention,
-             checked_mul(a.num_heads, a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, layers,
-             false, "kv");
+             checked_mul(a.num_heads, checked_add(a.qk_nope_head_dim, a.v_head_dim)),
+             a.kv_lora_rank, layers, false, "kv");
     b.linear(p + "self_attn.o_proj", Role::attention, h, checked_mul(a.num_heads, a.v_head_dim),
              layers, a.attn_out_bias, "o");
     return;

@@ -38,9 +38,15 @@ bool looks_like_hub_id(std::string_view name) {
 std::string cached_config(const fs::path& repo, std::string_view id) {
   std::error_code ec;
   if (!fs::is_directory(repo / "snapshots", ec)) return "";
-  std::ifstream ref(repo / "refs" / "main");
+  // refs/main holds a 40-character hash: anything but a small regular file (a FIFO, a link to
+  // /dev/zero) is not read, as no config file is (docs/hardening.md).
+  const fs::path ref_path = repo / "refs" / "main";
   std::string commit;
-  if (ref && std::getline(ref, commit) && !commit.empty()) {
+  if (fs::is_regular_file(ref_path, ec) && fs::file_size(ref_path, ec) <= 4096 && !ec) {
+    std::ifstream ref(ref_path);
+    std::getline(ref, commit);
+  }
+  if (!commit.empty()) {
     const fs::path file = repo / "snapshots" / commit / "config.json";
     if (fs::is_regular_file(file, ec)) return file.string();
   }

@@ -1,3 +1,5 @@
+#include "json_dump.hpp"
+
 #include <memest/report.hpp>
 
 #include <fmt/format.h>
@@ -519,7 +521,7 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   j["assumptions"] = e.assumptions;
   j["notes"] = e.notes;
   j["warnings"] = e.warnings;
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
 }
 
 namespace {
@@ -560,7 +562,7 @@ std::string render_models_json(const std::vector<PresetInfo>& presets) {
                     {"tied_embeddings", p.tied}});
   }
   ordered_json j = {{"schema_version", kJsonSchemaVersion}, {"models", list}};
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
 }
 
 std::string render_gpus_table(const std::vector<Gpu>& gpus, Unit unit) {
@@ -587,7 +589,7 @@ std::string render_gpus_json(const std::vector<Gpu>& gpus) {
   ordered_json j = {{"schema_version", kJsonSchemaVersion},
                     {"default_reserve_bytes", kDefaultReserve},
                     {"gpus", list}};
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
 }
 
 namespace {
@@ -654,7 +656,7 @@ std::string render_check_json(const std::vector<CheckResult>& results) {
       {"schema_version", kJsonSchemaVersion},
       {"results", list},
       {"summary", {{"fits", counts[0]}, {"over", counts[1]}, {"invalid", counts[2]}}}};
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
 }
 
 namespace {
@@ -747,7 +749,7 @@ std::string render_compare_json(const std::vector<RunSpec>& runs,
                     {"model", runs.front().model.name},
                     {"optimizer", optimizer_json(runs.front().optimizer)},
                     {"runs", list}};
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
 }
 
 }  // namespace memest

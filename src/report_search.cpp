@@ -1,4 +1,6 @@
 // Renderers for the search commands: fit and sweep.
+#include "json_dump.hpp"
+
 #include <memest/report.hpp>
 
 #include <fmt/format.h>
@@ -25,6 +27,12 @@ std::string other_dimension(const RunSpec& run, FitTarget t) {
                            run.training.micro_batch ? run.training.micro_batch : 1);
 }
 
+// A need the search could not count is said as such, never as 2^64 - 1 bytes.
+std::string past_need(const FitResult& fit, Unit unit) {
+  return fit.past_best_beyond_limit ? "more than 2^64 bytes (past what memest counts)"
+                                    : format_bytes(fit.need_past_best, unit);
+}
+
 // A margin in the table's unit, or to the byte when it would print as less than 0.01.
 std::string margin(std::uint64_t bytes, Unit unit) {
   return bytes * 100 < unit_bytes(unit) ? format_bytes(bytes, Unit::bytes)
@@ -48,9 +56,14 @@ std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget
                        format_bytes(fit.need_at_best, unit),
                        margin(fit.usable - fit.need_at_best, unit));
     if (*fit.best < fit.limit) {
-      out += fmt::format("  {} {} needs {}, over by {}\n", target_name(target), *fit.best + 1,
-                         format_bytes(fit.need_past_best, unit),
-                         margin(fit.need_past_best - fit.usable, unit));
+      if (fit.past_best_beyond_limit) {
+        out += fmt::format("  {} {} needs {}\n", target_name(target), *fit.best + 1,
+                           past_need(fit, unit));
+      } else {
+        out += fmt::format("  {} {} needs {}, over by {}\n", target_name(target), *fit.best + 1,
+                           format_bytes(fit.need_past_best, unit),
+                           margin(fit.need_past_best - fit.usable, unit));
+      }
     } else if (fit.limit_is_model) {
       out += fmt::format("  (the model's learned positions stop at {})\n", fit.limit);
     } else {
@@ -59,7 +72,7 @@ std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget
     return out;
   }
   out += fmt::format("nothing fits: {} 1 {} needs {}\n", target_name(target),
-                     other_dimension(run, target), format_bytes(fit.need_past_best, unit));
+                     other_dimension(run, target), past_need(fit, unit));
   if (remedies.empty()) {
     out += "no single change memest knows saves memory here\n";
     return out;
@@ -92,33 +105,42 @@ std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget 
       {"need_at_best_bytes", fit.best ? ordered_json(fit.need_at_best) : ordered_json(nullptr)},
       {"need_past_best_bytes",
        fit.need_past_best ? ordered_json(fit.need_past_best) : ordered_json(nullptr)},
+      {"need_past_best_beyond_limit", fit.past_best_beyond_limit},
       {"limit", fit.limit},
       {"limit_is_model_positions", fit.limit_is_model},
       {"remedies", rem}};
-  return j.dump(2) + "\n";
+  return detail::dump_json(j, 2) + "\n";
+}
+
+std::string render_sweep_csv_header() {
+  return "micro_batch,seq_len,precision,optimizer,need_bytes,fits\n";
+}
+
+std::string render_sweep_csv_row(const SweepRow& r) {
+  return fmt::format("{},{},{},{},{},{}\n", r.micro_batch, r.seq_len, r.precision,
+                     optimizer_name(r.optimizer), r.need,
+                     r.fits ? (*r.fits ? "true" : "false") : "");
 }
 
 std::string render_sweep_csv(const std::vector<SweepRow>& rows) {
-  std::string out = "micro_batch,seq_len,precision,optimizer,need_bytes,fits\n";
-  for (const auto& r : rows) {
-    out += fmt::format("{},{},{},{},{},{}\n", r.micro_batch, r.seq_len, r.precision,
-                       optimizer_name(r.optimizer), r.need,
-                       r.fits ? (*r.fits ? "true" : "false") : "");
-  }
+  std::string out = render_sweep_csv_header();
+  for (const auto& r : rows) out += render_sweep_csv_row(r);
   return out;
+}
+
+std::string render_sweep_jsonl_row(const SweepRow& r) {
+  ordered_json j = {{"micro_batch", r.micro_batch},
+                    {"seq_len", r.seq_len},
+                    {"precision", r.precision},
+                    {"optimizer", optimizer_name(r.optimizer)},
+                    {"need_bytes", r.need},
+                    {"fits", r.fits ? ordered_json(*r.fits) : ordered_json(nullptr)}};
+  return detail::dump_json(j, -1) + "\n";
 }
 
 std::string render_sweep_jsonl(const std::vector<SweepRow>& rows) {
   std::string out;
-  for (const auto& r : rows) {
-    ordered_json j = {{"micro_batch", r.micro_batch},
-                      {"seq_len", r.seq_len},
-                      {"precision", r.precision},
-                      {"optimizer", optimizer_name(r.optimizer)},
-                      {"need_bytes", r.need},
-                      {"fits", r.fits ? ordered_json(*r.fits) : ordered_json(nullptr)}};
-    out += j.dump() + "\n";
-  }
+  for (const auto& r : rows) out += render_sweep_jsonl_row(r);
   return out;
 }
 

@@ -40,54 +40,56 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   const auto in = activation_inputs(run, false);
   std::optional<PeakPlan> plan;
   if (in) plan.emplace(run, *in);
-  auto need = [&](std::uint64_t value) {
+  // The need at `value`; none past 2^64 bytes, the estimator's limit, which never fits.
+  auto need = [&](std::uint64_t value) -> std::optional<std::uint64_t> {
     target_of(run, target) = value;
     ++r.evaluations;
     try {
       return plan ? plan->needed(run.training.micro_batch, run.training.seq_len)
                   : bytes_needed(run);
-    } catch (const Error&) {
-      return UINT64_MAX;  // past 2^64 bytes: certainly does not fit
+    } catch (const SizeOverflow&) {
+      return std::nullopt;
     }
   };
-  const std::uint64_t at_one = need(1);
-  if (at_one > r.usable) {
-    r.need_past_best = at_one;
+  const auto fits = [&](const std::optional<std::uint64_t>& n) { return n && *n <= r.usable; };
+  const auto past = [&](const std::optional<std::uint64_t>& n) {
+    r.need_past_best = n.value_or(0);
+    r.past_best_beyond_limit = !n;
+  };
+  const auto at_one = need(1);
+  if (!fits(at_one)) {
+    past(at_one);
     return r;
   }
   // Doubling finds a value that does not fit (or the limit), bisection the boundary below it.
-  std::uint64_t lo = 1, lo_need = at_one, hi = 0;
+  std::uint64_t lo = 1, lo_need = *at_one, hi = 0;
+  std::optional<std::uint64_t> hi_need;
   while (hi == 0) {
-    const std::uint64_t next = std::min(lo * 2, limit);
+    const std::uint64_t next = lo > limit / 2 ? limit : lo * 2;
     if (next == lo) break;
-    const std::uint64_t n = need(next);
-    if (n > r.usable) {
-      hi = next;
-    } else {
+    const auto n = need(next);
+    if (fits(n)) {
       lo = next;
-      lo_need = n;
+      lo_need = *n;
+    } else {
+      hi = next;
+      hi_need = n;
     }
   }
-  if (hi == 0) {  // everything up to the limit fits
-    r.best = lo;
-    r.need_at_best = lo_need;
-    return r;
-  }
-  std::uint64_t hi_need = need(hi);
-  while (hi - lo > 1) {
+  while (hi != 0 && hi - lo > 1) {
     const std::uint64_t mid = lo + (hi - lo) / 2;
-    const std::uint64_t n = need(mid);
-    if (n > r.usable) {
+    const auto n = need(mid);
+    if (fits(n)) {
+      lo = mid;
+      lo_need = *n;
+    } else {
       hi = mid;
       hi_need = n;
-    } else {
-      lo = mid;
-      lo_need = n;
     }
   }
   r.best = lo;
   r.need_at_best = lo_need;
-  r.need_past_best = hi_need;
+  if (hi != 0) past(hi_need);
   return r;
 }
 
@@ -259,16 +261,40 @@ std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
   return out;
 }
 
+std::uint64_t sweep_size(const SweepGrid& grid) {
+  const auto n = [](std::size_t size) { return std::max<std::uint64_t>(size, 1); };
+  const std::uint64_t sizes[] = {n(grid.micro_batches.size()), n(grid.seq_lens.size()),
+                                 n(grid.policies.size()), n(grid.optimizers.size())};
+  std::uint64_t rows = 1;
+  bool over = false;
+  for (const std::uint64_t k : sizes) over = over || __builtin_mul_overflow(rows, k, &rows);
+  if (over || rows > kMaxSweepRows) {
+    throw Error(fmt::format(
+        "sweep: {} batches x {} sequence lengths x {} policies x {} optimizers is {} rows, more "
+        "than the {} one sweep computes (split the lists over several sweeps)",
+        sizes[0], sizes[1], sizes[2], sizes[3],
+        over ? std::string("past 2^64") : fmt::format("{}", rows), kMaxSweepRows));
+  }
+  return rows;
+}
+
 std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
                             const std::optional<Budget>& budget) {
+  std::vector<SweepRow> rows;
+  rows.reserve(sweep_size(grid));
+  sweep(run, grid, budget, [&](const SweepRow& row) { rows.push_back(row); });
+  return rows;
+}
+
+void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget>& budget,
+           const std::function<void(const SweepRow&)>& emit) {
+  sweep_size(grid);
   const auto batches =
       grid.micro_batches.empty() ? std::vector{run.training.micro_batch} : grid.micro_batches;
   const auto seqs = grid.seq_lens.empty() ? std::vector{run.training.seq_len} : grid.seq_lens;
   const auto policies = grid.policies.empty() ? std::vector{run.precision} : grid.policies;
   const auto optimizers =
       grid.optimizers.empty() ? std::vector{run.optimizer.kind} : grid.optimizers;
-  std::vector<SweepRow> rows;
-  rows.reserve(batches.size() * seqs.size() * policies.size() * optimizers.size());
   // One plan per (policy, optimizer): what does not depend on the batch and sequence is
   // computed once, not for every point; the optimizers of one policy share its walk.
   const auto spec_of = [&](OptimizerKind o) {
@@ -313,12 +339,11 @@ std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
           ++i;
           SweepRow row{b, s, p.name, o, need, std::nullopt};
           if (budget) row.fits = row.need <= budget->usable();
-          rows.push_back(std::move(row));
+          emit(row);
         }
       }
     }
   }
-  return rows;
 }
 
 }  // namespace memest

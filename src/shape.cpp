@@ -56,25 +56,34 @@ Poly times_run(const Poly& p, const Sym& f) {
 
 std::uint64_t value_at(const Sym& f, std::uint64_t b, std::uint64_t s, std::uint64_t t) {
   if (!f.run()) return f.value;
-  if (f.et) return b * ceil_div(s, t);
-  if (f.er) return ceil_div(s, 32) * 32;
+  if (f.et) return checked_mul(b, ceil_div(s, t));
+  if (f.er) return checked_mul(ceil_div(s, 32), 32);
   std::uint64_t v = f.eb ? b : 1;
-  for (unsigned i = 0; i < f.es; ++i) v *= s;
-  return f.plus_one ? v + 1 : v;
+  for (unsigned i = 0; i < f.es; ++i) v = checked_mul(v, s);
+  return f.plus_one ? checked_add(v, 1) : v;
+}
+
+// a * b, or kBeyond when it does not fit.
+std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? kBeyond : r;
 }
 
 }  // namespace
 
 Basis basis_at(std::uint64_t b, std::uint64_t s, std::uint64_t t) {
-  const std::uint64_t s2 = checked_mul(s, s);
+  // A monomial past 2^64 matters only to a size that uses it: Poly::at throws then, and a plan
+  // without s^2 terms still evaluates at s = 2^32.
+  const std::uint64_t s2 = saturating_mul(s, s);
+  const std::uint64_t s32 = saturating_mul(ceil_div(s, 32), 32);
   return {1,
           s,
           s2,
           b,
-          checked_mul(b, s),
-          checked_mul(b, s2),
-          checked_mul(b, ceil_div(s, 32) * 32),
-          checked_mul(b, ceil_div(s, std::max<std::uint64_t>(1, t)))};
+          saturating_mul(b, s),
+          saturating_mul(b, s2),
+          saturating_mul(b, s32),
+          saturating_mul(b, ceil_div(s, std::max<std::uint64_t>(1, t)))};
 }
 
 bool Poly::constant() const {

@@ -19,7 +19,12 @@ constexpr std::uint64_t kMax = UINT64_MAX;
 struct Decimal {
   u128 mantissa = 0;
   int exponent = 0;
+  bool truncated = false;  // non-zero digits past the ones kept were dropped
 };
+
+// Digits kept: 2^70 is past any 64-bit result by a factor of 64, so the digits dropped beyond
+// it change nothing but exactness (1.00000000000000000000000000B is 1e9 bytes, not too large).
+constexpr u128 kMantissaCap = u128{1} << 70;
 
 std::string quoted(std::string_view text) { return fmt::format("\"{}\"", text); }
 
@@ -47,8 +52,9 @@ std::optional<Decimal> parse_decimal(std::string_view text, std::string_view& re
     }
     if (!std::isdigit(static_cast<unsigned char>(c))) break;
     any_digit = true;
-    if (d.mantissa > (u128{1} << 100)) {  // more digits than matter: drop them, scale instead
+    if (d.mantissa > kMantissaCap) {  // more digits than matter: drop them, scale instead
       if (!dot) ++d.exponent;
+      d.truncated = d.truncated || c != '0';
       continue;
     }
     d.mantissa = d.mantissa * 10 + static_cast<unsigned>(c - '0');
@@ -70,34 +76,39 @@ std::optional<Decimal> parse_decimal(std::string_view text, std::string_view& re
     }
   }
   rest = text.substr(i);
+  // Trailing zeros after the point say nothing about the value: 2.50 is 25e-1.
+  while (d.exponent < 0 && d.mantissa != 0 && d.mantissa % 10 == 0) {
+    d.mantissa /= 10;
+    ++d.exponent;
+  }
   return d;
 }
 
 // mantissa * 10^exponent * multiplier, rounded down; nullopt on overflow. `exact` reports
 // whether nothing was rounded away.
 std::optional<std::uint64_t> scale(Decimal d, std::uint64_t multiplier, bool& exact) {
-  exact = true;
-  if (d.mantissa == 0) return 0;
-  u128 value = d.mantissa;
+  exact = !d.truncated;
+  if (d.mantissa == 0) return 0;  // the dropped digits of a zero mantissa are zeros too
+  u128 value = d.mantissa;        // < 2^74: ten times the cap, or kMax * 100 after scaling up
   int e = d.exponent;
   for (; e > 0; --e) {
     if (value > u128{kMax} * 10) return std::nullopt;
     value *= 10;
   }
-  if (value > u128{kMax} * 10) return std::nullopt;  // bounded before multiplying below
+  // value < 2^74 and multiplier <= 2^41, so the product stays below 2^115 (about 10^35), and
+  // the divisor stops growing once it passes the product: the quotient is then zero.
+  if (multiplier > (std::uint64_t{1} << 41)) return std::nullopt;
+  const u128 product = value * multiplier;
   u128 divisor = 1;
   for (; e < 0; ++e) {
-    if (divisor > u128{kMax}) {  // 10^-20 and smaller of anything we accept is zero
+    if (divisor > product) {
       exact = false;
       return 0;
     }
     divisor *= 10;
   }
-  // value < 2^68 and multiplier < 2^41 here, so the product fits in 128 bits.
-  if (value > (u128{1} << 86) || multiplier > (std::uint64_t{1} << 41)) return std::nullopt;
-  u128 product = value * multiplier;
-  u128 result = product / divisor;
-  exact = product % divisor == 0;
+  const u128 result = product / divisor;
+  exact = exact && product % divisor == 0;
   if (result > kMax) return std::nullopt;
   return static_cast<std::uint64_t>(result);
 }
@@ -128,7 +139,7 @@ std::string joined_unit_names() { return fmt::format("{}", fmt::join(kUnitNames,
 }  // namespace
 
 void throw_size_overflow() {
-  throw Error("size overflow: the estimate exceeds 2^64 bytes (18.4 EB); check the inputs");
+  throw SizeOverflow("size overflow: the estimate exceeds 2^64 bytes (18.4 EB); check the inputs");
 }
 
 std::span<const std::string_view> unit_names() { return kUnitNames; }

@@ -259,6 +259,38 @@ TEST_CASE("explain prints each saved tensor with the formula that sized it", "[c
   CHECK(r.out.find("Adam step: exp_avg_sq.sqrt() and the quotient (denom)") != std::string::npos);
 }
 
+TEST_CASE("a plain estimate answers the same without CLI11 as with it", "[cli]") {
+  // run() parses `--name value` estimates itself (start-up time); anything else goes to CLI11.
+  const std::vector<std::vector<std::string>> cases = {
+      {"--params", "7B", "--optimizer", "adamw", "--amp"},
+      {"--model", "llama-2-7b", "--batch", "4", "--seq", "4096", "--precision", "bf16",
+       "--attention", "flash", "--recompute", "full", "--gpu", "h100-80gb"},
+      {"--model", "gpt2", "--batch", "2", "--seq", "128", "--explain", "--format", "json"},
+      {"--file", "configs/examples/gpt2-amp-t4.json", "--units", "GiB"},
+      {"--model", "check"},                    // a subcommand name is never a value
+      {"--params", "7B", "--params", "7B"},    // CLI11 decides what a repeat means
+      {"--params=7B"},                         // and what "=" means
+      {"--params", "-7B"},                     // and a value that looks like a flag
+      {"--params", ""},                        // and an empty one
+      {"--params", "7B", "--amp", "--batch"},  // and a missing value
+      {"--params", "7B", "--unknown", "1"},    // and an unknown name
+      {"--params", "7B", "--format", "yaml"},  // errors of the run itself come from one place
+  };
+  for (auto args : cases) {
+    CAPTURE(args);
+    args.insert(args.begin(), "memest");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    std::ostringstream out1, err1, out2, err2;
+    const int plain = memest::cli::run(static_cast<int>(argv.size()), argv.data(), out1, err1);
+    const int cli11 =
+        memest::cli::run(static_cast<int>(argv.size()), argv.data(), out2, err2, false);
+    REQUIRE(plain == cli11);
+    REQUIRE(out1.str() == out2.str());
+    REQUIRE(err1.str() == err2.str());
+  }
+}
+
 TEST_CASE("issue 12: a plain estimate over its budget exits 1, and its JSON says so", "[cli]") {
   auto over = run_cli({"--params", "7B", "--budget", "80GB", "--format", "json"});
   REQUIRE(over.code == 1);

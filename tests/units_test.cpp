@@ -102,3 +102,18 @@ TEST_CASE("sizes are formatted with exact unit labels", "[units]") {
       parse_unit("gigabytes"),
       "unknown unit \"gigabytes\" (expected one of: bytes, kB, KiB, MB, MiB, GB, GiB, TB, TiB)");
 }
+
+TEST_CASE("issue 12: long decimals are read exactly, not called too large", "[units]") {
+  // Trailing zeros carry no value; digits past the 21 kept only decide exactness.
+  REQUIRE(parse_bytes("1.00000000000000000000000000B") == 1);
+  REQUIRE(parse_bytes("1.00000000000000000000000000GB") == 1'000'000'000);
+  REQUIRE(parse_count("6.70000000000000000000000000000000B") == 6'700'000'000);
+  REQUIRE(parse_bytes("12345678901234567890123.456e-5B") == 123'456'789'012'345'678);
+  REQUIRE(parse_bytes("1.5e-9GB") == 1);
+  REQUIRE_THROWS_WITH(parse_count("1.000000000000000000000000000000000001B"),
+                      Catch::StartsWith("not a whole number:"));
+  REQUIRE_THROWS_WITH(parse_bytes("0.00000000000000000000000000001GB"),
+                      Catch::StartsWith("size must be positive"));
+  REQUIRE_THROWS_WITH(parse_bytes("18446744073709551616B"), Catch::StartsWith("size too large"));
+  REQUIRE(parse_bytes("18446744073709551615.999999999999999999999999B") == UINT64_MAX);
+}

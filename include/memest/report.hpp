@@ -76,7 +76,13 @@ std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget 
 
 /// Sweep rows as CSV with a header line (bytes as integers).
 std::string render_sweep_csv(const std::vector<SweepRow>& rows);
+/// The header line of render_sweep_csv, for a caller that prints rows as they come.
+std::string render_sweep_csv_header();
+/// One line of render_sweep_csv.
+std::string render_sweep_csv_row(const SweepRow& row);
 /// Sweep rows as JSON lines, one object per row.
 std::string render_sweep_jsonl(const std::vector<SweepRow>& rows);
+/// One line of render_sweep_jsonl.
+std::string render_sweep_jsonl_row(const SweepRow& row);
 
 }  // namespace memest

@@ -4,6 +4,7 @@
 #include <memest/hardware.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,7 +23,10 @@ struct FitResult {
   std::optional<std::uint64_t> best;  ///< absent when even 1 does not fit
   std::uint64_t need_at_best = 0;
   std::uint64_t need_past_best = 0;  ///< need at best + 1 (0 when best is the limit)
-  bool limit_is_model = false;       ///< the limit is the model's positions (fit --for seq)
+  /// The need at best + 1 (or at 1 when nothing fits) is past 2^64 bytes, the largest size the
+  /// estimator counts: need_past_best is then 0, not a number of bytes.
+  bool past_best_beyond_limit = false;
+  bool limit_is_model = false;  ///< the limit is the model's positions (fit --for seq)
   std::uint64_t usable = 0;
   std::uint64_t limit = 0;        ///< the largest value tried
   std::uint64_t evaluations = 0;  ///< estimates computed
@@ -68,8 +72,21 @@ struct SweepRow {
   std::optional<bool> fits;  ///< when a budget is given
 };
 
+/// The most rows one sweep computes: a million rows of CSV are about 50 MB, and a longer grid
+/// is more likely a typo (a list pasted twice) than a question.
+inline constexpr std::uint64_t kMaxSweepRows = 1'000'000;
+
+/// The rows of the grid around `run` (each empty list counts one); throws Error naming the list
+/// sizes when there are more than kMaxSweepRows.
+std::uint64_t sweep_size(const SweepGrid& grid);
+
 /// Evaluates every point of the grid around `run`, in row-major order (batch, seq, policy,
-/// optimizer).
+/// optimizer), handing each row to `emit` as it is computed (nothing is kept). Throws Error
+/// before any row when the grid is past kMaxSweepRows.
+void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget>& budget,
+           const std::function<void(const SweepRow&)>& emit);
+
+/// The rows of sweep(), collected.
 std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
                             const std::optional<Budget>& budget);
 

@@ -19,8 +19,11 @@ inline constexpr std::size_t kMonoS = 1, kMonoB = 3, kMonoBS = 4;
 /// The value of each monomial at one (b, s) point.
 using Basis = std::array<std::uint64_t, kMonoCount>;
 
-/// The monomials at (b, s), with s split `t` ways for b*s/t (rounded up); throws Error when
-/// b*s^2 passes 2^64.
+/// A monomial's value when it passes 2^64 - 2: Poly::at throws for a size that uses it.
+inline constexpr std::uint64_t kBeyond = UINT64_MAX;
+
+/// The monomials at (b, s), with s split `t` ways for b*s/t (rounded up); each kBeyond past
+/// 2^64 - 2.
 Basis basis_at(std::uint64_t b, std::uint64_t s, std::uint64_t t = 1);
 
 /// A size as a polynomial in b and s: one coefficient per monomial.
@@ -46,7 +49,8 @@ struct Poly {
     std::uint64_t sum = 0;
     for (std::size_t i = 0; i < kMonoCount; ++i) {
       std::uint64_t m = 0;
-      if (__builtin_mul_overflow(c[i], x[i], &m) || __builtin_add_overflow(sum, m, &sum))
+      if (__builtin_mul_overflow(c[i], x[i], &m) || __builtin_add_overflow(sum, m, &sum) ||
+          (x[i] == kBeyond && c[i] != 0))
         overflow();
     }
     return sum;

@@ -10,6 +10,7 @@
 #include <fmt/ostream.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -34,6 +35,10 @@ Examples:
 
 Exit codes: 0 ok, 1 a check failed, 2 invalid input, 3 internal error.
 Units: GB = 10^9 bytes, GiB = 2^30 bytes.)";
+
+// The subcommands' names, in the order --help lists them.
+constexpr std::array<std::string_view, 7> kSubcommands = {"models", "gpus",  "check", "compare",
+                                                          "fit",    "sweep", "schema"};
 
 // Binds the run option table to flags: each flag writes into stable storage, and after parsing
 // the ones that were given become Settings that remember the flag's name for error messages.
@@ -223,8 +228,12 @@ int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags
         "sweep needs a micro-batch and a sequence length: --batches or --batch, and --seqs or "
         "--seq");
   }
-  const auto rows = sweep(run, grid, run.budget);
-  out << (flags.format == "jsonl" ? render_sweep_jsonl(rows) : render_sweep_csv(rows));
+  sweep_size(grid);  // a grid too large is refused before anything is printed
+  const bool jsonl = flags.format == "jsonl";
+  if (!jsonl) out << render_sweep_csv_header();
+  sweep(run, grid, run.budget, [&](const SweepRow& row) {
+    out << (jsonl ? render_sweep_jsonl_row(row) : render_sweep_csv_row(row));
+  });
   return kExitOk;
 }
 
@@ -304,15 +313,95 @@ int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::
   return est.budget && !est.budget->fits ? kExitCheckFailed : kExitOk;
 }
 
+// The common one-shot command without CLI11: a plain estimate whose arguments are each a run
+// option or output option, given once as `--name value` (a value not starting with '-') or as
+// `--flag`. Anything else (a subcommand, --help, `--name=value`, a repeat, an unknown name) is
+// left to CLI11, so its answers and messages stay the only ones. CLI11 adds its ~60 options in
+// O(n^2) name checks, most of a one-shot run's instructions (docs/performance.md); fuzz_cli and
+// cli_test check that both paths print the same. Returns false to fall back.
+bool parse_plain(int argc, const char* const* argv, RunOptions& options, OutputFlags& output) {
+  std::vector<std::string_view> seen;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view name = argv[i];
+    if (!name.starts_with("--") || std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      return false;
+    }
+    seen.push_back(name);
+    if (name == "--explain") {
+      output.explain = true;
+      continue;
+    }
+    // CLI11 takes a subcommand's name as the subcommand, never as a value.
+    const auto value = [&]() -> const char* {
+      if (i + 1 >= argc) return nullptr;
+      const std::string_view v = argv[i + 1];
+      const bool ok = !v.empty() && v[0] != '-' &&
+                      std::find(kSubcommands.begin(), kSubcommands.end(), v) == kSubcommands.end();
+      return ok ? argv[++i] : nullptr;
+    };
+    std::string* out_text = name == "--file"     ? &output.file
+                            : name == "--units"  ? &output.units
+                            : name == "--format" ? &output.format
+                                                 : nullptr;
+    if (out_text) {
+      const char* v = value();
+      if (!v) return false;
+      *out_text = v;
+      continue;
+    }
+    const auto& table = run_option_table();
+    const auto info = std::find_if(table.begin(), table.end(),
+                                   [&](const RunOptionInfo& o) { return o.flag == name; });
+    if (info == table.end()) return false;
+    if (info->boolean) {
+      options.*info->boolean = Setting<bool>{true, info->flag};
+      continue;
+    }
+    const char* v = value();
+    if (!v) return false;
+    options.*info->text = Setting<std::string>{v, info->flag};
+  }
+  return true;
+}
+
 // An Error may carry several problems, one per line (a run config's); each gets the prefix.
 void print_error(std::ostream& err, const Error& e) {
   std::istringstream lines(e.what());
   for (std::string line; std::getline(lines, line);) fmt::print(err, "memest: error: {}\n", line);
 }
 
+// Runs `command` with the exit codes of memest's errors.
+template <typename F>
+int guarded(std::ostream& err, F command) {
+  try {
+    return command();
+  } catch (const Error& e) {
+    print_error(err, e);
+    return kExitInvalidInput;
+  } catch (const std::exception& e) {
+    fmt::print(err, "memest: internal error: {} (please report)\n", e.what());
+    return kExitBug;
+  }
+}
+
+// Colour only for a person at a terminal (https://no-color.org: NO_COLOR set disables it).
+bool use_color(const std::ostream& out) {
+  return &out == &std::cout && isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;
+}
+
 }  // namespace
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  return run(argc, argv, out, err, true);
+}
+
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool plain_path) {
+  if (RunOptions plain; plain_path) {
+    if (OutputFlags flags; parse_plain(argc, argv, plain, flags)) {
+      flags.color = use_color(out);
+      return guarded(err, [&] { return run_estimate(plain, flags, out); });
+    }
+  }
   CLI::App app{"memest: how much accelerator memory a training run needs, and why", "memest"};
   app.footer(kExamples);
   app.set_version_flag("--version", fmt::format("memest {}", version()));
@@ -378,9 +467,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     fmt::print(err, "memest: error: {} (see memest --help)\n", e.what());
     return kExitInvalidInput;
   }
-  // Colour only for a person at a terminal (https://no-color.org: NO_COLOR set disables it).
-  output.color = &out == &std::cout && isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;
-  try {
+  output.color = use_color(out);
+  return guarded(err, [&] {
     binder.collect();
     if (models->parsed()) return run_models(models_filter, output, out);
     if (gpus->parsed()) return run_gpus(output, out);
@@ -393,13 +481,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     }
     if (sweep_cmd->parsed()) return run_sweep(sweep_flags, options, output, out);
     return run_estimate(options, output, out);
-  } catch (const Error& e) {
-    print_error(err, e);
-    return kExitInvalidInput;
-  } catch (const std::exception& e) {
-    fmt::print(err, "memest: internal error: {} (please report)\n", e.what());
-    return kExitBug;
-  }
+  });
 }
 
 }  // namespace memest::cli

@@ -13,4 +13,8 @@ inline constexpr int kExitBug = 3;           ///< an internal error: please repo
 /// Runs memest with these arguments, printing to `out` and `err`; returns the exit code.
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
+/// The same; `plain_path` false sends even a plain estimate through CLI11 instead of the short
+/// path for `--name value` arguments, so tests can check that both give the same answer.
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool plain_path);
+
 }  // namespace memest::cli

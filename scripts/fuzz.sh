@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz (the fuzz preset: clang, ASan, UBSan) and runs each
+# for SECONDS (default 600), seeded with configs/, tests/data/ and the README's commands. What a
+# run finds is kept: new inputs in build/fuzz/corpus/<target>, a crash as
+# build/fuzz/artifacts/<target>-crash-<hash> (replay: build/fuzz/tests/fuzz/fuzz_<target> FILE).
+#   bash scripts/fuzz.sh [SECONDS] [TARGET...]   targets: hf_config run_config units cli
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds="${1:-600}"
+[ $# -gt 0 ] && shift
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(hf_config run_config units cli)
+
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "${MEMEST_JOBS:-2}"
+rm -rf build/fuzz/seeds
+python3 tests/fuzz/seeds.py build/fuzz/seeds
+mkdir -p build/fuzz/artifacts
+
+for t in "${targets[@]}"; do
+  case "$t" in
+    units) max_len=256 dict=() ;;
+    cli) max_len=2048 dict=() ;;
+    *) max_len=65536 dict=(-dict=tests/fuzz/json.dict) ;;
+  esac
+  mkdir -p "build/fuzz/corpus/$t"
+  log="build/fuzz/$t.log"
+  # -timeout: an input that takes 10 s is a hang; -rss_limit_mb: one that needs 2 GB a leak.
+  if ! "build/fuzz/tests/fuzz/fuzz_$t" "build/fuzz/corpus/$t" "build/fuzz/seeds/$t" "${dict[@]}" \
+      -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="build/fuzz/artifacts/$t-" >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    echo "fuzz_$t: a finding (input in build/fuzz/artifacts/, log in $log)" >&2
+    exit 1
+  fi
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+  echo "fuzz_$t: ${runs:-?} executions in ${seconds} s, no finding"
+done
