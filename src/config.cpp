@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 
 namespace memest {
 namespace {
@@ -399,6 +400,32 @@ void check_trainable_dtype(const RunSpec& run, const RunOptions& o) {
       where, dtype_name(d)));
 }
 
+// check_layout names the flags; a value from a run config is named by its file and key instead.
+void check_layout_where(const RunSpec& run, const RunOptions& o) {
+  try {
+    check_layout(run);
+  } catch (const Error& e) {
+    const std::pair<std::string_view, const TextSetting*> texts[] = {
+        {"--tp", &o.tensor_parallel},  {"--pp", &o.pipeline_parallel},
+        {"--vpp", &o.virtual_stages},  {"--microbatches", &o.microbatches},
+        {"--cp", &o.context_parallel}, {"--ep", &o.expert_parallel}};
+    std::istringstream in(e.what());
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) {
+      for (const auto& [flag, setting] : texts) {
+        const bool from_file = *setting && !(*setting)->where.starts_with("--");
+        if (from_file && line.starts_with(std::string(flag) + " "))
+          line = (*setting)->where + line.substr(flag.size());
+      }
+      if (o.sequence_parallel && !o.sequence_parallel->where.starts_with("--") &&
+          line.starts_with("--sp"))
+        line = o.sequence_parallel->where + line.substr(4);
+      lines.push_back(std::move(line));
+    }
+    throw Error(fmt::format("{}", fmt::join(lines, "\n")));
+  }
+}
+
 }  // namespace
 
 RunSpec resolve(const RunOptions& options) {
@@ -412,7 +439,7 @@ RunSpec resolve(const RunOptions& options) {
   problems.attempt([&] { run.budget = resolve_budget(options); });
   problems.throw_if_any();
   check_trainable_dtype(run, options);
-  check_layout(run);
+  check_layout_where(run, options);
   return run;
 }
 

@@ -112,6 +112,74 @@ std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget 
   return detail::dump_json(j, 2) + "\n";
 }
 
+namespace {
+
+using nlohmann::ordered_json;
+
+constexpr const char* kSpeedNote =
+    "memory only: speed is not modelled (pipeline bubbles, communication and recompute time "
+    "decide which layout trains fastest)\n";
+
+std::string sharding_name(const ParallelSpec& p) {
+  if (p.data_parallel <= 1 || p.zero_stage == 0) return "-";
+  return fmt::format("ZeRO-{}", p.zero_stage);
+}
+
+}  // namespace
+
+std::string render_layouts_table(const RunSpec& run, const Budget& budget,
+                                 const LayoutSearch& search, Unit unit, std::size_t shown) {
+  std::string out = fmt::format(
+      "model      {}\nbudget     {} usable per device on {}\nlayouts    {} of {} tried on {} "
+      "GPUs fit at micro-batch {}, sequence {} (most headroom first)\n",
+      run.model.name, format_bytes(budget.usable(), unit), budget_label(budget, unit),
+      search.fits.size(), search.tried, search.gpus, run.training.micro_batch,
+      run.training.seq_len);
+  if (search.fits.empty()) return out + "no layout of these GPUs fits\n" + kSpeedNote;
+  out += fmt::format("  {:>3} {:>3} {:>3} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n", "tp", "pp",
+                     "cp", "dp", "shard", "recompute", "needs", "headroom", "max batch");
+  for (std::size_t i = 0; i < search.fits.size() && i < shown; ++i) {
+    const LayoutFit& f = search.fits[i];
+    out += fmt::format("  {:>3} {:>3} {:>3} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n",
+                       f.parallel.tensor, f.parallel.pipeline, f.parallel.context,
+                       f.parallel.data_parallel, sharding_name(f.parallel),
+                       recompute_name(f.recompute), format_bytes(f.need, unit),
+                       format_bytes(f.headroom, unit), f.largest_batch);
+  }
+  if (search.fits.size() > shown)
+    out +=
+        fmt::format("  ... {} more (--format json lists them all)\n", search.fits.size() - shown);
+  return out + kSpeedNote;
+}
+
+std::string render_layouts_json(const RunSpec& run, const Budget& budget,
+                                const LayoutSearch& search) {
+  ordered_json list = ordered_json::array();
+  for (const LayoutFit& f : search.fits) {
+    list.push_back({{"tensor_parallel", f.parallel.tensor},
+                    {"sequence_parallel", f.parallel.sequence},
+                    {"pipeline_parallel", f.parallel.pipeline},
+                    {"microbatches", f.parallel.microbatches},
+                    {"context_parallel", f.parallel.context},
+                    {"data_parallel", f.parallel.data_parallel},
+                    {"zero_stage", f.parallel.zero_stage},
+                    {"recompute", recompute_name(f.recompute)},
+                    {"need_bytes", f.need},
+                    {"headroom_bytes", f.headroom},
+                    {"largest_micro_batch", f.largest_batch}});
+  }
+  ordered_json j = {{"schema_version", kJsonSchemaVersion},
+                    {"model", run.model.name},
+                    {"gpus", search.gpus},
+                    {"micro_batch", run.training.micro_batch},
+                    {"seq_len", run.training.seq_len},
+                    {"usable_bytes", budget.usable()},
+                    {"tried", search.tried},
+                    {"speed_modelled", false},
+                    {"layouts", list}};
+  return detail::dump_json(j, 2) + "\n";
+}
+
 std::string render_sweep_csv_header() {
   return "micro_batch,seq_len,precision,optimizer,need_bytes,fits\n";
 }

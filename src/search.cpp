@@ -38,8 +38,8 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   r.limit = limit;
   // The model, precision and optimizer stay; only the searched size changes.
   const auto in = activation_inputs(run, false);
-  std::optional<PeakPlan> plan;
-  if (in) plan.emplace(run, *in);
+  std::optional<PeakPlan> plan;  // a split run has a plan per stage, in bytes_needed
+  if (in && !run.parallel.splits_model()) plan.emplace(run, *in);
   // The need at `value`; none past 2^64 bytes, the estimator's limit, which never fits.
   auto need = [&](std::uint64_t value) -> std::optional<std::uint64_t> {
     target_of(run, target) = value;
@@ -312,8 +312,8 @@ void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget
     point.training.micro_batch = batches.front() ? batches.front() : 1;
     point.training.seq_len = seqs.front() ? seqs.front() : 1;
     const auto in = activation_inputs(point, false);
-    std::optional<PeakPlan> base;
-    if (in) base.emplace(point, *in);
+    std::optional<PeakPlan> base;  // a split run has a plan per stage, in bytes_needed
+    if (in && !point.parallel.splits_model()) base.emplace(point, *in);
     const std::size_t first = plans.size();
     for (std::size_t k = 0; k < optimizers.size(); ++k) {
       auto& plan = plans.emplace_back();

@@ -129,7 +129,7 @@ TEST_CASE("MoE layer counts in closed form agree with the per-layer rule", "[hos
             "t.json");
         std::uint64_t expected = 0;
         for (std::uint64_t i = 0; i < layers; ++i)
-          expected += (i >= first && i % freq == 0) ? 1 : 0;
+          expected += (i >= first && i % freq == 0) ? 1U : 0U;
         CAPTURE(layers, freq, first);
         REQUIRE(m.arch->moe_layers == expected);
       }
@@ -142,7 +142,7 @@ TEST_CASE("MoE layer counts in closed form agree with the per-layer rule", "[hos
           "t.json");
       std::uint64_t expected = 0;
       for (std::uint64_t i = 0; i < layers; ++i)
-        expected += (i != 1 && i != 3 && (i + 1) % freq == 0) ? 1 : 0;
+        expected += (i != 1 && i != 3 && (i + 1) % freq == 0) ? 1U : 0U;
       CAPTURE(layers, freq);
       REQUIRE(q.arch->moe_layers == expected);
     }

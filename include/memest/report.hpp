@@ -74,6 +74,14 @@ std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget
 std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget target,
                             const FitResult& fit, const std::vector<Remedy>& remedies);
 
+/// The layouts of `fit --gpus` that fit, most headroom first (at most `shown` rows), with a
+/// plain statement that speed is not modelled.
+std::string render_layouts_table(const RunSpec& run, const Budget& budget,
+                                 const LayoutSearch& search, Unit unit, std::size_t shown = 20);
+/// The same as JSON (every layout that fits).
+std::string render_layouts_json(const RunSpec& run, const Budget& budget,
+                                const LayoutSearch& search);
+
 /// Sweep rows as CSV with a header line (bytes as integers).
 std::string render_sweep_csv(const std::vector<SweepRow>& rows);
 /// The header line of render_sweep_csv, for a caller that prints rows as they come.

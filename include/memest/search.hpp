@@ -55,6 +55,31 @@ struct Remedy {
 /// first, fewest changes first; then by need, smallest first.
 std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget);
 
+/// One way to spread a run over a number of GPUs that fits the budget.
+struct LayoutFit {
+  ParallelSpec parallel;
+  Recompute recompute = Recompute::none;
+  std::uint64_t need = 0;           ///< per device, at the run's micro-batch
+  std::uint64_t headroom = 0;       ///< usable - need
+  std::uint64_t largest_batch = 0;  ///< the largest micro-batch that fits this layout
+};
+
+/// The layouts `fit --gpus` tried and those that fit.
+struct LayoutSearch {
+  std::uint64_t gpus = 0;
+  std::uint64_t tried = 0;      ///< valid layouts estimated
+  std::vector<LayoutFit> fits;  ///< most headroom first
+};
+
+/// Every layout of `gpus` devices: tensor parallelism within a node of 8 (1, 2, 4, 8), pipeline
+/// stages dividing the layers (m = max(grad_accum, p) micro-batches, 1F1B), context parallelism
+/// (1, 2, 4, 8; not with eager attention), data parallelism over the rest with ZeRO 0-3, and
+/// recompute none, selective or full. Those that fit at the run's micro-batch, with the largest
+/// micro-batch each allows (at most `max_batch`), most headroom first. Memory only: speed is not
+/// modelled.
+LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, std::uint64_t gpus,
+                         std::uint64_t max_batch);
+
 /// A grid of runs: every combination of the listed values (an empty list keeps the run's own).
 struct SweepGrid {
   std::vector<std::uint64_t> micro_batches;

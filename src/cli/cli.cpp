@@ -160,7 +160,17 @@ std::uint64_t parse_whole(std::string_view v) {
 struct FitFlags {
   std::string target = "batch";
   std::string max = "1048576";
+  std::string gpus;  ///< fit --gpus N: search layouts instead
 };
+
+int run_fit_layouts(const RunSpec& run, std::uint64_t gpus, std::uint64_t max_batch,
+                    const OutputFlags& flags, std::ostream& out) {
+  const auto report = report_options(flags);
+  const LayoutSearch search = fit_layouts(run, *run.budget, gpus, max_batch);
+  out << (flags.format == "json" ? render_layouts_json(run, *run.budget, search)
+                                 : render_layouts_table(run, *run.budget, search, report.unit));
+  return search.fits.empty() ? kExitCheckFailed : kExitOk;
+}
 
 int run_fit(const FitFlags& ff, const RunOptions& flag_options, const OutputFlags& flags,
             std::ostream& out) {
@@ -183,6 +193,16 @@ int run_fit(const FitFlags& ff, const RunOptions& flag_options, const OutputFlag
   const RunSpec run = resolve(options);
   if (!run.budget)
     throw Error("fit needs a budget: pass --gpu NAME (see 'memest gpus') or --budget SIZE");
+  if (!ff.gpus.empty()) {
+    std::uint64_t gpus = 0;
+    try {
+      gpus = parse_whole(ff.gpus);
+    } catch (const Error& e) {
+      rethrow_with_context(e, "--gpus");
+    }
+    if (gpus > 4096) throw Error(fmt::format("--gpus: {} is past the 4096 searched", gpus));
+    return run_fit_layouts(run, gpus, limit, flags, out);
+  }
   const FitTarget target = ff.target == "batch" ? FitTarget::micro_batch : FitTarget::seq_len;
   const FitResult fit = fit_largest(run, *run.budget, target, limit);
   std::vector<Remedy> fixes;
@@ -434,6 +454,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   FitFlags fit_flags;
   fit->add_option("--for", fit_flags.target, "What to maximise: batch or seq (default batch)")
       ->type_name("TARGET");
+  fit->add_option("--gpus", fit_flags.gpus,
+                  "Search the layouts of N GPUs (tp, pp, cp, dp with ZeRO, recompute) that fit, "
+                  "most headroom first; memory only, speed is not modelled")
+      ->type_name("N");
   fit->add_option("--max", fit_flags.max, "The largest value to try (default 1048576)")
       ->type_name("N");
   auto* sweep_cmd = app.add_subcommand(
