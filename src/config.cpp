@@ -246,6 +246,7 @@ void resolve_model_split(const RunOptions& o, ParallelSpec& p) {
         *o.vocab_multiple, [](std::string_view v) { return parse_positive(v, "a multiple"); });
   }
   p.sequence = flag(o.sequence_parallel);
+  p.bucket_view = flag(o.ddp_bucket_view);
 }
 
 ParallelSpec resolve_parallel(const RunOptions& o) {

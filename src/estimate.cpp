@@ -205,9 +205,13 @@ void ddp_note(const RunSpec& run, Estimate& e) {
   const auto& grads = e.at("grads");
   e.notes.push_back(fmt::format(
       "--dp {} without --zero is plain DDP: every rank holds the whole model, gradients and "
-      "states as above; DDP's all-reduce buckets (25 MB each, bucket_cap_mb) hold a second "
-      "copy of the gradients ({} B) unless gradient_as_bucket_view=True, not counted here",
-      run.parallel.data_parallel, format_count(grads.bytes.value_or(0))));
+      "states as above; {}",
+      run.parallel.data_parallel,
+      run.parallel.bucket_view
+          ? "the gradients are views into DDP's all-reduce buckets (--ddp-bucket-view)"
+          : fmt::format("DDP's all-reduce buckets hold a second copy of the gradients ({} B), "
+                        "counted in the peak; --ddp-bucket-view if gradient_as_bucket_view=True",
+                        format_count(grads.bytes.value_or(0)))));
 }
 
 }  // namespace

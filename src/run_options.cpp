@@ -122,6 +122,10 @@ std::vector<RunOptionInfo> build_table() {
               "Megatron's distributed optimizer: fp32 main parameters and optimizer states "
               "sharded over the --dp ranks (ZeRO-1)",
               &R::distributed_optimizer),
+      boolean("--ddp-bucket-view", "parallel", "ddp_bucket_view",
+              "DDP with gradient_as_bucket_view=True (or Megatron's DDP): no second copy of the "
+              "gradients in the all-reduce buckets",
+              &R::ddp_bucket_view),
       text("--tp", "parallel", "tensor_parallel", "N",
            "Tensor-parallel ranks: heads, kv heads, MLP width and vocabulary split N ways",
            &R::tensor_parallel, true),

@@ -53,6 +53,7 @@ class Walker {
   std::vector<std::uint32_t> layer_ids_;
   std::array<std::vector<std::uint32_t>, kScopeCount> scope_ids_;
   // State tensors.
+  std::uint32_t ddp_buckets_ = 0;  // PyTorch DDP's all-reduce buckets: a second gradient copy
   std::uint32_t params_ = 0, master_ = 0, states_ = 0, grad_accum_ = 0, inputs_ = 0, buffers_ = 0,
                 grads_ = 0, opt_grads_ = 0, head_grads_ = 0, layer_grads_ = 0;
   // Autocast copies of one layer's weights, split by the backward op that releases them.
@@ -93,7 +94,7 @@ class Walker {
   void add(std::uint32_t t, u64 count = 1, bool keep = false) {
     if (count == 0 || (st_.tensors[t].empty() && !keep)) return;
     const Part part = st_.tensors[t].part;
-    const bool step_temp = in_optimizer_ && part == Part::other;
+    const bool step_temp = in_optimizer_ && part == Part::other && t != ddp_buckets_;
     const bool host = part == Part::master_params || part == Part::optimizer_state ||
                       part == Part::master_grads || step_temp;
     if (sh_.offload && host) return;  // held and stepped on the host (ZeRO-Offload)
@@ -118,6 +119,7 @@ class Walker {
     add(grad_accum_);
     add(inputs_);
     add(buffers_);
+    add(ddp_buckets_);
     if (with_grads) add(grads_);
   }
   // The saved tensors of `count` layers, except those whose slot `freed` says are released.
@@ -199,6 +201,10 @@ void Walker::statics(const Inventory& inv0) {
   buffers_ = temp("rotary inv_freq buffer", Part::buffers, in_.ex,
                   shape({dim("d/2", in_.rotary ? in_.d / 2 : 0)}));
   grads_ = constant("gradients", Part::grads, checked_mul(eg, trainable));
+  // Allocated with the DDP reducer and kept for the whole run (torch/csrc/distributed/c10d/
+  // reducer.cpp: each bucket's flat `gradients` tensor).
+  ddp_buckets_ = constant("DDP all-reduce buckets (a second copy of the gradients)", Part::other,
+                          run_.parallel.ddp_buckets() ? checked_mul(eg, trainable) : 0);
   copy_grads_ = p.master && width(p.grad) < width(*p.master);
   opt_grads_ = copy_grads_ ? constant("master gradients", Part::master_grads,
                                       checked_mul(width(*p.master), trainable))

@@ -130,7 +130,7 @@ TEST_CASE("Megatron-LM CI runs: the last stage's peak against max allocated") {
     // Megatron's DDP zeroes its fp32 main-gradient buffer between steps and never frees it.
     for (const char* f :
          {"--precision", "mixed-bf16-fp32grad", "--fused-optimizer", "--vocab-multiple", "128",
-          "--loss", "vocab-parallel", "--zero-grad", "zero"})
+          "--loss", "vocab-parallel", "--zero-grad", "zero", "--ddp-bucket-view"})
       args.emplace_back(f);
     const json j = run_json(args);
     const json& stages = j["stages"];  // empty when only data parallelism is used
@@ -304,6 +304,30 @@ TEST_CASE("a layout problem in a run config names the file and the key") {
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("parallel_test_layout.json: /parallel/tensor_parallel 3: does "
                                     "not divide the attention heads (32)"));
+}
+
+}  // namespace memest::test
+
+namespace memest::test {
+
+// PyTorch DDP's reducer keeps a flat copy of every gradient in its buckets unless the gradients
+// are views into them (gradient_as_bucket_view=True).
+TEST_CASE("plain DDP's all-reduce buckets hold a second copy of the gradients") {
+  const auto peak = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--model", "gpt2", "--batch",     "2",
+                                     "--seq",   "512",  "--precision", "mixed-bf16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const json j = run_json(args);
+    return std::pair{j["peak"]["bytes"].get<std::uint64_t>(),
+                     j["categories"]["grads"]["bytes"].get<std::uint64_t>()};
+  };
+  const auto [ddp, grads] = peak({"--dp", "8"});
+  const auto [view, grads_view] = peak({"--dp", "8", "--ddp-bucket-view"});
+  const auto [one, grads_one] = peak({});
+  CHECK(view == one);
+  CHECK(grads_view == grads_one);
+  CHECK(ddp == view + grads);
+  CHECK(peak({"--dp", "8", "--zero", "1"}).first < ddp);  // ZeRO keeps no such buckets
 }
 
 }  // namespace memest::test

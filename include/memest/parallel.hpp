@@ -31,7 +31,12 @@ struct ParallelSpec {
   /// The vocabulary is padded to a multiple of vocab_multiple x t (Megatron's
   /// --make-vocab-size-divisible-by, 128 there; 1 here: padded to a multiple of t only).
   std::uint64_t vocab_multiple = 1;
+  /// DDP with gradient_as_bucket_view=True (and Megatron's DDP): the gradients are views into
+  /// the all-reduce buckets. Without it, PyTorch DDP's buckets hold a second copy.
+  bool bucket_view = false;
 
+  /// Whether plain DDP (no ZeRO) keeps all-reduce buckets besides the gradients.
+  bool ddp_buckets() const { return data_parallel > 1 && zero_stage == 0 && !bucket_view; }
   /// Whether any dimension of the model or of its tensors is split over devices.
   bool splits_model() const { return tensor > 1 || pipeline > 1 || context > 1 || expert > 1; }
   Schedule schedule() const {
