@@ -256,12 +256,14 @@ ParallelSpec resolve_parallel(const RunOptions& o) {
                                     [](std::string_view v) { return parse_positive(v, "ranks"); });
   }
   if (o.offload) {
-    p.offload_optimizer = parse_setting(*o.offload, [](std::string_view v) {
-      if (v != "none" && v != "optimizer") {
-        throw Error(fmt::format("unknown offload \"{}\" (expected one of: none, optimizer)", v));
+    p.offload_params = parse_setting(*o.offload, [](std::string_view v) {
+      if (v != "none" && v != "optimizer" && v != "params") {
+        throw Error(
+            fmt::format("unknown offload \"{}\" (expected one of: none, optimizer, params)", v));
       }
-      return v == "optimizer";
+      return v == "params";
     });
+    p.offload_optimizer = p.offload_params || o.offload->value == "optimizer";
   }
   if (o.zero_stage) {
     p.zero_stage = parse_setting(*o.zero_stage, [](std::string_view v) -> unsigned {
@@ -277,6 +279,12 @@ ParallelSpec resolve_parallel(const RunOptions& o) {
   }
   resolve_sharding_names(o, p);
   resolve_model_split(o, p);
+  if (p.offload_params && (p.zero_stage != 3 || p.data_parallel == 1)) {
+    throw Error(
+        fmt::format("{} params: parameters are offloaded from ZeRO-3 / FSDP full "
+                    "sharding (expected --dp N with --zero 3 or --fsdp full)",
+                    o.offload->where));
+  }
   return p;
 }
 

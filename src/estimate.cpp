@@ -121,6 +121,14 @@ void shard_categories(std::vector<Category>& cats, const ParallelSpec& parallel)
       c.basis += ", in host memory (optimizer offload)";
     }
   }
+  if (sh.offload_params) {
+    for (auto& c : cats) {
+      if (c.key != "params" && c.key != "grads") continue;
+      if (!c.bytes || *c.bytes == 0) continue;
+      c.on_device = false;
+      c.basis += ", in host memory (parameter offload)";
+    }
+  }
   if (sh.ranks <= 1 || (!sh.states && !sh.grads && !sh.params)) return;
   for (auto& c : cats) {
     const bool sharded =

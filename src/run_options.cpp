@@ -151,8 +151,9 @@ std::vector<RunOptionInfo> build_table() {
            "--make-vocab-size-divisible-by, 128 there; default 1)",
            &R::vocab_multiple, true),
       text("--offload", "parallel", "offload", "WHAT",
-           "none, or optimizer: master weights and optimizer states in host memory, stepped on "
-           "the CPU (ZeRO-Offload)",
+           "none; optimizer: master weights and optimizer states in host memory, stepped on "
+           "the CPU (ZeRO-Offload); params: with ZeRO-3 also the parameter and gradient shards "
+           "(ZeRO-Infinity, FSDP CPU offload)",
            &R::offload),
       text("--allocator", "hardware", "allocator", "NAME",
            "none (bytes requested) or cuda (caching-allocator rounding; reserved bytes)",

@@ -98,6 +98,8 @@ class Walker {
     const bool host = part == Part::master_params || part == Part::optimizer_state ||
                       part == Part::master_grads || step_temp;
     if (sh_.offload && host) return;  // held and stepped on the host (ZeRO-Offload)
+    const bool shard = st_.tensors[t].scope == Scope::state;
+    if (sh_.offload_params && shard && (part == Part::params || part == Part::grads)) return;
     const bool state = st_.tensors[t].scope == Scope::state;  // in-flight tensors are whole
     st_.entries.push_back({t, state ? shard_ranks(part, step_temp) : 1, count});
   }

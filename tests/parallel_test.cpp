@@ -331,3 +331,37 @@ TEST_CASE("plain DDP's all-reduce buckets hold a second copy of the gradients") 
 }
 
 }  // namespace memest::test
+
+namespace memest::test {
+
+// ZeRO-3 with parameter offload: the parameter and gradient shards leave the device, which keeps
+// the layer being computed and the prefetched next (docs/parallelism.md).
+TEST_CASE("parameter offload moves the parameter and gradient shards to the host") {
+  const std::vector<std::string> base = {"--model", "llama-2-7b", "--batch",     "1",
+                                         "--seq",   "2048",       "--precision", "mixed-bf16",
+                                         "--dp",    "8",          "--zero",      "3"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_json(args);
+  };
+  const json opt = with({"--offload", "optimizer"});
+  const json params = with({"--offload", "params"});
+  CHECK(params["categories"]["params"]["location"] == "host");
+  CHECK(params["categories"]["grads"]["location"] == "host");
+  CHECK(opt["categories"]["params"]["location"] == "device");
+  const auto shards = params["categories"]["params"]["bytes"].get<std::uint64_t>();
+  // The device no longer holds the parameter shard at the peak; at least that much is saved.
+  CHECK(params["peak"]["bytes"].get<std::uint64_t>() + shards <=
+        opt["peak"]["bytes"].get<std::uint64_t>());
+  bool gathered = false;
+  for (const json& t : params["peak"]["live"])
+    gathered =
+        gathered || t["name"].get<std::string>().find("gathered parameters") != std::string::npos;
+  CHECK(gathered);
+  const CliResult r = run_cli({"--model", "llama-2-7b", "--dp", "8", "--offload", "params"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--offload params: parameters are offloaded from ZeRO-3"));
+}
+
+}  // namespace memest::test

@@ -21,6 +21,10 @@ struct ParallelSpec {
   /// live in host memory and the optimizer steps on the CPU; the device keeps the model's
   /// parameters, gradients and activations.
   bool offload_optimizer = false;
+  /// Parameter offload (ZeRO-Infinity's offload_param, FSDP's CPUOffload(offload_params=True)):
+  /// with ZeRO-3 the parameter and gradient shards live in host memory as well, and the device
+  /// holds a layer's gathered parameters only while it runs (and the prefetched next).
+  bool offload_params = false;
   std::uint64_t tensor = 1;          ///< tensor-parallel ranks (t)
   bool sequence = false;             ///< sequence parallelism over the tensor-parallel ranks
   std::uint64_t pipeline = 1;        ///< pipeline stages (p)
@@ -77,17 +81,21 @@ constexpr std::uint64_t shard(std::uint64_t bytes, std::uint64_t ranks) {
 /// Whether each model state is sharded at this stage.
 struct Sharding {
   std::uint64_t ranks = 1;
-  bool states = false;   ///< optimizer states, master weights, step temporaries (stage >= 1)
-  bool grads = false;    ///< gradients and master gradients (stage >= 2)
-  bool params = false;   ///< parameters (stage 3)
-  bool offload = false;  ///< master weights, optimizer states and master grads on the host
+  bool states = false;          ///< optimizer states, master weights, step temporaries (stage >= 1)
+  bool grads = false;           ///< gradients and master gradients (stage >= 2)
+  bool params = false;          ///< parameters (stage 3)
+  bool offload = false;         ///< master weights, optimizer states and master grads on the host
+  bool offload_params = false;  ///< parameter and gradient shards on the host as well
 };
 
 /// The sharding a ParallelSpec implies.
 constexpr Sharding sharding_of(const ParallelSpec& p) {
-  return {p.data_parallel, p.zero_stage >= 1 && p.data_parallel > 1,
-          p.zero_stage >= 2 && p.data_parallel > 1, p.zero_stage >= 3 && p.data_parallel > 1,
-          p.offload_optimizer};
+  return {p.data_parallel,
+          p.zero_stage >= 1 && p.data_parallel > 1,
+          p.zero_stage >= 2 && p.data_parallel > 1,
+          p.zero_stage >= 3 && p.data_parallel > 1,
+          p.offload_optimizer,
+          p.offload_params};
 }
 
 }  // namespace memest
