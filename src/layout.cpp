@@ -184,12 +184,6 @@ Cut cut_of(const TensorGroup& g) {
   return Cut::none;
 }
 
-// Splits a dimension t ways; kv projections replicate their heads when t exceeds them.
-u64 split_dim(u64 n, u64 t, u64 kv_rows_per_rank, bool kv) {
-  if (kv && kv_rows_per_rank > 0) return kv_rows_per_rank;
-  return n / t;
-}
-
 struct Share {
   const Architecture* arch = nullptr;
   const RankSpec* rank = nullptr;
@@ -215,15 +209,16 @@ TensorGroup split_group(TensorGroup g, const Share& s) {
     return g;
   }
   if (t > 1) {
-    const u64 kv = kv_heads(a);
-    const bool kv_group = (g.kind == "k" || g.kind == "v") && kv < a.num_heads;
-    const u64 kv_rows = kv_group && kv < t ? a.head_dim : 0;  // one replicated kv head per rank
+    // Fewer kv heads than ranks: each rank holds one kv head, replicated (a k/v weight's rows,
+    // or its bias's columns, are one head).
+    const bool kv_group = (g.kind == "k" || g.kind == "v") && kv_heads(a) < t;
+    const auto cut = [&](u64 n) { return kv_group ? a.head_dim : n / t; };
     switch (cut_of(g)) {
       case Cut::rows:
-        g.rows = split_dim(g.rows, t, kv_rows, kv_group);
+        g.rows = cut(g.rows);
         break;
       case Cut::cols:
-        g.cols = split_dim(g.cols, t, kv_rows, kv_group);
+        g.cols = cut(g.cols);
         break;
       case Cut::none:
         break;

@@ -50,11 +50,10 @@ std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus) {
   return out;
 }
 
-// The layout at the run's micro-batch, and the largest micro-batch it allows; nothing when it
-// does not fit or the model cannot be split that way.
+// The layout (one check_layout accepts) at the run's micro-batch, and the largest micro-batch
+// it allows; nothing when it does not fit.
 std::optional<LayoutFit> try_layout(RunSpec run, const Budget& budget, u64 max_batch) {
   try {
-    check_layout(run);
     const u64 need = bytes_needed(run);
     if (need > budget.usable()) return std::nullopt;
     LayoutFit f{run.parallel, run.training.recompute, need, budget.usable() - need, 0};
@@ -62,7 +61,7 @@ std::optional<LayoutFit> try_layout(RunSpec run, const Budget& budget, u64 max_b
     f.largest_batch = best.best.value_or(0);
     return f;
   } catch (const Error&) {
-    return std::nullopt;  // a split the model does not take, or a size past 2^64
+    return std::nullopt;  // a size past 2^64
   }
 }
 

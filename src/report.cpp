@@ -381,16 +381,11 @@ ordered_json inventory_json(const Inventory& inv) {
 }  // namespace
 
 ordered_json parallel_json(const ParallelSpec& p) {
-  return {{"data_parallel", p.data_parallel},
-          {"zero_stage", p.zero_stage},
-          {"tensor_parallel", p.tensor},
-          {"sequence_parallel", p.sequence},
-          {"pipeline_parallel", p.pipeline},
-          {"virtual_stages", p.virtual_stages},
-          {"microbatches", p.microbatches},
-          {"context_parallel", p.context},
-          {"expert_parallel", p.expert},
-          {"world_size", p.data_parallel * p.tensor * p.pipeline * p.context}};
+  return {{"data_parallel", p.data_parallel}, {"zero_stage", p.zero_stage},
+          {"tensor_parallel", p.tensor},      {"sequence_parallel", p.sequence},
+          {"pipeline_parallel", p.pipeline},  {"virtual_stages", p.virtual_stages},
+          {"microbatches", p.microbatches},   {"context_parallel", p.context},
+          {"expert_parallel", p.expert},      {"world_size", p.world_size()}};
 }
 
 // Every pipeline stage of a split run, the worst marked; an empty list for a whole model.

@@ -80,12 +80,12 @@ class Walker {
     out_->push_back({name, phase, static_cast<std::uint32_t>(st_.entries.size()), 0});
     if (phase == "forward" || phase == "backward") {
       if (sh_.params) add(gathered_);
-      in_flight_microbatches();
+      hold_other_microbatches();
     }
   }
   // A pipeline stage holds the saved tensors of the micro-batches it has run forward and not
   // yet backward (docs/parallelism.md): all but the current one are whole.
-  void in_flight_microbatches() {
+  void hold_other_microbatches() {
     if (in_.in_flight <= 1) return;
     for (const Entry& e : st_.saved) add(e.tensor, checked_mul(e.count, in_.in_flight - 1));
   }

@@ -41,6 +41,8 @@ struct ParallelSpec {
 
   /// Whether plain DDP (no ZeRO) keeps all-reduce buckets besides the gradients.
   bool ddp_buckets() const { return data_parallel > 1 && zero_stage == 0 && !bucket_view; }
+  /// The devices the layout spans (expert parallelism runs inside the data-parallel ranks).
+  std::uint64_t world_size() const { return data_parallel * tensor * pipeline * context; }
   /// Whether any dimension of the model or of its tensors is split over devices.
   bool splits_model() const { return tensor > 1 || pipeline > 1 || context > 1 || expert > 1; }
   Schedule schedule() const {
