@@ -76,8 +76,6 @@ void check_pipeline(const RunSpec& run, const Architecture& a, std::vector<std::
         p.pipeline, p.virtual_stages > 1 ? fmt::format(" --vpp {}", p.virtual_stages) : "", L,
         chunks));
   }
-  if (p.virtual_stages > 1 && p.pipeline == 1)
-    out.push_back("--vpp: virtual stages need a pipeline (expected --pp 2 or more)");
   const u64 m = microbatches_of(run);
   if (p.virtual_stages > 1 && m % p.pipeline != 0)
     out.push_back(
@@ -122,13 +120,15 @@ void check_layout(const RunSpec& run) {
     problems.emplace_back(
         "--sp: sequence parallelism splits over the tensor-parallel ranks "
         "(expected --tp 2 or more)");
+  if (p.virtual_stages > 1 && p.pipeline == 1)
+    problems.emplace_back("--vpp: virtual stages need a pipeline (expected --pp 2 or more)");
   if (!p.splits_model()) {
     if (!problems.empty()) throw Error(fmt::format("{}", fmt::join(problems, "\n")));
     return;
   }
   const Architecture a = full_architecture(run);
   if (p.tensor > 1) check_tensor(a, p, problems);
-  if (p.pipeline > 1 || p.virtual_stages > 1) check_pipeline(run, a, problems);
+  if (p.pipeline > 1) check_pipeline(run, a, problems);
   if (p.context > 1) check_context(run, problems);
   if (p.expert > 1) check_experts(a, p, problems);
   if (p.sequence && run.training.seq_len > 0 &&

@@ -174,6 +174,8 @@ TEST_CASE("a layout that does not fit the model is refused, one line per problem
   CHECK_THAT(err({"--model", "mixtral-8x7b", "--ep", "3"}),
              Catch::Contains("--ep 3: does not divide the 8 routed experts"));
   CHECK_THAT(err({"--model", "gpt2", "--sp"}), Catch::Contains("--sp"));
+  CHECK_THAT(err({"--model", "gpt2", "--vpp", "2"}),
+             Catch::Contains("--vpp: virtual stages need a pipeline"));
   CHECK_THAT(err({"--model", "gpt2", "--fsdp", "full"}), Catch::Contains("--dp N"));
 }
 
