@@ -3,6 +3,7 @@
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/layout.hpp>
+#include <memest/stacks.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -379,6 +380,7 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
   });
   problems.attempt([&] {
     if (o.loss) t.loss = parse_setting(*o.loss, parse_loss);
+    if (o.stack) t.stack = o.stack->value;
   });
   problems.attempt([&] {
     if (o.context_reserve)
@@ -437,7 +439,8 @@ void check_layout_where(const RunSpec& run, const RunOptions& o) {
 
 }  // namespace
 
-RunSpec resolve(const RunOptions& options) {
+RunSpec resolve(const RunOptions& given) {
+  const RunOptions options = with_stack(given);
   RunSpec run;
   Problems problems;
   problems.attempt([&] { run.model = resolve_model(options); });

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace memest {
@@ -61,6 +62,7 @@ struct TrainingSpec {
   Allocator allocator = Allocator::none;
   std::uint64_t context_reserve = 0;  ///< a stated constant for the CUDA context, added to the peak
   Loss loss = Loss::hf;
+  std::string stack;  ///< the training stack whose defaults the run took (--stack); empty: none
 
   bool operator==(const TrainingSpec&) const = default;
 };
