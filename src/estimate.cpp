@@ -216,14 +216,14 @@ Category activations_and_peak(const RunSpec& run, Estimate& e) {
     act.bytes = ab.total;
     act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
     act.basis = fmt::format(
-        "saved for backward: {} layers x {} + {} embedding and head{}, {} attention{}{}", in->L,
+        "saved for backward: {} layers x {} + {} embedding and head{}{}, {} attention{}{}", in->L,
         format_bytes(ab.per_layer, Unit::bytes),
         format_bytes(ab.head + ab.shared + ab.embed, Unit::bytes),
         in->recompute == Recompute::none
             ? ""
             : fmt::format(", {} recompute", recompute_name(in->recompute)),
-        attention_name(in->attention), in->cuda ? "" : ", cpu kernels",
-        in->approximate ? " (approximate)" : "");
+        in->compile ? ", layers compiled (torch.compile)" : "", attention_name(in->attention),
+        in->cuda ? "" : ", cpu kernels", in->approximate ? " (approximate)" : "");
     e.activations_approximate = in->approximate;
     for (const auto& n : in->notes) e.assumptions.push_back(n);
     e.activations = std::move(se.activations);
