@@ -130,6 +130,7 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.cuda = t.device == Device::cuda;
   in.attention = t.attention;
   in.recompute = t.recompute;
+  in.compile = t.compile;
   in.loss = t.loss;
 }
 

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -157,6 +158,7 @@ OptimizerSpec resolve_optimizer(const RunOptions& o) {
   spec.centered = option(o.centered, {K::rmsprop}, "rmsprop");
   spec.first_moment = option(o.first_moment, {K::adafactor}, "adafactor");
   if (o.optimizer_impl) spec.impl = parse_setting(*o.optimizer_impl, parse_optimizer_impl);
+  spec.paged = flag(o.paged_optimizer);
   if (flag(o.fused_optimizer)) {
     if (o.optimizer_impl && spec.impl != OptimizerImpl::fused) {
       throw Error(
@@ -250,6 +252,34 @@ void resolve_model_split(const RunOptions& o, ParallelSpec& p) {
   p.bucket_view = flag(o.ddp_bucket_view);
 }
 
+// --offload: none, or a comma-separated list of optimizer, params, activations.
+struct Offload {
+  bool optimizer = false, params = false, activations = false;
+};
+Offload parse_offload(std::string_view text) {
+  Offload out;
+  if (text == "none") return out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view v = text.substr(start, comma - start);
+    if (v == "optimizer") {
+      out.optimizer = true;
+    } else if (v == "params") {
+      out.params = true;
+    } else if (v == "activations") {
+      out.activations = true;
+    } else {
+      throw Error(fmt::format(
+          "unknown offload \"{}\" (expected none, or a comma-separated list of: optimizer, "
+          "params, activations)",
+          v));
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
 ParallelSpec resolve_parallel(const RunOptions& o) {
   ParallelSpec p;
   if (o.data_parallel) {
@@ -257,14 +287,9 @@ ParallelSpec resolve_parallel(const RunOptions& o) {
                                     [](std::string_view v) { return parse_positive(v, "ranks"); });
   }
   if (o.offload) {
-    p.offload_params = parse_setting(*o.offload, [](std::string_view v) {
-      if (v != "none" && v != "optimizer" && v != "params") {
-        throw Error(
-            fmt::format("unknown offload \"{}\" (expected one of: none, optimizer, params)", v));
-      }
-      return v == "params";
-    });
-    p.offload_optimizer = p.offload_params || o.offload->value == "optimizer";
+    const Offload what = parse_setting(*o.offload, parse_offload);
+    p.offload_params = what.params;
+    p.offload_optimizer = what.params || what.optimizer;
   }
   if (o.zero_stage) {
     p.zero_stage = parse_setting(*o.zero_stage, [](std::string_view v) -> unsigned {
@@ -382,6 +407,14 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     if (o.loss) t.loss = parse_setting(*o.loss, parse_loss);
     if (o.stack) t.stack = o.stack->value;
   });
+  t.optimizer_in_backward = flag(o.optimizer_in_backward);
+  t.compile = flag(o.compile);
+  if (o.offload) {  // its errors are reported once, by resolve_parallel
+    try {
+      t.offload_activations = parse_offload(o.offload->value).activations;
+    } catch (const Error&) {
+    }
+  }
   problems.attempt([&] {
     if (o.context_reserve)
       t.context_reserve = parse_setting(*o.context_reserve, parse_size_or_zero);
@@ -409,6 +442,44 @@ void check_trainable_dtype(const RunSpec& run, const RunOptions& o) {
       "{}: {} parameters cannot be trained (autograd gives gradients to floating-point tensors "
       "only): store a frozen base in 4 bits with --lora-rank R --qlora, or use fp32, bf16 or fp16",
       where, dtype_name(d)));
+}
+
+// The techniques of docs/techniques.md, where they cannot be combined as given.
+void check_techniques(const RunSpec& run, const RunOptions& o) {
+  if (run.training.optimizer_in_backward) {
+    const std::string& where = o.optimizer_in_backward->where;
+    if (run.training.grad_accum > 1) {
+      throw Error(
+          fmt::format("{}: the step runs in every backward pass, so gradients cannot be "
+                      "accumulated (expected --grad-accum 1, got {})",
+                      where, run.training.grad_accum));
+    }
+    if (run.precision.master) {
+      throw Error(
+          fmt::format("{}: each gradient is applied to its parameter as it is "
+                      "accumulated; a policy with master weights is not supported "
+                      "(expected a precision without master weights: fp32, amp, bf16)",
+                      where));
+    }
+    if (run.parallel.offload_optimizer) {
+      throw Error(
+          fmt::format("{}: conflicts with --offload optimizer (the step runs on the host)", where));
+    }
+  }
+  const OptimizerKind k = run.optimizer.kind;
+  if (run.optimizer.paged && k != OptimizerKind::adam && k != OptimizerKind::adamw &&
+      k != OptimizerKind::adam8bit && k != OptimizerKind::lion) {
+    throw Error(
+        fmt::format("{}: bitsandbytes pages adam, adamw, adam8bit and lion, got optimizer "
+                    "\"{}\"",
+                    o.paged_optimizer->where, optimizer_name(k)));
+  }
+  if (run.optimizer.paged && run.parallel.offload_optimizer) {
+    throw Error(
+        fmt::format("{}: conflicts with --offload optimizer (the states are either paged "
+                    "or in host memory)",
+                    o.paged_optimizer->where));
+  }
 }
 
 // check_layout names the flags; a value from a run config is named by its file and key instead.
@@ -451,6 +522,10 @@ RunSpec resolve(const RunOptions& given) {
   problems.attempt([&] { run.budget = resolve_budget(options); });
   problems.throw_if_any();
   check_trainable_dtype(run, options);
+  check_techniques(run, options);
+  // bitsandbytes' 32-bit optimizers keep fp32 states whatever the parameters' dtype.
+  if (run.optimizer.paged && run.optimizer.kind != OptimizerKind::adam8bit && !options.state_dtype)
+    run.precision.state = Dtype::fp32;
   check_layout_where(run, options);
   return run;
 }

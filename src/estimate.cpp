@@ -1,3 +1,5 @@
+#include "techniques.hpp"
+
 #include <memest/error.hpp>
 #include <memest/estimate.hpp>
 #include <memest/layout.hpp>
@@ -142,6 +144,66 @@ void shard_categories(std::vector<Category>& cats, const ParallelSpec& parallel)
   }
 }
 
+// bitsandbytes' paged optimizers: the large states in CUDA unified memory, a row of their own;
+// the absmax, qmaps and small tensors' states stay device tensors; `step` is a Python int.
+void paged_category(const RunSpec& run, std::vector<Category>& cats) {
+  const auto& inv = run.model.inventory;
+  const std::uint64_t paged = paged_state_bytes(run.optimizer, inv, run.precision.state);
+  auto states = std::find_if(cats.begin(), cats.end(),
+                             [](const Category& c) { return c.key == "optimizer_states"; });
+  for (auto& c : cats) {
+    if (c.key == "optimizer_step" && c.bytes && *c.bytes > 0) {
+      c.bytes = 0;
+      c.dtype.reset();
+      c.basis = "none: bitsandbytes counts steps in a Python int";
+    }
+  }
+  if (states == cats.end() || !states->bytes || paged == 0) return;
+  const std::uint64_t total = *states->bytes;
+  states->bytes = total - std::min(total, paged);
+  states->basis +=
+      fmt::format(", less {} in unified memory (the row below)", format_bytes(paged, Unit::bytes));
+  Category row{"optimizer_states_paged", "optimizer states, paged", std::nullopt, 0, paged, ""};
+  row.on_device = false;
+  row.unified = true;
+  row.per_param = false;
+  row.basis = fmt::format(
+      "state1 + state2 of the tensors of {} elements or more, in CUDA unified memory "
+      "(cudaMallocManaged): outside the allocator's statistics and the peak",
+      format_count(kPagedMinElements));
+  cats.insert(states + 1, row);
+}
+
+// The rows the techniques of docs/techniques.md change: paged optimizer states live in CUDA
+// unified memory; with the optimizer in backward the gradients exist one tensor at a time;
+// offloaded activations sit in host memory during the step.
+void technique_categories(const RunSpec& run, std::vector<Category>& cats, Estimate& e) {
+  if (run.optimizer.paged) paged_category(run, cats);
+  for (auto& c : cats) {
+    if (run.training.optimizer_in_backward && c.key == "grads" && c.bytes && *c.bytes > 0) {
+      std::uint64_t largest = 0;
+      for (const auto& g : run.model.inventory.groups) {
+        if (g.trainable && !g.quant_state) largest = std::max(largest, g.tensor_elements());
+      }
+      const std::uint64_t bytes = bytes_for(run.precision.grad, largest);
+      if (bytes < *c.bytes) {
+        c.basis = fmt::format(
+            "optimizer in backward: each gradient applied and freed as it is accumulated, the "
+            "largest {} B x {} elements (of {})",
+            bytes_per_element(run.precision.grad), format_count(largest), c.basis);
+        c.bytes = bytes;
+      }
+    }
+  }
+  if (run.training.offload_activations && e.activations) {
+    e.notes.push_back(fmt::format(
+        "activation offloading: the saved tensors of {} B or more are in pinned host memory "
+        "between forward and backward (up to {} at a time stay on the device until copied); "
+        "the activations row is what is saved, the peak what the device holds",
+        detail::kMinOffloadBytes, detail::kOffloadStash));
+  }
+}
+
 // The saved activations and the peak, from one walk of the step, when --batch and --seq are
 // given.
 Category activations_and_peak(const RunSpec& run, Estimate& e) {
@@ -154,14 +216,14 @@ Category activations_and_peak(const RunSpec& run, Estimate& e) {
     act.bytes = ab.total;
     act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
     act.basis = fmt::format(
-        "saved for backward: {} layers x {} + {} embedding and head{}, {} attention{}{}", in->L,
+        "saved for backward: {} layers x {} + {} embedding and head{}{}, {} attention{}{}", in->L,
         format_bytes(ab.per_layer, Unit::bytes),
         format_bytes(ab.head + ab.shared + ab.embed, Unit::bytes),
         in->recompute == Recompute::none
             ? ""
             : fmt::format(", {} recompute", recompute_name(in->recompute)),
-        attention_name(in->attention), in->cuda ? "" : ", cpu kernels",
-        in->approximate ? " (approximate)" : "");
+        in->compile ? ", layers compiled (torch.compile)" : "", attention_name(in->attention),
+        in->cuda ? "" : ", cpu kernels", in->approximate ? " (approximate)" : "");
     e.activations_approximate = in->approximate;
     for (const auto& n : in->notes) e.assumptions.push_back(n);
     e.activations = std::move(se.activations);
@@ -286,8 +348,13 @@ Estimate estimate_device(const RunSpec& run) {
   }
 
   shard_categories(cats, run.parallel);
+  technique_categories(run, cats, e);
   e.total_complete = true;
   for (const auto& c : cats) {
+    if (c.unified) {
+      if (c.bytes) e.unified_bytes = checked_add(e.unified_bytes, *c.bytes);
+      continue;
+    }
     if (!c.on_device) {
       if (c.bytes) e.host_bytes = checked_add(e.host_bytes, *c.bytes);
       continue;

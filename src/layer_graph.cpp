@@ -3,6 +3,7 @@
 // generalisations of §5 and docs/activations.md. Sizes are shapes of symbols, so the bytes and
 // the --explain formulas come from one expression.
 #include "step_build.hpp"
+#include "techniques.hpp"
 
 #include <memest/run_spec.hpp>
 #include <memest/units.hpp>
@@ -27,6 +28,7 @@ class Saver {
     shared();
     embed();
     head();
+    if (in_.compile) apply_compile(st_, in_);
     count_layers();
     st_.walk_mlp = walk_mlp();
   }
@@ -242,7 +244,7 @@ class Saver {
   }
 
   void shared() {
-    const bool full = in_.recompute == Recompute::full;
+    const bool full = checkpointed(in_.recompute);
     if (in_.rotary) {
       add("rotary cos and sin", Scope::shared, Slot::none, in_.ex,
           shape({dim("2", 2), sym::s, D.d}));
@@ -258,6 +260,7 @@ class Saver {
     if (full) {
       add("layer input (kept by full recompute)", Scope::checkpoint, Slot::none, in_.ex,
           shape({T, D.h}));
+      if (in_.recompute == Recompute::op) add_op_cached_tensors(st_, in_);
     }
   }
 
@@ -304,7 +307,7 @@ class Saver {
   // Step::saved: what the forward pass leaves saved, each tensor with its number of copies.
   void count_layers() {
     const u64 L = in_.L;
-    const bool full = in_.recompute == Recompute::full;
+    const bool full = checkpointed(in_.recompute);
     const u64 moe_layers = in_.moe_layers, dense_layers = L - moe_layers;
     for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
       const Tensor& t = st_.tensors[i];
@@ -374,14 +377,14 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   r.I = in.I;
   r.V = in.V;
   r.L = in.L;
-  const bool full = in.recompute == Recompute::full;
+  const bool full = checkpointed(in.recompute);
   for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {
     const Tensor& t = step.tensors[i];
     if (t.part != Part::activations || !t.exists_at(x)) continue;
     const u64 v = t.bytes.at(x);
     if (t.scope == Scope::layer) r.full_layer += v;
     if (t.scope == step.walk_mlp) r.mlp += v;
-    if (t.scope == Scope::checkpoint) r.per_layer = v;
+    if (t.scope == Scope::checkpoint) r.per_layer += v;
     if (t.slot == Slot::target && t.width == 8) r.target = v;
   }
   r.full_layer += r.mlp;

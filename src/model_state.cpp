@@ -107,29 +107,30 @@ const Inventory& canonical_inventory(u64 params) {
 
 // The optimizer step's temporaries at its worst moment (§4.4), by implementation: foreach
 // holds a whole group's intermediate, single-tensor two of the largest, fused none.
-u64 step_temporaries(const OptimizerSpec& o, const Layout& lp, bool cuda, u64 es, u64 eg) {
+// The sizes a step's temporaries follow: the largest 2n + previous and n + previous over the
+// tensors in step order, the largest tensor, and all the group's elements.
+struct StepShape {
+  u64 pair2 = 0, pair1 = 0, nmax = 0, all = 0;
+};
+
+u64 temporaries_of(const OptimizerSpec& o, const StepShape& t, bool cuda, u64 es, u64 eg) {
   const bool fused = cuda && o.impl == OptimizerImpl::fused;
   const bool foreach = cuda && o.impl == OptimizerImpl::foreach;
-  u64 pair2 = 0, pair1 = 0, nmax = 0;
-  walk_order(lp, [&](u64 prev, u64 n, u64) {
-    pair2 = std::max(pair2, 2 * n + prev);
-    pair1 = std::max(pair1, n + prev);
-    nmax = std::max(nmax, n);
-  });
+  const u64 pair2 = t.pair2, pair1 = t.pair1, nmax = t.nmax;
   switch (o.kind) {
     case OptimizerKind::adam:
     case OptimizerKind::adamw:
-      return fused ? 0 : foreach ? es * lp.trainable : es * pair2 + 8 + es;
+      return fused ? 0 : foreach ? es * t.all : es * pair2 + 8 + es;
     case OptimizerKind::adagrad:
-      return fused ? 0 : foreach ? es * lp.trainable : es * pair1 + 8 + es;
+      return fused ? 0 : foreach ? es * t.all : es * pair1 + 8 + es;
     case OptimizerKind::rmsprop:
       return fused     ? 0
-             : foreach ? (o.centered ? 2 : 1) * es * lp.trainable
+             : foreach ? (o.centered ? 2 : 1) * es * t.all
                        : std::max(es * pair1, es * nmax + 8 + es);
     case OptimizerKind::sgd:
       return 0;
     case OptimizerKind::sgd_momentum:
-      return foreach && o.nesterov ? eg * lp.trainable : 0;
+      return foreach && o.nesterov ? eg * t.all : 0;
     case OptimizerKind::lion:
       return 2 * es * nmax;
     case OptimizerKind::adafactor:
@@ -138,6 +139,17 @@ u64 step_temporaries(const OptimizerSpec& o, const Layout& lp, bool cuda, u64 es
       return 0;
   }
   return 0;
+}
+
+u64 step_temporaries(const OptimizerSpec& o, const Layout& lp, bool cuda, u64 es, u64 eg) {
+  StepShape t;
+  t.all = lp.trainable;
+  walk_order(lp, [&](u64 prev, u64 n, u64) {
+    t.pair2 = std::max(t.pair2, 2 * n + prev);
+    t.pair1 = std::max(t.pair1, n + prev);
+    t.nmax = std::max(t.nmax, n);
+  });
+  return temporaries_of(o, t, cuda, es, eg);
 }
 
 std::string_view step_temporaries_name(OptimizerKind k) {
@@ -185,7 +197,19 @@ OptimizerSizes optimizer_sizes(const RunSpec& run, const OptimizerSpec& opt, con
   sizes.temporaries =
       step_temporaries(opt, lay, cuda, width(run.precision.state), width(run.precision.grad));
   sizes.temporaries_name = step_temporaries_name(opt.kind);
+  if (opt.paged) {  // bitsandbytes: one fused kernel per tensor, `step` a Python int
+    sizes.paged_bytes = paged_state_bytes(opt, inv0, run.precision.state);
+    sizes.state_bytes -= std::min(sizes.state_bytes, sizes.paged_bytes);
+    sizes.step_counter_bytes = 0;
+    sizes.temporaries = 0;
+  }
   return sizes;
+}
+
+u64 one_tensor_temporaries(const RunSpec& run, const OptimizerSpec& opt, u64 n, bool cuda) {
+  if (opt.paged) return 0;  // bitsandbytes steps each tensor in one kernel
+  return temporaries_of(opt, StepShape{2 * n, n, n, n}, cuda, width(run.precision.state),
+                        width(run.precision.grad));
 }
 
 void resize_optimizer(Step& step, const OptimizerSizes& sizes) {

@@ -117,9 +117,13 @@ std::string_view step_temporaries_name(OptimizerKind k);
 struct OptimizerSizes {
   u64 state_bytes = 0, step_counter_bytes = 0, temporaries = 0;
   std::string_view temporaries_name;
+  u64 paged_bytes = 0;  ///< a paged optimizer's states, in CUDA unified memory (not on the device)
 };
 OptimizerSizes optimizer_sizes(const RunSpec& run, const OptimizerSpec& optimizer,
                                const Layout& lay, bool cuda);
+/// The temporaries of one tensor's step of n elements: the optimizer in backward steps each
+/// parameter with its own optimizer (torchtune optimizer_in_bwd), so foreach spans one tensor.
+u64 one_tensor_temporaries(const RunSpec& run, const OptimizerSpec& opt, u64 n, bool cuda);
 /// Gives a built step's optimizer tensors these sizes.
 void resize_optimizer(Step& step, const OptimizerSizes& sizes);
 

@@ -177,4 +177,19 @@ OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inven
   return out;
 }
 
+std::uint64_t paged_state_bytes(const OptimizerSpec& spec, const Inventory& inventory,
+                                Dtype state_dtype) {
+  if (!spec.paged) return 0;
+  const bool eight = spec.kind == OptimizerKind::adam8bit;
+  const std::uint64_t states = eight ? 2 : full_states(spec).size();
+  std::uint64_t n = 0;
+  for (const auto& g : inventory.groups) {
+    if (!g.trainable || g.quant_state) continue;
+    if (inventory.shapes_known && g.tensor_elements() < kPagedMinElements) continue;
+    n = checked_add(n, g.elements());
+  }
+  const std::uint64_t per = eight ? 1 : bytes_for(state_dtype, 1);
+  return checked_mul(checked_mul(states, per), n);
+}
+
 }  // namespace memest

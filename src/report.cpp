@@ -442,7 +442,7 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
                      "basis");
   for (const auto& c : e.categories) {
     std::string size = size_cell(c, options.unit);
-    if (!c.on_device && c.bytes && *c.bytes > 0) size += " (host)";
+    if (!c.on_device && c.bytes && *c.bytes > 0) size += c.unified ? " (unified)" : " (host)";
     out += fmt::format("{:<26} {:<9} {:>7} {:>16}  {}\n", c.label, dtype_or_dash(c.dtype),
                        per_element(c), size, c.basis);
   }
@@ -452,6 +452,10 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
   if (const auto host = e.host_bytes; host * 100 >= unit_bytes(options.unit)) {
     out += fmt::format("{:<44} {:>16}\n", "host memory (rows marked host)",
                        format_bytes(host, options.unit));
+  }
+  if (e.unified_bytes > 0) {
+    out += fmt::format("{:<44} {:>16}\n", "unified memory (paged, not in the peak)",
+                       format_bytes(e.unified_bytes, options.unit));
   }
   out += render_peak(run, e, options.unit);
   out += render_stages(e, options.unit);
@@ -501,7 +505,9 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
                    {"elements", c.elements},
                    {"bytes_per_element", c.bytes_per_element()},
                    {"bytes", c.bytes ? ordered_json(*c.bytes) : ordered_json(nullptr)},
-                   {"location", c.on_device ? "device" : "host"},
+                   {"location", c.unified     ? "unified"
+                                : c.on_device ? "device"
+                                              : "host"},
                    {"basis", c.basis}};
   }
   j["categories"] = cats;
@@ -510,6 +516,8 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
                 {"method", "sum"},
                 {"complete", e.total_complete},
                 {"formatted", format_bytes(e.total_bytes, options.unit)}};
+  // Paged optimizer states (CUDA unified memory): apart from the device total and the peak.
+  if (e.unified_bytes > 0) j["total"]["unified_bytes"] = e.unified_bytes;
   j["budget"] = budget_json(run, e);
   j["activations"] = activations_json(e);
   j["peak"] = peak_json(e);

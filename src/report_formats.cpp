@@ -100,7 +100,7 @@ std::string render_markdown(const RunSpec& run, const Estimate& est, const Repor
   for (const auto& c : est.categories) {
     std::string size =
         c.bytes ? (*c.bytes ? format_bytes(*c.bytes, options.unit) : "-") : "not estimated";
-    if (!c.on_device && c.bytes && *c.bytes) size += " (host)";
+    if (!c.on_device && c.bytes && *c.bytes) size += c.unified ? " (unified)" : " (host)";
     out += fmt::format(
         "| {} | {} | {} | {} | {} |\n", c.label, c.dtype ? dtype_name(*c.dtype) : "-",
         c.bytes && c.elements && c.per_param ? fmt::format("{:.2f}", c.bytes_per_element()) : "-",

@@ -68,6 +68,14 @@ std::vector<RunOptionInfo> build_table() {
           "Short for --optimizer-impl fused (fused/capturable: no step temporaries, step counters "
           "in device memory)",
           &R::fused_optimizer),
+      boolean("--paged-optimizer", "optimizer", "paged",
+              "bitsandbytes' paged optimizer (PagedAdamW, PagedAdamW8bit): states in CUDA unified "
+              "memory, reported apart from the device peak",
+              &R::paged_optimizer),
+      boolean("--optimizer-in-backward", "optimizer", "in_backward",
+              "The optimizer step fused into backward (torchtune optimizer_in_bwd): each "
+              "gradient applied and freed as soon as it is accumulated",
+              &R::optimizer_in_backward),
       text("--precision", "precision", "preset", "NAME",
            "Precision policy: " + names(precision_names()) + " (default fp32)", &R::precision),
       boolean("--amp", "precision", "amp", "Short for --precision amp (torch.autocast fp16)",
@@ -95,7 +103,13 @@ std::vector<RunOptionInfo> build_table() {
            "Attention: " + names(attention_names()) + " (default sdpa, as transformers uses)",
            &R::attention),
       text("--recompute", "training", "recompute", "NAME",
-           "Activation recompute: " + names(recompute_names()) + " (default none)", &R::recompute),
+           "Activation recompute: " + names(recompute_names()) +
+               " (default none; op: torchtitan's per-op selective checkpointing)",
+           &R::recompute),
+      boolean("--compile", "training", "compile",
+              "torch.compile of each layer: pointwise results recomputed in backward, not saved "
+              "(an approximation of Inductor's partitioner)",
+              &R::compile),
       text("--stack", "training", "stack", "NAME",
            "Training stack whose defaults the run takes (flags override them): " +
                names(stack_names()) + " (docs/stacks.md)",
@@ -156,9 +170,10 @@ std::vector<RunOptionInfo> build_table() {
            "--make-vocab-size-divisible-by, 128 there; default 1)",
            &R::vocab_multiple, true),
       text("--offload", "parallel", "offload", "WHAT",
-           "none; optimizer: master weights and optimizer states in host memory, stepped on "
-           "the CPU (ZeRO-Offload); params: with ZeRO-3 also the parameter and gradient shards "
-           "(ZeRO-Infinity, FSDP CPU offload)",
+           "none, or a comma-separated list of: optimizer: master weights and optimizer states "
+           "in host memory, stepped on the CPU (ZeRO-Offload); params: with ZeRO-3 also the "
+           "parameter and gradient shards (ZeRO-Infinity, FSDP CPU offload); activations: saved "
+           "tensors in host memory (torchtune's activation offloading)",
            &R::offload),
       text("--allocator", "hardware", "allocator", "NAME",
            "none (bytes requested) or cuda (caching-allocator rounding; reserved bytes)",

@@ -8,7 +8,7 @@ namespace memest {
 namespace {
 
 constexpr std::array<std::string_view, 3> kAttentionNames = {"eager", "sdpa", "flash"};
-constexpr std::array<std::string_view, 3> kRecomputeNames = {"none", "selective", "full"};
+constexpr std::array<std::string_view, 4> kRecomputeNames = {"none", "selective", "full", "op"};
 constexpr std::array<std::string_view, 2> kDeviceNames = {"cuda", "cpu"};
 constexpr std::array<std::string_view, 2> kAllocatorNames = {"none", "cuda"};
 constexpr std::array<std::string_view, 2> kLossNames = {"hf", "vocab-parallel"};

@@ -122,7 +122,11 @@ ordered_json value_schema(const RunOptionInfo& info) {
     return {{"anyOf", ordered_json::array({{{"type", "integer"}, {"minimum", 0}, {"maximum", 3}},
                                            {{"type", "string"}, {"enum", {"0", "1", "2", "3"}}}})}};
   }
-  if (k == "parallel/offload") return enum_of({"none", "optimizer", "params"});
+  if (k == "parallel/offload") {  // none, or a comma-separated list
+    return {
+        {"type", "string"},
+        {"pattern", "^(none|(optimizer|params|activations)(,(optimizer|params|activations))*)$"}};
+  }
   if (k == "parallel/fsdp") return enum_of({"full", "grad-op", "no-shard"});
   if (k == "hardware/allocator") return enum_of(names_of(allocator_names()));
   if (k == "hardware/gpu") return enum_of(names_of(gpu_names()));

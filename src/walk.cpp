@@ -4,6 +4,7 @@
 // moment is the list of tensors live at it; its bytes and composition are their sums.
 #include "model_state.hpp"
 #include "step_build.hpp"
+#include "techniques.hpp"
 
 #include <memest/optimizer.hpp>
 #include <memest/parallel.hpp>
@@ -33,7 +34,9 @@ class Walker {
         lp_(lay),
         sh_(sharding_of(run.parallel)),
         D_(in),
-        T_(in.sp ? sym::Nt : sym::N) {}
+        T_(in.sp ? sym::Nt : sym::N),
+        offload_(run.training.offload_activations),
+        in_bwd_(run.training.optimizer_in_backward) {}
 
   void statics(const Inventory& inv0);
   void attention_tensors();
@@ -63,6 +66,15 @@ class Walker {
   std::uint32_t bias_cache_ = 0, qkv_casts_ = 0, norm32_ = 0, qkv32_ = 0, qrot_ = 0, fused_qkv_ = 0;
   bool copy_grads_ = false;
   OptimizerSizes sizes_;
+  // Activation offloading (src/techniques.cpp): while `host_side_`, offloadable saved tensors
+  // are on the host and not entered; `stash_` is what the device keeps of them in forward.
+  bool offload_ = false, host_side_ = false;
+  std::vector<Entry> stash_;
+  // The optimizer step in backward: one tensor's gradient and step temporaries at a time, and a
+  // tied lm_head's gradient waiting in autograd's input buffer for the embedding's.
+  bool in_bwd_ = false;
+  std::uint32_t tied_buffer_ = 0;
+  std::array<std::uint32_t, 3> step_grad_{}, step_temps_{};  // layer, head, embedding
 
   std::uint32_t constant(std::string_view name, Part part, u64 bytes) {
     return add_tensor(st_, name, part, Scope::state, Slot::none, bytes, shape({}));
@@ -87,12 +99,25 @@ class Walker {
   // yet backward (docs/parallelism.md): all but the current one are whole.
   void hold_other_microbatches() {
     if (in_.in_flight <= 1) return;
-    for (const Entry& e : st_.saved) add(e.tensor, checked_mul(e.count, in_.in_flight - 1));
+    host([&] {
+      for (const Entry& e : st_.saved) add(e.tensor, checked_mul(e.count, in_.in_flight - 1));
+    });
   }
   void end() { out_->back().end = static_cast<std::uint32_t>(st_.entries.size()); }
+  // Enters what `f` adds with the offloadable saved tensors left on the host.
+  template <typename F>
+  void host(F&& f) {
+    host_side_ = offload_;
+    f();
+    host_side_ = false;
+  }
+  void stash() {
+    for (const Entry& e : stash_) add(e.tensor, e.count);
+  }
   // `keep`: entered even when empty (the optimizer's tensors, which a plan may resize).
   void add(std::uint32_t t, u64 count = 1, bool keep = false) {
     if (count == 0 || (st_.tensors[t].empty() && !keep)) return;
+    if (host_side_ && offloadable(st_.tensors[t])) return;  // in pinned host memory
     const Part part = st_.tensors[t].part;
     const bool step_temp = in_optimizer_ && part == Part::other && t != ddp_buckets_;
     const bool host = part == Part::master_params || part == Part::optimizer_state ||
@@ -147,9 +172,12 @@ class Walker {
     }
   }
   void saved_except_target() {
-    for (const Entry& e : st_.saved) {
-      if (st_.tensors[e.tensor].slot != Slot::target) add(e.tensor, e.count);
-    }
+    host([&] {
+      for (const Entry& e : st_.saved) {
+        if (st_.tensors[e.tensor].slot != Slot::target) add(e.tensor, e.count);
+      }
+    });
+    stash();
   }
   void layer_casts(u64 count) {
     add(cast_down_, count);
@@ -157,11 +185,12 @@ class Walker {
     add(cast_o_, count);
     add(cast_rest_, count);
   }
-  bool ck() const { return in_.recompute == Recompute::full; }
+  bool ck() const { return checkpointed(in_.recompute); }
   bool llama() const { return in_.graph == LayerGraph::llama; }
   // A tied lm_head shares the embedding weight: it has a gradient only when that is trainable.
   bool tied_grad() const { return in_.tied && lp_.embed_trainable > 0; }
   bool grads_live(bool steady) const {
+    if (in_bwd_) return false;  // each gradient is freed by its step in backward
     return (steady && !run_.training.grads_set_to_none) || run_.training.grad_accum > 1;
   }
 
@@ -183,6 +212,9 @@ class Walker {
   void llama_softmax_backward(bool steady, u64 j);
   void gpt2_softmax_backward(bool steady, u64 j);
   void after_backward(bool steady);
+  void in_backward_statics();
+  void step_in_backward(std::size_t which);
+  void head_step_in_backward(bool steady);
 };
 
 void Walker::statics(const Inventory& inv0) {
@@ -231,6 +263,8 @@ void Walker::statics(const Inventory& inv0) {
               shape({dim("L", ck() && !in_.cuda ? in_.L : 0)}));
   grad_out_ = temp("gradient of the layer output", Part::other, in_.ex, shape({T_, D_.h}));
   attention_tensors();
+  if (offload_) stash_ = offload_stash(st_, in_);
+  if (in_bwd_) in_backward_statics();
   // ZeRO-3 gathers the layer being computed and prefetches the next.
   gathered_ = constant("gathered parameters (this layer and the prefetched next)", Part::other,
                        2 * (parameter_bytes(inv0, p.param) / std::max<u64>(1, in_.L)));
@@ -266,7 +300,10 @@ void Walker::forward_end(bool steady) {
   const Sym h = D_.h, V = D_.V;
   begin("forward_end", "forward");
   baseline(steady, grads_live(steady));
-  for (const Entry& e : st_.saved) add(e.tensor, e.count);
+  host([&] {
+    for (const Entry& e : st_.saved) add(e.tensor, e.count);
+  });
+  stash();
   if (in_.amp) {
     add(constant("autocast weight cache (every matmul weight and bias)", Part::param_casts,
                  in_.ew * (lp_.mm_all + lp_.bias_mm) +
@@ -288,8 +325,10 @@ void Walker::forward_end(bool steady) {
 // The layers below the current one, and what the forward keeps outside the saved tensors.
 void Walker::forward_layers_below(bool steady) {
   baseline(steady, grads_live(steady));
-  scoped(Scope::embed);
-  scoped(Scope::shared);
+  host([&] {
+    scoped(Scope::embed);
+    scoped(Scope::shared);
+  });
   if (llama()) {
     if (!ck() && in_.causal)
       add(temp("additive causal mask (not saved)", Part::other, in_.ex, shape({sym::s2})));
@@ -324,13 +363,15 @@ void Walker::attention_prelude(bool steady) {
   begin("forward_attention", "forward");
   forward_layers_below(steady);
   if (ck()) {
-    scoped(Scope::checkpoint, in_.L);
+    host([&] { scoped(Scope::checkpoint, in_.L); });
+    stash();
     add(rng_);
     layer_casts(in_.L - 1);
     checkpointed_prelude();
     return;
   }
-  layers(in_.L - 1);
+  host([&] { layers(in_.L - 1); });
+  stash();
   layer_casts(in_.L - 1);
   layers(1, [&](Slot s) { return !before_scores(s); });
   if (in_.sp) {
@@ -486,12 +527,13 @@ void Walker::backward_start(bool steady) {
   add(seed_);
   add(rng_);
   end();
+  if (in_bwd_) head_step_in_backward(steady);
 }
 
 // The embedding's backward, when every gradient exists.
 void Walker::backward_end(bool steady) {
   begin("backward_end", "backward");
-  baseline(steady, true);
+  baseline(steady, !in_bwd_);
   if (tied_grad() && in_.lm_head) {
     // The tied weight's gradient arrives twice (AccumulateGrad's buffer, then the embedding's
     // zeros-initialised grad) and is summed out of place.
@@ -504,6 +546,14 @@ void Walker::backward_end(bool steady) {
   add(seed_);
   add(rng_);
   end();
+  if (in_bwd_ && lp_.embed_trainable > 0) {  // the embedding's step, the last of the backward
+    begin("optimizer_step_in_backward_embedding", "backward");
+    baseline(steady, false);
+    step_in_backward(2);
+    add(loss_);
+    add(seed_);
+    end();
+  }
 }
 
 // What layer j's backward starts with, without the current layer's own tensors and copies.
@@ -511,20 +561,29 @@ void Walker::layer_x0(bool steady, u64 j) {
   baseline(steady, grads_live(steady));
   add(loss_);
   add(seed_);
-  scoped(Scope::embed);
-  scoped(Scope::shared);
+  host([&] {
+    scoped(Scope::embed);
+    scoped(Scope::shared);
+  });
   if (ck()) {
     add(rng_);
-    scoped(Scope::checkpoint, j + 1);
+    // The inputs of layers 0..j (layer j's brought back); under per-op checkpointing the
+    // outputs layers below j cached (layer j's are its recomputation's saved tensors).
+    for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(Scope::checkpoint)]) {
+      host([&] { add(i, j); });
+      if (st_.tensors[i].slot == Slot::none) add(i);
+    }
     if (llama() && in_.ex == 2) {  // the recompute saves a new copy of the layer input
       add(temp("layer input re-saved by the recompute", Part::activations, in_.ex,
                shape({sym::N, dim("h", in_.h)})));
     }
   } else {
-    layers(j);
+    host([&] { layers(j); });
     layer_casts(j);
   }
-  if (!grads_live(steady)) {
+  if (in_bwd_) {
+    add(tied_buffer_);
+  } else if (!grads_live(steady)) {
     add(head_grads_);
     add(layer_grads_, in_.L - 1 - j);
   }
@@ -533,6 +592,16 @@ void Walker::layer_x0(bool steady, u64 j) {
 
 void Walker::backward_layer(bool steady, u64 j) {
   backward_mlp(steady, j);
+  if (in_bwd_) {  // the down projection's step, as its gradient is accumulated
+    begin(j == in_.L - 1 ? "optimizer_step_in_backward_last_layer"
+                         : "optimizer_step_in_backward_first_layer",
+          "backward");
+    layer_x0(steady, j);
+    layers(1);
+    layer_casts(1);
+    step_in_backward(0);
+    end();
+  }
   backward_attention(steady, j);
 }
 
@@ -546,8 +615,8 @@ void Walker::backward_mlp(bool steady, u64 j) {
   const Sym I = all_moe ? D_.Imoe : D_.I;
   const Shape NI = all_moe ? shape({sym::N, dim("top_k", in_.topk), I}) : shape({sym::N, I});
   const u64 ec = in_.ec, eg = width(run_.precision.grad);
-  const std::uint32_t down_grad =
-      in_flight("gradient of the down projection weight", Part::grads, eg * lp_.l_down);
+  const std::uint32_t down_grad = in_flight("gradient of the down projection weight", Part::grads,
+                                            in_bwd_ ? 0 : eg * lp_.l_down);
   const auto current = [&](bool keep_down_copy, bool keep_mmask) {
     layer_x0(steady, j);
     layers(1, [&](Slot s) { return !keep_mmask && s == Slot::mmask; });
@@ -603,7 +672,7 @@ void Walker::attention_backward_base(bool steady, u64 j, Slot also) {
   });
   add(cast_rest_);
   add(in_flight("gradients of the MLP, post-attention norm and o_proj weights", Part::grads,
-                width(run_.precision.grad) * (lp_.l_mlp + lp_.l_n2 + lp_.l_o)));
+                in_bwd_ ? 0 : width(run_.precision.grad) * (lp_.l_mlp + lp_.l_n2 + lp_.l_o)));
   if (in_.attention == Attention::eager && in_.recompute == Recompute::selective) {
     for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(Scope::core)]) {
       if (st_.tensors[i].slot != also) add(i);  // the recomputed core is live again
@@ -702,6 +771,7 @@ void Walker::gpt2_softmax_backward(bool steady, u64 j) {
 // zero_grad (§4.3-4.5). The optimizer creates its states lazily on the first step, before its
 // update loop.
 void Walker::after_backward(bool steady) {
+  if (in_bwd_) return;  // every parameter was stepped in backward; no gradient is left
   const auto& p = run_.precision;
   const u64 eg = width(p.grad);
   if (copy_grads_) {
@@ -748,6 +818,48 @@ void Walker::after_backward(bool steady) {
   baseline(true, false);
   add(opt_grads_);
   add(handle);
+  end();
+}
+
+// The optimizer in backward (torchtune optimizer_in_bwd): each parameter has an optimizer of
+// its own, stepped by a post-accumulate-grad hook; its gradient is then set to None.
+void Walker::in_backward_statics() {
+  const u64 eg = width(run_.precision.grad);
+  const LargestTensors big = largest_tensors(lp_);
+  const std::array<u64, 3> n = {big.layer, big.head, big.embed};
+  static constexpr std::array<std::string_view, 3> kGrad = {
+      "gradient being applied (the layer's largest tensor)",
+      "gradient being applied (the head's largest tensor)", "gradient being applied (embedding)"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    step_grad_[i] = in_flight(kGrad[i], Part::grads, checked_mul(eg, n[i]));
+    step_temps_[i] = constant(sizes_.temporaries_name, Part::other,
+                              one_tensor_temporaries(run_, run_.optimizer, n[i], in_.cuda));
+  }
+  tied_buffer_ = constant("lm_head's gradient of the tied embedding (held until the embedding's)",
+                          Part::grads, tied_grad() && in_.lm_head ? eg * in_.V * in_.h : 0);
+}
+
+void Walker::step_in_backward(std::size_t which) {
+  add(step_grad_[which]);
+  add(step_temps_[which]);
+}
+
+// After the head's backward: its weight's step (an untied lm_head), the log-probs freed.
+void Walker::head_step_in_backward(bool steady) {
+  if (tied_grad() || lp_.head_trainable == 0) return;
+  begin("optimizer_step_in_backward_head", "backward");
+  baseline(steady, false);
+  host([&] {
+    for (const Entry& e : st_.saved) {
+      if (st_.tensors[e.tensor].scope != Scope::head) add(e.tensor, e.count);
+    }
+  });
+  stash();
+  add(temp("gradient of the lm_head input", Part::other, in_.ex, shape({T_, D_.h})));
+  step_in_backward(1);
+  add(loss_);
+  add(seed_);
+  add(rng_);
   end();
 }
 

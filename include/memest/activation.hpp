@@ -48,6 +48,7 @@ struct ActivationInputs {
   bool cuda = true;
   Attention attention = Attention::sdpa;  ///< PyTorch 2 and transformers default
   Recompute recompute = Recompute::none;
+  bool compile = false;  ///< torch.compile of each layer (src/techniques.cpp)
   Loss loss = Loss::hf;
   // One device of a split run (include/memest/layout.hpp): the dimensions above are its share.
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank

@@ -34,7 +34,8 @@ struct RunOptions {
   // optimizer
   TextSetting optimizer;       ///< default adamw
   TextSetting optimizer_impl;  ///< foreach (default), single, fused
-  FlagSetting nesterov, amsgrad, rmsprop_momentum, centered, first_moment, fused_optimizer;
+  FlagSetting nesterov, amsgrad, rmsprop_momentum, centered, first_moment, fused_optimizer,
+      paged_optimizer, optimizer_in_backward;
   // precision
   TextSetting precision;  ///< preset name; default fp32
   FlagSetting amp;        ///< short for precision amp
@@ -43,6 +44,7 @@ struct RunOptions {
   // training
   TextSetting batch, seq, grad_accum, attention, recompute, dropout, zero_grad, device, allocator,
       context_reserve, loss, stack;
+  FlagSetting compile;  ///< torch.compile of each layer (docs/techniques.md)
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,
       virtual_stages, microbatches, context_parallel, expert_parallel, vocab_multiple, fsdp;

@@ -29,6 +29,9 @@ struct Category {
   std::optional<std::uint64_t> bytes;  ///< absent when not estimated (see `basis`)
   std::string basis;                   ///< how the bytes follow, or why they are not estimated
   bool on_device = true;               ///< false for host memory (PyTorch's step counters)
+  /// In CUDA unified memory (a paged optimizer's states): neither a device row, whose sum the
+  /// allocator's statistics compare with, nor host memory.
+  bool unified = false;
   bool per_param = true;  ///< elements are parameters (false: the step counters' tensors)
 
   /// bytes / elements, 0 when unused or not estimated.
@@ -60,6 +63,9 @@ struct Estimate {
   std::uint64_t total_bytes = 0;
   bool total_complete = false;
   std::uint64_t host_bytes = 0;  ///< sum of the estimated host categories (offload, step counters)
+  /// Sum of the categories in CUDA unified memory (paged optimizer states): outside the device
+  /// total and the peak, and outside torch.cuda's allocated/reserved statistics.
+  std::uint64_t unified_bytes = 0;
   std::vector<std::string> assumptions;  ///< what was assumed for lack of information
   /// Saved activations of one micro-batch, when --batch and --seq are given.
   std::optional<ActivationBytes> activations;

@@ -52,6 +52,10 @@ struct OptimizerSpec {
   /// ops whose temporaries span a whole parameter group), single (one tensor at a time) or fused
   /// (one kernel, no temporaries; its `step` counters are device tensors, as with capturable).
   OptimizerImpl impl = OptimizerImpl::foreach;
+  /// bitsandbytes' paged optimizers (PagedAdamW, PagedAdamW8bit, ...): the states live in CUDA
+  /// unified memory (cudaMallocManaged), outside the caching allocator and its statistics;
+  /// reported apart from the device peak (docs/techniques.md).
+  bool paged = false;
 
   bool operator==(const OptimizerSpec&) const = default;
 };
@@ -81,6 +85,17 @@ struct OptimizerBytes {
 /// count they assume the shapes named in `assumptions`.
 OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inventory,
                                Dtype state_dtype);
+
+/// bitsandbytes' paged optimizers page a state tensor (state1, state2) only when its parameter
+/// has at least this many elements (Optimizer8bit.get_state_buffer: numel < 1e5 stays a device
+/// tensor); the 8-bit absmax and qmap tensors are always device tensors.
+inline constexpr std::uint64_t kPagedMinElements = 100000;
+
+/// The bytes of a paged optimizer's states that live in CUDA unified memory: state1/state2 of
+/// the trainable tensors of kPagedMinElements or more (uint8 for adam8bit, else `state_dtype`).
+/// 0 when `spec.paged` is false. A bare count (shapes unknown) counts every parameter.
+std::uint64_t paged_state_bytes(const OptimizerSpec& spec, const Inventory& inventory,
+                                Dtype state_dtype);
 
 /// Elements per quantization block of bitsandbytes' blockwise 8-bit optimizer states.
 inline constexpr std::uint64_t kAdam8bitBlock = 256;

@@ -18,8 +18,13 @@ namespace memest {
 /// log-sum-exp per row.
 enum class Attention { eager, sdpa, flash };
 /// Activation recomputation: none; selective (attention core recomputed, Korthikanti et al.
-/// 2022); full (each layer keeps only its input and is recomputed in backward).
-enum class Recompute { none, selective, full };
+/// 2022); full (each layer keeps only its input and is recomputed in backward); op (per-op
+/// selective checkpointing as torchtitan's selective_ac_option "op": each layer keeps its input
+/// and the outputs of every other matmul and of the attention kernel, docs/techniques.md).
+enum class Recompute { none, selective, full, op };
+/// Whether each layer runs under torch.utils.checkpoint (full or per-op): it keeps its input
+/// (and under op its cached outputs) and is recomputed in backward.
+inline bool checkpointed(Recompute r) { return r == Recompute::full || r == Recompute::op; }
 /// Whose kernels decide what is saved and what scratch is live: CUDA (the default: what GPU
 /// training runs) or the CPU (as in the reference measurements: CPU autocast casts fewer ops,
 /// LayerNorm keeps its statistics in the input dtype).
@@ -63,6 +68,16 @@ struct TrainingSpec {
   std::uint64_t context_reserve = 0;  ///< a stated constant for the CUDA context, added to the peak
   Loss loss = Loss::hf;
   std::string stack;  ///< the training stack whose defaults the run took (--stack); empty: none
+  /// The optimizer step fused into backward (torchtune optimizer_in_bwd, PyTorch's
+  /// register_post_accumulate_grad_hook): each gradient is applied and freed as soon as it is
+  /// accumulated; no gradient of the whole model exists (docs/techniques.md).
+  bool optimizer_in_backward = false;
+  /// Activation offloading (torchtune OffloadActivations): saved tensors of 1024 bytes or more
+  /// are copied to pinned host memory in forward and brought back in backward.
+  bool offload_activations = false;
+  /// torch.compile of each layer: Inductor's partitioner recomputes pointwise results in
+  /// backward instead of saving them (a stated approximation, docs/techniques.md).
+  bool compile = false;
 
   bool operator==(const TrainingSpec&) const = default;
 };

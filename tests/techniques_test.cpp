@@ -1,0 +1,139 @@
+// The techniques of docs/techniques.md, each checked against a figure derived here from the
+// model's shapes (meta-llama/Llama-3.2-1B: h 2048, I 8192, 32 heads of 64, 8 kv heads, 16
+// layers, vocab 128256, tied embeddings), not read back from the code under test.
+#include "testutil.hpp"
+
+#include <memest/estimate.hpp>
+#include <memest/peak.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+using namespace memest;
+using memest::test::run_cli;
+using memest::test::run_of;
+
+namespace {
+
+constexpr std::uint64_t h = 2048, I = 8192, a = 32, kv = 8, d = 64, L = 16, V = 128256;
+
+RunSpec llama1b(std::uint64_t b, std::uint64_t s) {
+  RunSpec r = run_of("llama-3.2-1b", "bf16", b, s);
+  r.training.attention = Attention::flash;
+  return r;
+}
+
+const Moment& moment(const Peak& p, std::string_view name) {
+  for (const auto& m : p.moments) {
+    if (m.name == name) return m;
+  }
+  throw std::out_of_range(std::string(name));
+}
+
+std::uint64_t part(const Moment& m, Part p) { return m.parts[static_cast<std::size_t>(p)]; }
+
+}  // namespace
+
+TEST_CASE("optimizer in backward: gradients one tensor at a time, plus the tied lm_head's",
+          "[techniques]") {
+  RunSpec r = llama1b(2, 1024);
+  r.training.recompute = Recompute::full;
+  const Estimate before = estimate(r);
+  r.training.optimizer_in_backward = true;
+  const Estimate after = estimate(r);
+  std::uint64_t most = 0;
+  for (const Moment& m : after.peak->moments) {
+    REQUIRE(m.phase != "optimizer");  // every parameter was stepped in backward
+    most = std::max(most, part(m, Part::grads));
+  }
+  // The largest layer tensor is an MLP weight (I x h); the tied lm_head's gradient (V x h)
+  // waits in autograd's buffer for the embedding's, which is then stepped alone.
+  REQUIRE(most == 2 * (V * h + I * h));
+  // Without it the optimizer phase holds every gradient: 2 B per parameter.
+  const std::uint64_t params = V * h + L * (2 * h * a * d + 2 * h * kv * d + 3 * h * I + 2 * h) + h;
+  REQUIRE(part(moment(*before.peak, "optimizer"), Part::grads) == 2 * params);
+}
+
+TEST_CASE("activation offloading: the device keeps the stash, the lm_head input and the loss's",
+          "[techniques]") {
+  const std::uint64_t b = 2, s = 1024, N = b * s;
+  RunSpec r = llama1b(b, s);
+  r.training.recompute = Recompute::full;
+  r.training.offload_activations = true;
+  const Estimate e = estimate(r);
+  // torchtune OffloadActivations: the 5 most recent offloaded tensors (5 layer inputs, bf16),
+  // the output linear's input (opted out) and the loss's log-probs (computed outside).
+  REQUIRE(part(moment(*e.peak, "backward_start"), Part::activations) ==
+          5 * N * h * 2 + N * h * 2 + N * V * 4);
+  // In backward only the current layer's input comes back: the inputs of the layers below, the
+  // rotary cos/sin and the additive causal mask (HF's checkpoint argument) stay on the host.
+  r.training.offload_activations = false;
+  const Estimate kept = estimate(r);
+  const Moment& with = moment(*e.peak, "backward_mlp_last_layer");
+  const Moment& without = moment(*kept.peak, "backward_mlp_last_layer");
+  REQUIRE(part(without, Part::activations) - part(with, Part::activations) ==
+          (L - 1) * N * h * 2 + 2 * s * d * 2 + s * s * 2);
+}
+
+TEST_CASE("paged optimizer: states of large tensors in unified memory, outside the peak",
+          "[techniques]") {
+  RunSpec r = llama1b(1, 512);
+  r.optimizer.kind = OptimizerKind::adam8bit;
+  const Estimate device = estimate(r);
+  r.optimizer.paged = true;
+  const Estimate paged = estimate(r);
+  // bitsandbytes pages state1 and state2 (1 B each) of tensors of 1e5 elements or more: every
+  // matrix; the norms (2048 elements) stay, with the absmax and qmap tensors.
+  const std::uint64_t large = V * h + L * (2 * h * a * d + 2 * h * kv * d + 3 * h * I);
+  REQUIRE(paged.unified_bytes == 2 * large);
+  REQUIRE(paged.at("optimizer_states_paged").bytes == 2 * large);
+  REQUIRE(device.total_bytes - paged.total_bytes == 2 * large);
+  REQUIRE(device.peak->bytes - paged.peak->bytes == 2 * large);
+  REQUIRE(device.unified_bytes == 0);
+}
+
+TEST_CASE("per-op checkpointing keeps the input and every other mm's output", "[techniques]") {
+  const std::uint64_t b = 2, s = 1024, N = b * s;
+  RunSpec r = llama1b(b, s);
+  r.training.recompute = Recompute::op;
+  const Estimate e = estimate(r);
+  // torchtitan's policy: wq (saved), wk, wv (saved), wo, w1 (saved), w3, w2 (saved), and the
+  // flash kernel's output and log-sum-exp; the layer input kept by the checkpoint.
+  const std::uint64_t per_layer = 2 * N * (h + a * d + kv * d + I + h + a * d) + 4 * b * a * s;
+  REQUIRE(e.activations->per_layer == per_layer);
+  REQUIRE(e.activations->layers == L * per_layer);
+}
+
+TEST_CASE("torch.compile drops the pointwise results Inductor's partitioner recomputes",
+          "[techniques]") {
+  const std::uint64_t N = 2 * 1024;
+  RunSpec r = llama1b(2, 1024);
+  const Estimate eager = estimate(r);
+  r.training.compile = true;
+  const Estimate compiled = estimate(r);
+  // Per layer: two RMSNorm inputs kept in bf16 instead of fp32, their x * rstd outputs and
+  // act(gate) recomputed; the norm outputs and gate x up (read by matmuls) stay.
+  REQUIRE(eager.activations->per_layer - compiled.activations->per_layer ==
+          2 * N * h * 2 + 2 * N * h * 2 + N * I * 2);
+}
+
+TEST_CASE("techniques refuse what they cannot do, naming the flag", "[techniques][cli]") {
+  auto r = run_cli({"--params", "7B", "--optimizer-in-backward", "--grad-accum", "4"});
+  REQUIRE(r.code == 2);
+  REQUIRE(r.err ==
+          "memest: error: --optimizer-in-backward: the step runs in every backward pass, so "
+          "gradients cannot be accumulated (expected --grad-accum 1, got 4)\n");
+  r = run_cli({"--params", "7B", "--optimizer", "sgd", "--paged-optimizer"});
+  REQUIRE(r.code == 2);
+  REQUIRE(r.err ==
+          "memest: error: --paged-optimizer: bitsandbytes pages adam, adamw, adam8bit and lion, "
+          "got optimizer \"sgd\"\n");
+  r = run_cli({"--params", "7B", "--offload", "optimizer,disk"});
+  REQUIRE(r.code == 2);
+  REQUIRE(r.err ==
+          "memest: error: --offload: unknown offload \"disk\" (expected none, or a "
+          "comma-separated list of: optimizer, params, activations)\n");
+  r = run_cli({"--params", "7B", "--precision", "mixed", "--optimizer-in-backward"});
+  REQUIRE(r.code == 2);
+}
