@@ -302,3 +302,37 @@ TEST_CASE("parameter offload moves the parameter and gradient shards to the host
 }
 
 }  // namespace memest::test
+
+namespace memest::test {
+
+// Megatron-LM's theoretical_memory_usage.py (@d98e8a6, compute_weight_and_optimizer_memory) on
+// Llama-2-7B (h 4096, SwiGLU MLP of I 11008, 32 layers, vocabulary 32000 untied, RMSNorm) at
+// t = 2, p = 4, bf16 with fp32 main grads: 18 B per parameter of its "most loaded shard", the
+// first stage. Per layer the tensor-parallel part is attention 2h^2(1 + 1) plus MLP 2hI x 3/2;
+// the replicated part two norms of h, plus the final norm h once for the model, which the
+// formula divides by p like the layers. First stage: (L/p x split + hV)/t + (2hL + h)/p; the
+// "other shards": L/p x split / t + (2hL + h)/p. memest keeps the final norm whole on the last
+// stage (Megatron-core builds final_layernorm there), so both are h/p parameters below the formula.
+TEST_CASE("model states per stage are Megatron's theoretical formula, final norm aside") {
+  const double h = 4096, ffn = 11008, layers = 32, vocab = 32000, t = 2, p = 4;
+  const double split = 2 * h * h * 2 + 2 * h * ffn * 1.5;
+  const double replicated = 2 * h * layers + h;
+  const double first = (layers / p * split + h * vocab) / t + replicated / p;
+  const double other = layers / p * split / t + replicated / p;
+  const json j =
+      run_json({"--model", "llama-2-7b", "--tp", "2", "--pp", "4", "--batch", "1", "--seq", "4096",
+                "--grad-accum", "8", "--precision", "mixed-bf16-fp32grad", "--optimizer", "adam"});
+  const json& st = j["stages"];
+  REQUIRE(st.size() == 4);
+  REQUIRE(st[0]["worst"].get<bool>());  // the category rows are the first stage's
+  const json& c = j["categories"];
+  const std::uint64_t states = c["params"]["bytes"].get<std::uint64_t>() +
+                               c["master_weights"]["bytes"].get<std::uint64_t>() +
+                               c["grads"]["bytes"].get<std::uint64_t>() +
+                               c["optimizer_states"]["bytes"].get<std::uint64_t>();
+  CHECK(states == static_cast<std::uint64_t>(18 * (first - h / p)));
+  CHECK(st[1]["parameters"].get<std::uint64_t>() == static_cast<std::uint64_t>(other - h / p));
+  CHECK(st[2]["parameters"].get<std::uint64_t>() == static_cast<std::uint64_t>(other - h / p));
+}
+
+}  // namespace memest::test
