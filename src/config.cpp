@@ -228,6 +228,11 @@ void resolve_fsdp(const RunOptions& o, ParallelSpec& p) {
           o.fsdp_group->where, p.shard_group, p.data_parallel, p.data_parallel));
     }
   }
+  p.fsdp_orig_params = flag(o.fsdp_orig_params);
+  if (p.fsdp_orig_params && p.fsdp_version != 1) {
+    throw Error(fmt::format("{}: use_orig_params is FSDP1's (expected --fsdp-version 1)",
+                            o.fsdp_orig_params->where));
+  }
   if (o.fsdp_param_dtype) p.fsdp_param_dtype = parse_setting(*o.fsdp_param_dtype, parse_dtype);
   if (o.fsdp_reduce_dtype) p.fsdp_reduce_dtype = parse_setting(*o.fsdp_reduce_dtype, parse_dtype);
 }
@@ -262,6 +267,9 @@ void resolve_sharding_names(const RunOptions& o, ParallelSpec& p) {
         throw Error(fmt::format("{} \"{}\": applies to FSDP (expected --fsdp MODE as well)",
                                 (*s)->where, (*s)->value));
     }
+    if (flag(o.fsdp_orig_params))
+      throw Error(fmt::format("{}: applies to FSDP (expected --fsdp MODE as well)",
+                              o.fsdp_orig_params->where));
   }
   if (flag(o.distributed_optimizer)) {
     const Setting<std::string> s{"on", o.distributed_optimizer->where};

@@ -115,8 +115,9 @@ Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
 // parameters (src/fsdp.cpp): the parameters' bytes, and per trainable element for the rest.
 std::uint64_t fsdp_share(const Category& c, const FsdpShards& fs, std::uint64_t trainable) {
   if (c.key == "params") return fs.param_bytes;
+  const bool grads = c.key == "grads" || c.key == "grad_accum";
   if (c.elements == trainable && *c.bytes % trainable == 0)
-    return checked_mul(*c.bytes / trainable, fs.trainable);
+    return checked_mul(*c.bytes / trainable, grads ? fs.grads : fs.trainable);
   return *c.bytes;  // not elementwise (factored states): sharded evenly below
 }
 

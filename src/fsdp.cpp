@@ -45,10 +45,14 @@ void add_flat(FsdpShards& s, const Flat& f, u64 copies, u64 W, Dtype stored, Dty
   if (f.trainable == 0) return;
   const u64 tr = ceil_div(f.trainable, W);
   s.trainable = checked_add(s.trainable, checked_mul(copies, tr));
-  if (layer) s.layer_trainable += tr * W;
+  // The flat gradient covers the whole flat parameter, frozen parts included.
+  const u64 grad = f.trainable == ceil_div(f.stored, ws) ? tr : shard_elems;
+  s.grads = checked_add(s.grads, checked_mul(copies, grad));
+  if (layer) s.layer_trainable += grad * W;
 }
 
-FsdpShards flat_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype gathered) {
+FsdpShards flat_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype gathered,
+                       bool orig) {
   detail::Layout lay;
   lay.L = std::max<u64>(1, L);
   // [frozen, trainable] flat parameters of a layer unit and of the root unit.
@@ -57,7 +61,7 @@ FsdpShards flat_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype g
     const bool per_layer = lay.per_layer(g);
     const u64 copies = per_layer ? g.count / lay.L : g.count;
     const u64 n = checked_mul(g.tensor_elements(), copies);
-    Flat& f = (per_layer ? layer : root)[g.trainable && !g.quant_state ? 1 : 0];
+    Flat& f = (per_layer ? layer : root)[orig || (g.trainable && !g.quant_state) ? 1 : 0];
     f.stored += checked_mul(group_bytes(g, g.tensor_elements(), stored), copies);
     f.gathered += checked_mul(group_bytes(g, g.tensor_elements(), gathered), copies);
     if (g.trainable && !g.quant_state) f.trainable += n;
@@ -88,6 +92,7 @@ FsdpShards param_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype 
         checked_mul(group_bytes(g, padded_n, gathered), copies);
     if (!g.trainable || g.quant_state) continue;
     s.trainable = checked_add(s.trainable, checked_mul(shard_n, g.count));
+    s.grads = s.trainable;
     if (per_layer) s.layer_trainable += checked_mul(padded_n, copies);
   }
   return s;
@@ -96,10 +101,10 @@ FsdpShards param_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype 
 }  // namespace
 
 FsdpShards fsdp_shards(const Inventory& inventory, std::uint64_t layers, unsigned version,
-                       std::uint64_t ranks, Dtype stored, Dtype gathered) {
+                       std::uint64_t ranks, Dtype stored, Dtype gathered, bool orig_params) {
   const u64 W = std::max<u64>(1, ranks);
   return version == 2 ? param_shards(inventory, layers, W, stored, gathered)
-                      : flat_shards(inventory, layers, W, stored, gathered);
+                      : flat_shards(inventory, layers, W, stored, gathered, orig_params);
 }
 
 FsdpShards fsdp_shards_of(const RunSpec& run) {
@@ -108,7 +113,7 @@ FsdpShards fsdp_shards_of(const RunSpec& run) {
                                     : canonical_architecture(parameter_count(inv)).num_layers;
   const auto& p = run.parallel;
   return fsdp_shards(inv, layers, p.fsdp_version, p.shard_ranks(), run.precision.param,
-                     p.fsdp_param_dtype.value_or(run.precision.param));
+                     p.fsdp_param_dtype.value_or(run.precision.param), p.fsdp_orig_params);
 }
 
 std::string fsdp_label(const RunSpec& run) {

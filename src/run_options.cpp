@@ -133,6 +133,10 @@ std::vector<RunOptionInfo> build_table() {
            "FSDP MixedPrecision reduce_dtype: the gradients' reduce-scatter dtype (default "
            "param_dtype)",
            &R::fsdp_reduce_dtype),
+      boolean("--fsdp-orig-params", "parallel", "fsdp_orig_params",
+              "FSDP1 use_orig_params=True: frozen and trainable parameters in one flat "
+              "parameter per unit, whose gradient covers all of it",
+              &R::fsdp_orig_params),
       boolean("--distributed-optimizer", "parallel", "distributed_optimizer",
               "Megatron's distributed optimizer: fp32 main parameters and optimizer states "
               "sharded over the --dp ranks (ZeRO-1)",

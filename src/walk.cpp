@@ -221,7 +221,9 @@ void Walker::statics(const Inventory& inv0) {
   inputs_ = temp("input ids (int64)", Part::inputs, 8, shape({sym::N}));
   buffers_ = temp("rotary inv_freq buffer", Part::buffers, in_.ex,
                   shape({dim("d/2", in_.rotary ? in_.d / 2 : 0)}));
-  grads_ = constant("gradients", Part::grads, checked_mul(eg, trainable));
+  grads_ =
+      constant("gradients", Part::grads,
+               checked_mul(eg, fsdp_ && sh_.grads ? checked_mul(fs_.grads, sh_.ranks) : trainable));
   // Allocated with the DDP reducer and kept for the whole run (torch/csrc/distributed/c10d/
   // reducer.cpp: each bucket's flat `gradients` tensor).
   ddp_buckets_ = constant("DDP all-reduce buckets (a second copy of the gradients)", Part::other,

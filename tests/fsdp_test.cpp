@@ -80,6 +80,25 @@ TEST_CASE("FSDP2 pads each parameter's dim 0 to a multiple of the ranks", "[fsdp
   CHECK(s.root_bytes == 80);
 }
 
+// LoRA-like: the layer weights frozen. FSDP1 over 4 ranks keeps each layer's frozen weight (15
+// elements, 4 per rank) and trainable bias (2, 1 per rank) in two flat parameters: a rank's
+// gradients are 2 x 1 + 9 (the root) = 11 elements. With use_orig_params=True one flat parameter
+// of 17 per layer has a gradient over all of it: 2 x 5 + 9 = 19; the optimizer's states stay at
+// the trainable 11.
+TEST_CASE("FSDP1 use_orig_params=True keeps gradients for a unit's frozen parameters", "[fsdp]") {
+  Inventory inv = tiny();
+  inv.groups[1].trainable = false;
+  const FsdpShards apart = fsdp_shards(inv, 2, 1, 4, Dtype::fp32, Dtype::fp32);
+  CHECK(apart.grads == 11);
+  CHECK(apart.trainable == 11);
+  CHECK(apart.layer_trainable == 4);
+  const FsdpShards orig = fsdp_shards(inv, 2, 1, 4, Dtype::fp32, Dtype::fp32, true);
+  CHECK(orig.grads == 19);
+  CHECK(orig.trainable == 11);
+  CHECK(orig.layer_trainable == 20);
+  CHECK(orig.param_bytes == apart.param_bytes);
+}
+
 // With BACKWARD_PRE the last layer's pre-backward hook prefetches the layer before it: two
 // layer units are gathered in the last layer's backward, besides the root. FSDP2 holds the
 // prefetched one as its flat all-gather output until that layer starts.

@@ -20,8 +20,11 @@ struct RunSpec;
 /// is chunked into `ranks` pieces of ceil(n / ranks)). FSDP2 shards each parameter on dim 0,
 /// padded to a multiple of the ranks (_fsdp_param.py, padded_sharded_param_size).
 struct FsdpShards {
-  std::uint64_t param_bytes = 0;      ///< one rank's parameter shards, stored dtype, padded
-  std::uint64_t trainable = 0;        ///< one rank's trainable elements (grads, states), padded
+  std::uint64_t param_bytes = 0;  ///< one rank's parameter shards, stored dtype, padded
+  std::uint64_t trainable = 0;    ///< one rank's trainable elements (optimizer states), padded
+  /// One rank's gradient elements, padded: the trainable ones, or with FSDP1's
+  /// use_orig_params=True the whole flat parameter of every unit with a trainable parameter.
+  std::uint64_t grads = 0;
   std::uint64_t layer_bytes = 0;      ///< one layer unit all-gathered, in the gather dtype, padded
   std::uint64_t layer_trainable = 0;  ///< elements of one layer unit's unsharded gradient, padded
   std::uint64_t root_bytes = 0;       ///< the root unit all-gathered, in the gather dtype, padded
@@ -30,9 +33,10 @@ struct FsdpShards {
 
 /// FSDP version 1 or 2 over `ranks`, for an inventory whose per-layer groups ("layers.*...")
 /// repeat `layers` times. Parameters are stored in `stored` (a group's own storage dtype wins)
-/// and all-gathered in `gathered` (MixedPrecision's param_dtype).
+/// and all-gathered in `gathered` (MixedPrecision's param_dtype). `orig_params`: FSDP1's
+/// use_orig_params=True, one flat parameter per unit, frozen and trainable together.
 FsdpShards fsdp_shards(const Inventory& inventory, std::uint64_t layers, unsigned version,
-                       std::uint64_t ranks, Dtype stored, Dtype gathered);
+                       std::uint64_t ranks, Dtype stored, Dtype gathered, bool orig_params = false);
 
 /// The run's shards: its inventory (the canonical one for a bare count), its layers, its
 /// ParallelSpec's version, shard group and param_dtype.

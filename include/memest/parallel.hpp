@@ -52,6 +52,9 @@ struct ParallelSpec {
   /// FSDP's MixedPrecision: the dtype parameters are all-gathered and computed in, and the
   /// gradients' reduce-scatter dtype; unset = the stored parameters' dtype (and param_dtype).
   std::optional<Dtype> fsdp_param_dtype, fsdp_reduce_dtype;
+  /// FSDP1's use_orig_params=True: frozen and trainable parameters share a unit's flat
+  /// parameter, whose gradient covers all of it.
+  bool fsdp_orig_params = false;
 
   /// The ranks the model states are sharded over: the shard group, or every data-parallel rank.
   constexpr std::uint64_t shard_ranks() const { return shard_group ? shard_group : data_parallel; }
