@@ -251,8 +251,13 @@ void fsdp_note(const RunSpec& run, Estimate& e) {
         fsdp_label(run), p.data_parallel));
     return;
   }
+  if (!e.peak) {
+    e.notes.push_back(
+        fmt::format("{}: states sharded over {} ranks", fsdp_label(run), p.shard_ranks()));
+    return;
+  }
   std::vector<std::string> live;
-  for (const LiveTensor& t : e.peak ? e.peak->live : std::vector<LiveTensor>{}) {
+  for (const LiveTensor& t : e.peak->live) {
     const bool ours = t.name.starts_with("FSDP") || t.name.starts_with("unsharded gradient") ||
                       t.name.starts_with("gradients of the unit") ||
                       t.name.starts_with("flat gradient");

@@ -112,8 +112,18 @@ FsdpShards fsdp_shards_of(const RunSpec& run) {
   const u64 layers = run.model.arch ? run.model.arch->num_layers
                                     : canonical_architecture(parameter_count(inv)).num_layers;
   const auto& p = run.parallel;
-  return fsdp_shards(inv, layers, p.fsdp_version, p.shard_ranks(), run.precision.param,
-                     p.fsdp_param_dtype.value_or(run.precision.param), p.fsdp_orig_params);
+  FsdpShards s = fsdp_shards(inv, layers, p.fsdp_version, p.shard_ranks(), run.precision.param,
+                             p.fsdp_param_dtype.value_or(run.precision.param), p.fsdp_orig_params);
+  const Inventory& given = run.model.inventory;
+  if (!given.shapes_known) {
+    // A bare count: the units' sizes come from its canonical shapes, the shards from the count
+    // itself, evenly split (its tensors, so its padding, are unknown).
+    const u64 W = std::max<u64>(1, p.shard_ranks());
+    s.param_bytes = shard(parameter_bytes(given, run.precision.param), W);
+    s.trainable = s.grads = shard(trainable_count(given), W);
+    s.padding = 0;
+  }
+  return s;
 }
 
 std::string fsdp_label(const RunSpec& run) {

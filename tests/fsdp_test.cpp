@@ -137,6 +137,15 @@ TEST_CASE("hybrid sharding shards over the group only", "[fsdp]") {
   CHECK(hybrid > row({"--dp", "16", "--fsdp", "full"}));
 }
 
+// A bare count has no tensors to pad: 7e9 bf16 parameters over 4 ranks are 3.5e9 B each (the
+// canonical shapes that size its units have a slightly different count, which gave 3.47e9).
+TEST_CASE("FSDP of a bare parameter count shards the count itself", "[fsdp]") {
+  const Estimate e = estimate(spec({"--params", "7B", "--precision", "bf16", "--dp", "4", "--fsdp",
+                                    "full", "--fsdp-version", "2"}));
+  CHECK(*e.at("params").bytes == 3'500'000'000);
+  CHECK(*e.at("grads").bytes == 3'500'000'000);
+}
+
 TEST_CASE("FSDP flags: bad input is one clear line", "[fsdp]") {
   const std::vector<std::string> m = {"--model", "llama-2-7b"};
   const auto err = [&](std::vector<std::string> extra) {
