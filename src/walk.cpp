@@ -301,6 +301,8 @@ void Walker::fsdp_gathered(std::string_view moment) {
   } else if (moment == "backward_start") {  // FSDP2's root prefetches the last layer
     units = raf ? 0 : L;
     flat = v2 && raf ? 1 : 0;
+  } else if (moment == "backward_end") {  // the first layer's reduce-scatter input
+    add(fsdp_rs_held_);
   } else if (moment.ends_with("_layer")) {
     const u64 j = moment.ends_with("first_layer") ? 0 : L - 1;
     units = raf ? 1 : j + 1;
