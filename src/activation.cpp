@@ -123,7 +123,8 @@ void read_dropout(const Architecture& arch, const TrainingSpec& t, ActivationInp
 void read_policy(const RunSpec& run, ActivationInputs& in) {
   const auto& p = run.precision;
   const auto& t = run.training;
-  in.ex = width(p.param);
+  // FSDP's MixedPrecision runs the module in param_dtype: its gathered parameters.
+  in.ex = width(run.parallel.fsdp_param_dtype.value_or(p.param));
   in.ec = width(p.activation);
   in.amp = p.autocast;
   in.ew = p.working ? width(*p.working) : in.ec;

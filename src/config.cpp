@@ -201,6 +201,45 @@ PrecisionPolicy resolve_precision(const RunOptions& o) {
   return apply_overrides(std::move(policy), ov);
 }
 
+// FSDP's version, hybrid shard group and MixedPrecision (docs/parallelism.md, "FSDP").
+void resolve_fsdp(const RunOptions& o, ParallelSpec& p) {
+  p.fsdp_version = 1;
+  if (o.fsdp_version) {
+    p.fsdp_version = parse_setting(*o.fsdp_version, [](std::string_view v) -> unsigned {
+      if (v == "1" || v == "2") return static_cast<unsigned>(v[0] - '0');
+      throw Error(fmt::format(
+          "unknown FSDP version \"{}\" (expected 1, FullyShardedDataParallel, or 2, fully_shard)",
+          v));
+    });
+  }
+  const bool hybrid = o.fsdp->value == "hybrid";
+  if (hybrid && !o.fsdp_group) {
+    throw Error(fmt::format(
+        "{} hybrid: give --fsdp-group N, the ranks one replica is sharded over (a node, e.g. 8)",
+        o.fsdp->where));
+  }
+  if (o.fsdp_group && !hybrid) {
+    throw Error(fmt::format("{} \"{}\": a shard group applies to --fsdp hybrid, not \"{}\"",
+                            o.fsdp_group->where, o.fsdp_group->value, o.fsdp->value));
+  }
+  if (hybrid) {
+    p.shard_group =
+        parse_setting(*o.fsdp_group, [](std::string_view v) { return parse_positive(v, "ranks"); });
+    if (p.data_parallel % p.shard_group != 0) {
+      throw Error(fmt::format(
+          "{} {}: does not divide the {} data-parallel ranks (expected a divisor of {})",
+          o.fsdp_group->where, p.shard_group, p.data_parallel, p.data_parallel));
+    }
+  }
+  p.fsdp_orig_params = flag(o.fsdp_orig_params);
+  if (p.fsdp_orig_params && p.fsdp_version != 1) {
+    throw Error(fmt::format("{}: use_orig_params is FSDP1's (expected --fsdp-version 1)",
+                            o.fsdp_orig_params->where));
+  }
+  if (o.fsdp_param_dtype) p.fsdp_param_dtype = parse_setting(*o.fsdp_param_dtype, parse_dtype);
+  if (o.fsdp_reduce_dtype) p.fsdp_reduce_dtype = parse_setting(*o.fsdp_reduce_dtype, parse_dtype);
+}
+
 // --fsdp and --distributed-optimizer are names for ZeRO stages over the --dp ranks.
 void resolve_sharding_names(const RunOptions& o, ParallelSpec& p) {
   const auto stage_from = [&](const Setting<std::string>& s, unsigned stage) {
@@ -216,13 +255,24 @@ void resolve_sharding_names(const RunOptions& o, ParallelSpec& p) {
   };
   if (o.fsdp) {
     const unsigned stage = parse_setting(*o.fsdp, [](std::string_view v) -> unsigned {
-      if (v == "full") return 3;
+      if (v == "full" || v == "hybrid") return 3;
       if (v == "grad-op") return 2;
       if (v == "no-shard") return 0;
-      throw Error(
-          fmt::format("unknown FSDP mode \"{}\" (expected one of: full, grad-op, no-shard)", v));
+      throw Error(fmt::format(
+          "unknown FSDP mode \"{}\" (expected one of: full, hybrid, grad-op, no-shard)", v));
     });
     stage_from(*o.fsdp, stage);
+    resolve_fsdp(o, p);
+  } else {
+    for (const TextSetting* s :
+         {&o.fsdp_version, &o.fsdp_group, &o.fsdp_param_dtype, &o.fsdp_reduce_dtype}) {
+      if (*s)
+        throw Error(fmt::format("{} \"{}\": applies to FSDP (expected --fsdp MODE as well)",
+                                (*s)->where, (*s)->value));
+    }
+    if (flag(o.fsdp_orig_params))
+      throw Error(fmt::format("{}: applies to FSDP (expected --fsdp MODE as well)",
+                              o.fsdp_orig_params->where));
   }
   if (flag(o.distributed_optimizer)) {
     const Setting<std::string> s{"on", o.distributed_optimizer->where};
@@ -521,6 +571,10 @@ RunSpec resolve(const RunOptions& given) {
   problems.attempt([&] { run.parallel = resolve_parallel(options); });
   problems.attempt([&] { run.budget = resolve_budget(options); });
   problems.throw_if_any();
+  // FSDP's MixedPrecision casts the module's inputs and parameters to param_dtype: it computes
+  // in it.
+  if (run.parallel.fsdp_param_dtype && !options.activation_dtype)
+    run.precision.activation = *run.parallel.fsdp_param_dtype;
   check_trainable_dtype(run, options);
   check_techniques(run, options);
   // bitsandbytes' 32-bit optimizers keep fp32 states whatever the parameters' dtype.

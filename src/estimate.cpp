@@ -2,6 +2,7 @@
 
 #include <memest/error.hpp>
 #include <memest/estimate.hpp>
+#include <memest/fsdp.hpp>
 #include <memest/layout.hpp>
 #include <memest/units.hpp>
 
@@ -112,8 +113,19 @@ Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
   return c;
 }
 
+// FSDP: a rank's shard of a row, with the padding of the flat (FSDP1) or dim-0 (FSDP2)
+// parameters (src/fsdp.cpp): the parameters' bytes, and per trainable element for the rest.
+std::uint64_t fsdp_share(const Category& c, const FsdpShards& fs, std::uint64_t trainable) {
+  if (c.key == "params") return fs.param_bytes;
+  const bool grads = c.key == "grads" || c.key == "grad_accum";
+  if (c.elements == trainable && *c.bytes % trainable == 0)
+    return checked_mul(*c.bytes / trainable, grads ? fs.grads : fs.trainable);
+  return *c.bytes;  // not elementwise (factored states): sharded evenly below
+}
+
 // ZeRO: each rank keeps 1/N of the sharded model states (Rajbhandari et al. 2020, sec. 5).
-void shard_categories(std::vector<Category>& cats, const ParallelSpec& parallel) {
+void shard_categories(std::vector<Category>& cats, const RunSpec& run) {
+  const ParallelSpec& parallel = run.parallel;
   const Sharding sh = sharding_of(parallel);
   if (sh.offload) {
     for (auto& c : cats) {
@@ -132,15 +144,20 @@ void shard_categories(std::vector<Category>& cats, const ParallelSpec& parallel)
     }
   }
   if (sh.ranks <= 1 || (!sh.states && !sh.grads && !sh.params)) return;
+  const bool fsdp = parallel.fsdp_version > 0;
+  const FsdpShards fs = fsdp ? fsdp_shards_of(run) : FsdpShards{};
+  const std::uint64_t trainable = trainable_count(run.model.inventory);
   for (auto& c : cats) {
     const bool sharded =
         ((c.key == "master_weights" || c.key == "optimizer_states") && sh.states) ||
         ((c.key == "grads" || c.key == "grad_accum") && sh.grads) ||
         (c.key == "params" && sh.params);
     if (!sharded || !c.bytes || *c.bytes == 0) continue;
-    c.bytes = shard(*c.bytes, sh.ranks);
+    const std::uint64_t padded = fsdp ? fsdp_share(c, fs, trainable) : *c.bytes;
+    c.bytes = padded == *c.bytes ? shard(*c.bytes, sh.ranks) : padded;
     c.elements = shard(c.elements, sh.ranks);
-    c.basis += fmt::format(", sharded over {} ranks (ZeRO-{})", sh.ranks, parallel.zero_stage);
+    c.basis += fmt::format(", sharded over {} ranks ({}{})", sh.ranks, fsdp_label(run),
+                           fsdp && fs.padding ? ", padded" : "");
   }
 }
 
@@ -272,6 +289,7 @@ void position_warning(const RunSpec& run, Estimate& e) {
 // Plain data parallelism (DDP) keeps a full replica and, besides, buckets for the all-reduce.
 void ddp_note(const RunSpec& run, Estimate& e) {
   if (run.parallel.data_parallel <= 1 || run.parallel.zero_stage > 0) return;
+  if (run.parallel.fsdp_version > 0) return;  // NO_SHARD all-reduces the flat gradient in place
   const auto& grads = e.at("grads");
   e.notes.push_back(fmt::format(
       "--dp {} without --zero is plain DDP: every rank holds the whole model, gradients and "
@@ -282,6 +300,37 @@ void ddp_note(const RunSpec& run, Estimate& e) {
           : fmt::format("DDP's all-reduce buckets hold a second copy of the gradients ({} B), "
                         "counted in the peak; --ddp-bucket-view if gradient_as_bucket_view=True",
                         format_count(grads.bytes.value_or(0)))));
+}
+
+// FSDP: how the run shards, and FSDP's buffers live at the peak (src/walk.cpp names them).
+void fsdp_note(const RunSpec& run, Estimate& e) {
+  const auto& p = run.parallel;
+  if (p.fsdp_version == 0 || p.data_parallel <= 1) return;
+  if (p.zero_stage == 0) {
+    e.notes.push_back(fmt::format(
+        "{} over {} ranks: every rank holds the whole model; the gradients are all-reduced in "
+        "place (no DDP buckets)",
+        fsdp_label(run), p.data_parallel));
+    return;
+  }
+  if (!e.peak) {
+    e.notes.push_back(
+        fmt::format("{}: states sharded over {} ranks", fsdp_label(run), p.shard_ranks()));
+    return;
+  }
+  std::vector<std::string> live;
+  for (const LiveTensor& t : e.peak->live) {
+    const bool ours = t.name.starts_with("FSDP") || t.name.starts_with("unsharded gradient") ||
+                      t.name.starts_with("gradients of the unit") ||
+                      t.name.starts_with("flat gradient");
+    if (!ours || t.bytes == 0) continue;
+    live.push_back(fmt::format("{}{} {} B", t.count > 1 ? fmt::format("{} x ", t.count) : "",
+                               t.name, format_count(t.bytes)));
+  }
+  e.notes.push_back(fmt::format(
+      "{}: states sharded over {} ranks; {}", fsdp_label(run), p.shard_ranks(),
+      live.empty() ? std::string("no FSDP buffer is live at the peak")
+                   : fmt::format("FSDP's buffers at the peak: {}", fmt::join(live, "; "))));
 }
 
 }  // namespace
@@ -347,7 +396,7 @@ Estimate estimate_device(const RunSpec& run) {
         "bare parameter count: every parameter is taken as a matmul weight for autocast copies");
   }
 
-  shard_categories(cats, run.parallel);
+  shard_categories(cats, run);
   technique_categories(run, cats, e);
   e.total_complete = true;
   for (const auto& c : cats) {
@@ -368,6 +417,7 @@ Estimate estimate_device(const RunSpec& run) {
   peak_outside_rows(e);
   position_warning(run, e);
   ddp_note(run, e);
+  fsdp_note(run, e);
   if (run.budget) e.budget = check_budget(e.needed(), *run.budget);
   return e;
 }

@@ -134,9 +134,28 @@ std::vector<RunOptionInfo> build_table() {
            "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP)",
            &R::zero_stage, true),
       text("--fsdp", "parallel", "fsdp", "MODE",
-           "FSDP sharding as PyTorch names it: full (ZeRO-3), grad-op (ZeRO-2), no-shard (DDP), "
-           "over the --dp ranks",
+           "FSDP sharding as PyTorch names it: full (ZeRO-3), hybrid (full within --fsdp-group, "
+           "replicated across), grad-op (ZeRO-2), no-shard (DDP), over the --dp ranks",
            &R::fsdp),
+      text("--fsdp-version", "parallel", "fsdp_version", "N",
+           "With --fsdp: 1 FullyShardedDataParallel (flat parameters per unit, the default), "
+           "2 fully_shard (each parameter sharded on dim 0)",
+           &R::fsdp_version, true),
+      text("--fsdp-group", "parallel", "fsdp_group", "N",
+           "With --fsdp hybrid: the ranks one replica is sharded over (a node, e.g. 8)",
+           &R::fsdp_group, true),
+      text("--fsdp-param-dtype", "parallel", "fsdp_param_dtype", "DTYPE",
+           "FSDP MixedPrecision param_dtype: parameters all-gathered and computed in it "
+           "(activations too, unless --activation-dtype); default the stored dtype",
+           &R::fsdp_param_dtype),
+      text("--fsdp-reduce-dtype", "parallel", "fsdp_reduce_dtype", "DTYPE",
+           "FSDP MixedPrecision reduce_dtype: the gradients' reduce-scatter dtype (default "
+           "param_dtype)",
+           &R::fsdp_reduce_dtype),
+      boolean("--fsdp-orig-params", "parallel", "fsdp_orig_params",
+              "FSDP1 use_orig_params=True: frozen and trainable parameters in one flat "
+              "parameter per unit, whose gradient covers all of it",
+              &R::fsdp_orig_params),
       boolean("--distributed-optimizer", "parallel", "distributed_optimizer",
               "Megatron's distributed optimizer: fp32 main parameters and optimizer states "
               "sharded over the --dp ranks (ZeRO-1)",

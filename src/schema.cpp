@@ -127,7 +127,13 @@ ordered_json value_schema(const RunOptionInfo& info) {
         {"type", "string"},
         {"pattern", "^(none|(optimizer|params|activations)(,(optimizer|params|activations))*)$"}};
   }
-  if (k == "parallel/fsdp") return enum_of({"full", "grad-op", "no-shard"});
+  if (k == "parallel/fsdp") return enum_of({"full", "hybrid", "grad-op", "no-shard"});
+  if (k == "parallel/fsdp_version") {
+    return {{"anyOf", ordered_json::array({{{"type", "integer"}, {"minimum", 1}, {"maximum", 2}},
+                                           {{"type", "string"}, {"enum", {"1", "2"}}}})}};
+  }
+  if (k == "parallel/fsdp_param_dtype" || k == "parallel/fsdp_reduce_dtype")
+    return enum_of(names_of(dtype_names()));
   if (k == "hardware/allocator") return enum_of(names_of(allocator_names()));
   if (k == "hardware/gpu") return enum_of(names_of(gpu_names()));
   if (k == "hardware/budget" || k == "hardware/reserve" || k == "hardware/context_reserve") {

@@ -6,6 +6,7 @@
 #include "step_build.hpp"
 #include "techniques.hpp"
 
+#include <memest/fsdp.hpp>
 #include <memest/optimizer.hpp>
 #include <memest/parallel.hpp>
 #include <memest/peak.hpp>
@@ -33,6 +34,7 @@ class Walker {
         in_(in),
         lp_(lay),
         sh_(sharding_of(run.parallel)),
+        fsdp_(run.parallel.fsdp_version > 0 && (sh_.params || sh_.grads)),
         D_(in),
         T_(in.sp ? sym::Nt : sym::N),
         offload_(run.training.offload_activations),
@@ -48,6 +50,11 @@ class Walker {
   const ActivationInputs& in_;
   const Layout& lp_;
   Sharding sh_;
+  // PyTorch FSDP (src/fsdp.cpp): the units all-gathered and the gradients being reduced.
+  bool fsdp_ = false;
+  FsdpShards fs_;
+  u64 eu_ = 0, er_ = 0;  // unsharded gradients (param_dtype) and their reduction (reduce_dtype)
+  std::uint32_t fsdp_root_ = 0, fsdp_unit_ = 0, fsdp_ag_ = 0, fsdp_rs_held_ = 0;
   Dims D_;
   Sym T_;  // the tokens of the residual stream (N/t under sequence parallelism)
   bool in_optimizer_ = false;
@@ -91,7 +98,11 @@ class Walker {
     in_optimizer_ = phase == "optimizer";
     out_->push_back({name, phase, static_cast<std::uint32_t>(st_.entries.size()), 0});
     if (phase == "forward" || phase == "backward") {
-      if (sh_.params) add(gathered_);
+      if (fsdp_) {
+        fsdp_gathered(name);
+      } else if (sh_.params) {
+        add(gathered_);
+      }
       hold_other_microbatches();
     }
   }
@@ -215,6 +226,11 @@ class Walker {
   void in_backward_statics();
   void step_in_backward(std::size_t which);
   void head_step_in_backward(bool steady);
+  void fsdp_tensors();
+  void fsdp_gathered(std::string_view moment);
+  void fsdp_post_backward(bool steady, u64 j);
+  // Gradients autograd computes inside a layer's backward: in FSDP's param_dtype.
+  u64 flight_grad_width() const { return fsdp_ ? eu_ : width(run_.precision.grad); }
 };
 
 void Walker::statics(const Inventory& inv0) {
@@ -222,7 +238,10 @@ void Walker::statics(const Inventory& inv0) {
   const auto& p = run_.precision;
   const u64 trainable = lp_.trainable;
   const u64 eg = width(p.grad);
-  params_ = constant("parameters", Part::params, parameter_bytes(inv0, p.param));
+  fsdp_tensors();
+  params_ = constant("parameters", Part::params,
+                     fsdp_ && sh_.params ? checked_mul(fs_.param_bytes, sh_.ranks)
+                                         : parameter_bytes(inv0, p.param));
   master_ = constant("master weights", Part::master_params,
                      p.master ? checked_mul(width(*p.master), trainable) : 0);
   states_ = constant("optimizer states", Part::optimizer_state, 0);
@@ -234,7 +253,9 @@ void Walker::statics(const Inventory& inv0) {
   inputs_ = temp("input ids (int64)", Part::inputs, 8, shape({sym::N}));
   buffers_ = temp("rotary inv_freq buffer", Part::buffers, in_.ex,
                   shape({dim("d/2", in_.rotary ? in_.d / 2 : 0)}));
-  grads_ = constant("gradients", Part::grads, checked_mul(eg, trainable));
+  grads_ =
+      constant("gradients", Part::grads,
+               checked_mul(eg, fsdp_ && sh_.grads ? checked_mul(fs_.grads, sh_.ranks) : trainable));
   // Allocated with the DDP reducer and kept for the whole run (torch/csrc/distributed/c10d/
   // reducer.cpp: each bucket's flat `gradients` tensor).
   ddp_buckets_ = constant("DDP all-reduce buckets (a second copy of the gradients)", Part::other,
@@ -268,6 +289,94 @@ void Walker::statics(const Inventory& inv0) {
   // ZeRO-3 gathers the layer being computed and prefetches the next.
   gathered_ = constant("gathered parameters (this layer and the prefetched next)", Part::other,
                        2 * (parameter_bytes(inv0, p.param) / std::max<u64>(1, in_.L)));
+}
+
+// FSDP's all-gathered units and reduce-scatter buffers (docs/parallelism.md, "FSDP"). The
+// rows' shards, with their padding, come from the same FsdpShards.
+void Walker::fsdp_tensors() {
+  if (!fsdp_) return;
+  const auto& par = run_.parallel;
+  const Dtype gd = par.fsdp_param_dtype.value_or(run_.precision.param);
+  fs_ = fsdp_shards_of(run_);
+  eu_ = width(gd);
+  er_ = width(par.fsdp_reduce_dtype.value_or(gd));
+  const bool v2 = par.fsdp_version == 2;
+  fsdp_root_ = in_flight(
+      "FSDP root unit all-gathered (embeddings, final norm, head; not resharded after forward)",
+      Part::other, sh_.params ? fs_.root_bytes : 0);
+  fsdp_unit_ = in_flight("FSDP layer unit all-gathered (unsharded parameters, param_dtype)",
+                         Part::other, sh_.params ? fs_.layer_bytes : 0);
+  fsdp_ag_ = in_flight("FSDP2 all-gather output of a layer unit (flat, before or after copy-out)",
+                       Part::other, v2 && sh_.params ? fs_.layer_bytes : 0);
+  fsdp_rs_held_ = in_flight(
+      "FSDP2 reduce-scatter input of the unit after (reduce_dtype, held until the next one)",
+      Part::other, v2 ? checked_mul(er_, fs_.layer_trainable) : 0);
+}
+
+// The FSDP units all-gathered at a moment. The root is gathered first and kept to the end of
+// backward (FSDP1 _post_forward_reshard skips the root; FSDP2's _lazy_init clears its
+// post-forward mesh). A layer unit is freed after its forward unless SHARD_GRAD_OP, and after its
+// backward; backward prefetches the unit before it: FSDP1's BACKWARD_PRE (the default) issues it
+// in the pre-backward hook, FSDP2's pre_backward calls _prefetch_unshard, whose flat all-gather
+// output is copied out only when that unit starts. FSDP2 keeps a unit's flat all-gather output in
+// forward until the next all-gather (all_gather_state) and the last reduce-scatter input in
+// backward until the next (reduce_scatter_state).
+void Walker::fsdp_gathered(std::string_view moment) {
+  const u64 L = in_.L;
+  const bool v2 = run_.parallel.fsdp_version == 2;
+  const bool raf = run_.parallel.reshard_after_forward();
+  add(fsdp_root_);
+  u64 units = 0, flat = 0;
+  if (moment == "forward_attention") {
+    units = raf ? 1 : L;
+    flat = v2 ? 1 : 0;
+  } else if (moment == "forward_end") {
+    units = raf ? 0 : L;
+  } else if (moment == "backward_start") {  // FSDP2's root prefetches the last layer
+    units = raf ? 0 : L;
+    flat = v2 && raf ? 1 : 0;
+  } else if (moment == "backward_end") {  // the first layer's reduce-scatter input
+    add(fsdp_rs_held_);
+  } else if (moment.ends_with("_layer")) {
+    const u64 j = moment.ends_with("first_layer") ? 0 : L - 1;
+    units = raf ? 1 : j + 1;
+    if (raf && j > 0) ++(v2 ? flat : units);
+    if (j + 1 < L && !moment.starts_with("post_backward")) add(fsdp_rs_held_);
+  }
+  add(fsdp_unit_, units);
+  add(fsdp_ag_, flat);
+}
+
+// FSDP's post-backward of layer unit j: its saved tensors are released and its unsharded
+// gradient is reduced. FSDP1 (_post_backward_hook): autograd has copied the views' gradients into
+// the flat gradient, which is cast to reduce_dtype when that differs; FSDP2 (foreach_reduce):
+// the gradients are copied into one reduce-scatter input in reduce_dtype.
+void Walker::fsdp_post_backward(bool steady, u64 j) {
+  const std::string_view name =
+      j == in_.L - 1 ? "post_backward_last_layer" : "post_backward_first_layer";
+  const u64 n = fs_.layer_trainable;
+  const std::uint32_t grads =
+      in_flight("unsharded gradient of the layer unit (param_dtype)", Part::grads, eu_ * n);
+  const auto start = [&] {
+    begin(name, "backward");
+    layer_x0(steady, j);
+    add(grads);
+  };
+  if (run_.parallel.fsdp_version == 2) {
+    start();
+    add(in_flight("FSDP2 reduce-scatter input (reduce_dtype)", Part::other, er_ * n));
+    end();
+    return;
+  }
+  start();
+  add(in_flight("gradients of the unit's parameter views (before the flat copy)", Part::grads,
+                eu_ * n));
+  end();
+  if (er_ != eu_) {
+    start();
+    add(in_flight("flat gradient cast to reduce_dtype", Part::other, er_ * n));
+    end();
+  }
 }
 
 void Walker::attention_tensors() {
@@ -603,6 +712,7 @@ void Walker::backward_layer(bool steady, u64 j) {
     end();
   }
   backward_attention(steady, j);
+  if (fsdp_ && sh_.grads) fsdp_post_backward(steady, j);
 }
 
 // MulBackward0 of act(gate) x up (Llama), or c_proj's AddmmBackward and the first
@@ -614,7 +724,7 @@ void Walker::backward_mlp(bool steady, u64 j) {
   const bool all_moe = in_.moe_layers == in_.L && in_.moe_layers;
   const Sym I = all_moe ? D_.Imoe : D_.I;
   const Shape NI = all_moe ? shape({sym::N, dim("top_k", in_.topk), I}) : shape({sym::N, I});
-  const u64 ec = in_.ec, eg = width(run_.precision.grad);
+  const u64 ec = in_.ec, eg = flight_grad_width();
   const std::uint32_t down_grad = in_flight("gradient of the down projection weight", Part::grads,
                                             in_bwd_ ? 0 : eg * lp_.l_down);
   const auto current = [&](bool keep_down_copy, bool keep_mmask) {
@@ -672,7 +782,7 @@ void Walker::attention_backward_base(bool steady, u64 j, Slot also) {
   });
   add(cast_rest_);
   add(in_flight("gradients of the MLP, post-attention norm and o_proj weights", Part::grads,
-                in_bwd_ ? 0 : width(run_.precision.grad) * (lp_.l_mlp + lp_.l_n2 + lp_.l_o)));
+                in_bwd_ ? 0 : flight_grad_width() * (lp_.l_mlp + lp_.l_n2 + lp_.l_o)));
   if (in_.attention == Attention::eager && in_.recompute == Recompute::selective) {
     for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(Scope::core)]) {
       if (st_.tensors[i].slot != also) add(i);  // the recomputed core is live again
@@ -870,7 +980,11 @@ Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step)
   step.tensors.reserve(96);
   step.entries.reserve(first_step ? 768 : 384);
   add_saved_tensors(step, in);
-  const Layout lay = layout_of(run, in);
+  Layout lay = layout_of(run, in);
+  // FSDP's gradients and optimizer states are shards of padded flat (or dim-0) parameters.
+  const Sharding sh = sharding_of(run.parallel);
+  if (run.parallel.fsdp_version > 0 && sh.grads)
+    lay.trainable = checked_mul(fsdp_shards_of(run).trainable, sh.ranks);
   Walker w(step, run, in, lay);
   w.statics(run.model.inventory);
   w.walk(true);

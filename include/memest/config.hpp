@@ -47,8 +47,9 @@ struct RunOptions {
   FlagSetting compile;  ///< torch.compile of each layer (docs/techniques.md)
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,
-      virtual_stages, microbatches, context_parallel, expert_parallel, vocab_multiple, fsdp;
-  FlagSetting sequence_parallel, distributed_optimizer, ddp_bucket_view;
+      virtual_stages, microbatches, context_parallel, expert_parallel, vocab_multiple, fsdp,
+      fsdp_version, fsdp_group, fsdp_param_dtype, fsdp_reduce_dtype;
+  FlagSetting sequence_parallel, distributed_optimizer, ddp_bucket_view, fsdp_orig_params;
   // hardware
   TextSetting gpu, budget, reserve;
 };

@@ -1,6 +1,9 @@
 #pragma once
 
+#include <memest/dtype.hpp>
+
 #include <cstdint>
+#include <optional>
 
 namespace memest {
 
@@ -38,11 +41,33 @@ struct ParallelSpec {
   /// DDP with gradient_as_bucket_view=True (and Megatron's DDP): the gradients are views into
   /// the all-reduce buckets. Without it, PyTorch DDP's buckets hold a second copy.
   bool bucket_view = false;
+  /// PyTorch FSDP (docs/parallelism.md, "FSDP"): 0 when the sharding is ZeRO's (DeepSpeed,
+  /// --zero), 1 for FullyShardedDataParallel (flat parameters, one per wrapped unit), 2 for
+  /// fully_shard (each parameter sharded on dim 0). --fsdp full|hybrid is ZeRO stage 3,
+  /// grad-op stage 2, no-shard stage 0.
+  unsigned fsdp_version = 0;
+  /// Hybrid sharding (HYBRID_SHARD, FSDP2's 2-D mesh): the ranks one replica is sharded over;
+  /// the replicas all-reduce. 0 = every data-parallel rank.
+  std::uint64_t shard_group = 0;
+  /// FSDP's MixedPrecision: the dtype parameters are all-gathered and computed in, and the
+  /// gradients' reduce-scatter dtype; unset = the stored parameters' dtype (and param_dtype).
+  std::optional<Dtype> fsdp_param_dtype, fsdp_reduce_dtype;
+  /// FSDP1's use_orig_params=True: frozen and trainable parameters share a unit's flat
+  /// parameter, whose gradient covers all of it.
+  bool fsdp_orig_params = false;
 
-  /// Whether plain DDP (no ZeRO) keeps all-reduce buckets besides the gradients.
-  bool ddp_buckets() const { return data_parallel > 1 && zero_stage == 0 && !bucket_view; }
+  /// The ranks the model states are sharded over: the shard group, or every data-parallel rank.
+  constexpr std::uint64_t shard_ranks() const { return shard_group ? shard_group : data_parallel; }
+  /// Whether plain DDP (no ZeRO, no FSDP) keeps all-reduce buckets besides the gradients
+  /// (FSDP's NO_SHARD all-reduces the flat gradient in place).
+  bool ddp_buckets() const {
+    return data_parallel > 1 && zero_stage == 0 && !bucket_view && fsdp_version == 0;
+  }
   /// The devices the layout spans (expert parallelism runs inside the data-parallel ranks).
   std::uint64_t world_size() const { return data_parallel * tensor * pipeline * context; }
+  /// FSDP frees a unit's gathered parameters after its forward (FULL_SHARD, HYBRID_SHARD,
+  /// fully_shard's default), not under SHARD_GRAD_OP (reshard_after_forward=False).
+  constexpr bool reshard_after_forward() const { return zero_stage >= 3; }
   /// Whether any dimension of the model or of its tensors is split over devices.
   bool splits_model() const { return tensor > 1 || pipeline > 1 || context > 1 || expert > 1; }
   Schedule schedule() const {
@@ -85,17 +110,18 @@ struct Sharding {
   std::uint64_t ranks = 1;
   bool states = false;          ///< optimizer states, master weights, step temporaries (stage >= 1)
   bool grads = false;           ///< gradients and master gradients (stage >= 2)
-  bool params = false;          ///< parameters (stage 3)
+  bool params = false;          ///< parameters (stage 3; FSDP's SHARD_GRAD_OP between steps too)
   bool offload = false;         ///< master weights, optimizer states and master grads on the host
   bool offload_params = false;  ///< parameter and gradient shards on the host as well
 };
 
 /// The sharding a ParallelSpec implies.
 constexpr Sharding sharding_of(const ParallelSpec& p) {
-  return {p.data_parallel,
-          p.zero_stage >= 1 && p.data_parallel > 1,
-          p.zero_stage >= 2 && p.data_parallel > 1,
-          p.zero_stage >= 3 && p.data_parallel > 1,
+  const bool many = p.shard_ranks() > 1;
+  return {p.shard_ranks(),
+          p.zero_stage >= 1 && many,
+          p.zero_stage >= 2 && many,
+          (p.zero_stage >= 3 || (p.fsdp_version > 0 && p.zero_stage == 2)) && many,
           p.offload_optimizer,
           p.offload_params};
 }
