@@ -300,3 +300,21 @@ TEST_CASE("LitGPT's chunked cross-entropy keeps bf16 log-probs and the logits",
   const std::uint64_t chunk = 2 * 2 * 128 * 32000ULL;
   REQUIRE(hf - moment_bytes(r, "backward_start") == 2 * kNV + 8 * kNV - chunk - 2 * kNV);
 }
+
+TEST_CASE("QLoRA: down_proj's backward dequantises its weight beside the input gradient",
+          "[activation][lora]") {
+  // bitsandbytes' MatMul4Bit.backward: grad_A = grad_output @ dequantize_4bit(B): the h x I
+  // weight in bf16 (2 hI = 90,177,536 B) lives beside the N x I input gradient (2 NI). The
+  // MulBackward0 moment it competes with holds the two N x I gradients of act(gate) and up
+  // (2 x 2 NI). At b = 1, s = 512 (N = 512, NI = 5,636,096) the dequantised moment is larger
+  // by 2 hI + 2 NI - 4 NI = 78,905,344 B; everything else but the stored parameters is the same.
+  auto lora = run_of("llama-2-7b", "bf16", 1, 512);
+  lora.training.attention = Attention::flash;
+  auto qlora = lora;
+  apply_lora(lora.model, LoraSpec{8, {"q", "v"}, false, false});
+  apply_lora(qlora.model, LoraSpec{8, {"q", "v"}, true, false});
+  const auto without_params = [](const RunSpec& r) {
+    return moment_bytes(r, "backward_mlp_last_layer") - *estimate(r).at("params").bytes;
+  };
+  REQUIRE(without_params(qlora) - without_params(lora) == 2 * 4096 * 11008ULL - 2 * 5'636'096ULL);
+}
