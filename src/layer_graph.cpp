@@ -340,14 +340,19 @@ class Saver {
     const auto down_in = [](const Flow& f) { return f.down_in; };
     switch (in_.act) {
       case ActFn::gelu_new:
+        // pow input, tanh, 0.5x, 1+tanh and the output; CUDA autocast runs pow/tanh in fp32.
+        // Ungated, the output is c_proj's input, kept for c_proj's weight only.
+        if (!in_.gated && !(in_.amp && in_.cuda) && when(down_in))
+          add("gelu_new output (c_proj input)", sc, Slot::mlp, ec, m);
         if (!when(gate)) break;
-        // pow input, tanh, 0.5x, 1+tanh, product; CUDA autocast runs pow/tanh in fp32.
         if (in_.amp && in_.cuda) {
           add("gelu_new: input, tanh, 0.5x, 1+tanh (fp32 under CUDA autocast)", sc, Slot::mlp, 4,
               prepend(dim("4", 4), m));
-        } else {
-          add("gelu_new: input, pow input, tanh, 0.5x, 1+tanh", sc, Slot::mlp, ec,
+        } else if (in_.gated) {  // the output is act * up's operand, kept for up's gradient
+          add("gelu_new: input, tanh, 0.5x, 1+tanh, output", sc, Slot::mlp, ec,
               prepend(dim("5", 5), m));
+        } else {
+          add("gelu_new: input, tanh, 0.5x, 1+tanh", sc, Slot::mlp, ec, prepend(dim("4", 4), m));
         }
         add("gelu_new: three float64 scalars", sc, Slot::mlp, 8, shape({dim("3", 3)}));
         break;
