@@ -3,6 +3,7 @@
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/layout.hpp>
+#include <memest/stacks.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -394,6 +395,9 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     t.nf4_keeps_input = flag(o.qlora_keeps_input);
   });
   problems.attempt([&] {
+    if (o.stack) t.stack = o.stack->value;
+  });
+  problems.attempt([&] {
     if (o.context_reserve)
       t.context_reserve = parse_setting(*o.context_reserve, parse_size_or_zero);
   });
@@ -450,7 +454,8 @@ void check_layout_where(const RunSpec& run, const RunOptions& o) {
 
 }  // namespace
 
-RunSpec resolve(const RunOptions& options) {
+RunSpec resolve(const RunOptions& given) {
+  const RunOptions options = with_stack(given);
   RunSpec run;
   Problems problems;
   problems.attempt([&] { run.model = resolve_model(options); });

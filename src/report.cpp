@@ -76,6 +76,8 @@ ordered_json training_json(const TrainingSpec& t) {
           {"grad_accum", t.grad_accum},
           {"attention", attention_name(t.attention)},
           {"recompute", recompute_name(t.recompute)},
+          {"loss", loss_name(t.loss)},
+          {"stack", t.stack.empty() ? ordered_json(nullptr) : ordered_json(t.stack)},
           {"dropout", t.dropout ? ordered_json(*t.dropout) : ordered_json(nullptr)},
           {"zero_grad", t.grads_set_to_none ? "none" : "zero"},
           {"device", device_name(t.device)},

@@ -1,6 +1,7 @@
 // The run options: every flag with its run-config key, and how flags are laid over a file. The
 // option table is what the CLI, the run-config loader and the schema are generated from.
 #include <memest/config.hpp>
+#include <memest/stacks.hpp>
 
 #include <fmt/format.h>
 
@@ -101,6 +102,10 @@ std::vector<RunOptionInfo> build_table() {
            &R::attention),
       text("--recompute", "training", "recompute", "NAME",
            "Activation recompute: " + names(recompute_names()) + " (default none)", &R::recompute),
+      text("--stack", "training", "stack", "NAME",
+           "Training stack whose defaults the run takes (flags override them): " +
+               names(stack_names()) + " (docs/stacks.md)",
+           &R::stack),
       text("--loss", "training", "loss", "NAME",
            "Loss over the vocabulary: " + names(loss_names()) +
                " (default hf: transformers'; vocab-parallel: Megatron-LM's; chunked: torchtune's "

@@ -4,6 +4,7 @@
 #include <memest/hardware.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/run_config.hpp>
+#include <memest/stacks.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -110,6 +111,7 @@ ordered_json value_schema(const RunOptionInfo& info) {
   if (k == "training/recompute") return enum_of(names_of(recompute_names()));
   if (k == "training/device") return enum_of(names_of(device_names()));
   if (k == "training/loss") return enum_of(names_of(loss_names()));
+  if (k == "training/stack") return enum_of(names_of(stack_names()));
   if (k == "training/zero_grad") return enum_of({"none", "zero"});
   if (k == "training/dropout" || k == "model/lora_dropout") {
     return {{"anyOf",

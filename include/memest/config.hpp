@@ -42,7 +42,7 @@ struct RunOptions {
       grad_accum_dtype;
   // training
   TextSetting batch, seq, grad_accum, attention, recompute, dropout, zero_grad, device, allocator,
-      context_reserve, loss, loss_chunk;
+      context_reserve, loss, loss_chunk, stack;
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,
       virtual_stages, microbatches, context_parallel, expert_parallel, vocab_multiple, fsdp;

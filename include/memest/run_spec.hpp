@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace memest {
@@ -75,6 +76,7 @@ struct TrainingSpec {
   /// bitsandbytes before 0.43.2: each 4-bit linear keeps its input for backward although it
   /// has no weight gradient (MatMul4Bit's ctx.tensors = (A, B), dropped in PR #1270).
   bool nf4_keeps_input = false;
+  std::string stack;  ///< the training stack whose defaults the run took (--stack); empty: none
 
   bool operator==(const TrainingSpec&) const = default;
 };

@@ -1,0 +1,98 @@
+// --stack: a training stack's defaults, laid under the run's own flags and file.
+#include "testutil.hpp"
+
+#include <memest/stacks.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+using memest::test::read_file;
+using memest::test::run_cli;
+using nlohmann::json;
+
+namespace {
+
+json run_json(std::vector<std::string> args) {
+  args.insert(args.end(), {"--format", "json"});
+  const auto r = run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return json::parse(r.out);
+}
+
+// The stack's defaults spelled out as flags, as a user would type them without --stack.
+std::vector<std::string> spelled_out(const memest::StackPreset& s, bool lora) {
+  std::vector<std::string> out;
+  for (const auto& d : s.defaults) {
+    if (!d.needs.empty() && !lora) continue;
+    out.emplace_back(d.flag);
+    if (d.value != "on") out.emplace_back(d.value);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a stack gives the estimate its defaults spelled out as flags give", "[stacks]") {
+  for (const auto& s : memest::stack_presets()) {
+    for (const bool lora : {false, true}) {
+      INFO("stack " << s.name << (lora ? " with LoRA" : ""));
+      std::vector<std::string> base = {"--model", "llama-3.2-1b", "--batch",     "2",
+                                       "--seq",   "512",          "--precision", "bf16"};
+      if (lora) base.insert(base.end(), {"--lora-rank", "16"});
+      auto with = base;
+      with.insert(with.end(), {"--stack", std::string(s.name)});
+      auto flags = base;
+      const auto spelled = spelled_out(s, lora);
+      flags.insert(flags.end(), spelled.begin(), spelled.end());
+      json a = run_json(with), b = run_json(flags);
+      CHECK(a["inputs"]["training"]["stack"] == s.name);
+      a["inputs"]["training"].erase("stack");
+      b["inputs"]["training"].erase("stack");
+      CHECK(a == b);
+    }
+  }
+}
+
+TEST_CASE("a flag or a run-config key overrides the stack's default", "[stacks]") {
+  const json j = run_json({"--model", "gpt2", "--stack", "megatron", "--attention", "eager"});
+  CHECK(j["inputs"]["training"]["attention"] == "eager");
+  CHECK(j["inputs"]["training"]["loss"] == "vocab-parallel");  // the stack's, not overridden
+  const json f = run_json({"--model", "gpt2", "--stack", "megatron", "--fused-optimizer"});
+  CHECK(f["inputs"]["optimizer"]["impl"] == "fused");  // a short flag does not conflict
+  const auto path = std::filesystem::temp_directory_path() / "memest-stack-run.json";
+  std::ofstream(path) << R"({"model": {"name": "gpt2"}, "training": {"stack": "torchtune",)"
+                      << R"( "recompute": "none"}})";
+  const json r = run_json({"--file", path.string()});
+  CHECK(r["inputs"]["training"]["stack"] == "torchtune");
+  CHECK(r["inputs"]["training"]["recompute"] == "none");
+  CHECK(r["inputs"]["optimizer"]["impl"] == "fused");
+  const json o = run_json({"--file", path.string(), "--stack", "litgpt"});
+  CHECK(o["inputs"]["training"]["stack"] == "litgpt");
+  CHECK(o["inputs"]["optimizer"]["impl"] == "foreach");
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("an unknown stack is one line naming the flag and the stacks there are", "[stacks]") {
+  const auto r = run_cli({"--model", "gpt2", "--stack", "deepspeed"});
+  CHECK(r.code == 2);
+  CHECK(r.err ==
+        "memest: error: --stack: unknown stack \"deepspeed\" (expected one of: hf, torchtune, "
+        "litgpt, torchtitan, megatron)\n");
+}
+
+TEST_CASE("docs/stacks.md lists every default of every stack with its source", "[stacks]") {
+  const std::string doc = read_file(std::string(MEMEST_SOURCE_DIR) + "/docs/stacks.md");
+  for (const auto& s : memest::stack_presets()) {
+    CHECK(doc.find(fmt::format("## `{}`", s.name)) != std::string::npos);
+    for (const auto& d : s.defaults) {
+      INFO(s.name << " " << d.flag << " " << d.value);
+      const auto typed =
+          d.value == "on" ? std::string(d.flag) : fmt::format("{} {}", d.flag, d.value);
+      CHECK(doc.find(fmt::format("| `{}` |", typed)) != std::string::npos);
+      CHECK(doc.find(std::string(d.source)) != std::string::npos);
+    }
+  }
+}
