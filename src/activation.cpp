@@ -133,6 +133,86 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.recompute = t.recompute;
   in.compile = t.compile;
   in.loss = t.loss;
+  in.loss_chunk = t.loss_chunk ? t.loss_chunk : (t.loss == Loss::chunked ? 8 : 128);
+  in.grads.lora_dropout = t.lora_dropout;
+  in.grads.nf4_keeps_input = t.nf4_keeps_input;
+}
+
+// The LoRA adapter a lora_A group of the layers adds, by the input its base linear reads;
+// false for the routed experts' adapters and modules the layer graph has no input for.
+bool adapter_site(const TensorGroup& g, std::uint64_t layers, AdapterSite& site) {
+  if (!std::string_view(g.name).ends_with("lora_A.weight") || g.count != layers) return false;
+  const std::string& k = g.kind;
+  if (k == "q" || k == "k" || k == "v" || k == "qkv" || k == "kv") {
+    site.slot = Slot::q_in;
+  } else if (k == "o") {
+    site.slot = Slot::o_in;
+  } else if (k == "gate" || k == "up" || k == "gate_up") {
+    site.slot = Slot::mlp_in;
+  } else if (k == "down") {
+    site.slot = Slot::mlp;
+  } else {
+    return false;
+  }
+  site.in = g.cols;
+  site.rank = g.rows;
+  return true;
+}
+
+// One trainable group of the layers: which inputs its gradient needs.
+void layer_grad(const TensorGroup& g, GradFlow& f) {
+  f.layers = true;
+  const std::string& k = g.kind;
+  if (g.role == Role::norm) f.norms = true;
+  if (!g.matmul || g.role == Role::adapter) return;
+  if (k == "q" || k == "k" || k == "v") f.qkv = std::min<std::uint64_t>(3, f.qkv + 1);
+  if (k == "qkv") f.qkv = 3;
+  if (k == "kv") f.qkv = std::min<std::uint64_t>(3, f.qkv + 2);
+  if (k == "o") f.o = true;
+  if (k == "gate" || k == "up") f.mlp_in = std::min<std::uint64_t>(2, f.mlp_in + 1);
+  if (k == "gate_up" || (g.role == Role::expert && k != "down")) f.mlp_in = 2;
+  if (k == "down") f.down = true;
+}
+
+// Which parameters get gradients and where the adapters sit (docs/activations.md, "Frozen
+// weights and LoRA"). A bare count keeps the defaults: everything trainable but what --freeze
+// froze as a whole.
+void read_grads(const RunSpec& run, const Architecture& arch, ActivationInputs& in) {
+  const Inventory& inv = run.model.inventory;
+  GradFlow& f = in.grads;
+  if (!inv.shapes_known) {
+    const bool any = trainable_count(inv) > 0;
+    f.embed = f.layers = f.norms = f.o = f.down = f.final_norm = f.head = any;
+    f.qkv = any ? 3 : 0;
+    f.mlp_in = any ? 2 : 0;
+    return;
+  }
+  f.embed = f.layers = f.norms = f.o = f.down = f.final_norm = f.head = false;
+  f.qkv = f.mlp_in = 0;
+  const std::uint64_t layers = arch.num_layers + arch.num_decoder_layers;
+  bool seen_layers = false, lm_head = false;
+  for (const TensorGroup& g : inv.groups) {
+    if (g.quant_state) continue;
+    if (g.storage == Dtype::nf4) f.nf4 = true;
+    if (g.name.find('*') != std::string::npos) {
+      seen_layers = true;
+      AdapterSite site;
+      if (adapter_site(g, layers, site) && f.n_adapters < f.adapters.size())
+        f.adapters[f.n_adapters++] = site;
+      if (g.trainable) layer_grad(g, f);
+      continue;
+    }
+    if (g.kind == "lm_head") lm_head = true;
+    if (!g.trainable) continue;
+    if (g.kind == "lm_head") {
+      f.head = true;
+    } else if (!seen_layers) {
+      f.embed = true;  // embeddings and their norm: the first layer's input requires grad
+    } else if (g.role == Role::norm) {
+      f.final_norm = true;
+    }
+  }
+  if (!lm_head) f.head = arch.tied_embeddings && f.embed;
 }
 
 // What the layer graph leaves out for a family it was not measured on, beyond the general
@@ -228,6 +308,7 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_
   in.act = parse_act(arch.activation, known_act);
   read_dropout(arch, t, in);
   read_policy(run, in);
+  read_grads(run, arch, in);
   note_assumptions(run, arch, known_act, with_notes, in);
   if (run.rank.split()) read_rank(run.rank, run.training, in);
   return in;

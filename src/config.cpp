@@ -109,10 +109,10 @@ ModelSpec resolve_model(const RunOptions& o) {
     freeze_roles(model.inventory, roles);
   }
   if (!o.lora_rank) {
-    for (const auto* s : {&o.lora_targets}) {
+    for (const auto* s : {&o.lora_targets, &o.lora_dropout}) {
       if (*s) throw Error(fmt::format("{} needs --lora-rank", (*s)->where));
     }
-    for (const auto* s : {&o.qlora, &o.double_quant}) {
+    for (const auto* s : {&o.qlora, &o.double_quant, &o.qlora_keeps_input}) {
       if (*s && (*s)->value) throw Error(fmt::format("{} needs --lora-rank", (*s)->where));
     }
     return model;
@@ -126,6 +126,9 @@ ModelSpec resolve_model(const RunOptions& o) {
   lora.double_quant = flag(o.double_quant);
   if (lora.double_quant && !lora.qlora) {
     throw Error(fmt::format("{} needs --qlora", o.double_quant->where));
+  }
+  if (flag(o.qlora_keeps_input) && !lora.qlora) {
+    throw Error(fmt::format("{} needs --qlora", o.qlora_keeps_input->where));
   }
   const auto& where = o.lora_targets ? o.lora_targets->where : o.lora_rank->where;
   try {
@@ -455,6 +458,18 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
   });
   problems.attempt([&] {
     if (o.loss) t.loss = parse_setting(*o.loss, parse_loss);
+    if (!o.loss_chunk) return;
+    if (t.loss != Loss::chunked && t.loss != Loss::chunked_tokens) {
+      throw Error(fmt::format("{} needs --loss chunked or chunked-tokens", o.loss_chunk->where));
+    }
+    t.loss_chunk = parse_setting(
+        *o.loss_chunk, [](std::string_view v) { return parse_positive(v, "chunks or positions"); });
+  });
+  problems.attempt([&] {
+    if (o.lora_dropout) t.lora_dropout = parse_setting(*o.lora_dropout, parse_probability);
+    t.nf4_keeps_input = flag(o.qlora_keeps_input);
+  });
+  problems.attempt([&] {
     if (o.stack) t.stack = o.stack->value;
   });
   t.optimizer_in_backward = flag(o.optimizer_in_backward);

@@ -19,7 +19,12 @@ using u64 = std::uint64_t;
 class Saver {
  public:
   Saver(Step& step, const ActivationInputs& in)
-      : st_(step), in_(in), D(in), T(in.sp ? sym::Nt : sym::N) {}
+      : st_(step),
+        in_(in),
+        D(in),
+        T(in.sp ? sym::Nt : sym::N),
+        other_(flow(in.grads.embed || in.grads.layers)),
+        first_(flow(in.grads.embed)) {}
 
   void all() {
     layer();
@@ -38,11 +43,58 @@ class Saver {
   const ActivationInputs& in_;
   Dims D;
   Sym T;  // the tokens of the replicated (or, under sequence parallelism, split) regions
+
+  // What requires grad inside a layer whose input does (x) or does not, and so which of its
+  // tensors autograd keeps: a frozen linear keeps no input, an op without an input that
+  // requires grad keeps nothing (docs/activations.md, "Frozen weights and LoRA").
+  struct Flow {
+    bool x = true, n1 = true, qkv_in = true, core = true, o_in = true, attn = true;
+    bool h1 = true, n2 = true, mlp_in = true, gate = true, down_in = true, mlp_out = true;
+  };
+  Flow other_, first_;  // the layers after the first, and the first
+  bool skip_first_ = false;
+
+  bool adapters_on(Slot sl) const {
+    for (std::uint8_t i = 0; i < in_.grads.n_adapters; ++i)
+      if (in_.grads.adapters[i].slot == sl) return true;
+    return false;
+  }
+  Flow flow(bool x) const {
+    const GradFlow& g = in_.grads;
+    // A LoRA adapter without dropout (and without autocast's cast) reads the base's input itself.
+    const bool plain = g.lora_dropout == 0 && !in_.amp;
+    const bool keeps = g.nf4_keeps_input;
+    Flow f;
+    f.x = x;
+    f.n1 = x || g.norms;
+    f.core = f.n1 || g.qkv > 0 || adapters_on(Slot::q_in);
+    f.qkv_in = g.qkv > 0 || (keeps && f.n1) || (plain && adapters_on(Slot::q_in));
+    f.o_in = g.o || (keeps && f.core) || (plain && adapters_on(Slot::o_in));
+    f.attn = f.core || g.o || adapters_on(Slot::o_in);
+    f.h1 = x || f.attn;
+    f.n2 = in_.parallel ? f.n1 : f.h1 || g.norms;
+    f.gate = f.n2 || g.mlp_in > 0 || adapters_on(Slot::mlp_in);
+    f.mlp_in = g.mlp_in > 0 || (keeps && f.n2) || (plain && adapters_on(Slot::mlp_in));
+    f.down_in = g.down || (keeps && f.gate) || (plain && adapters_on(Slot::mlp));
+    f.mlp_out = f.gate || g.down || adapters_on(Slot::mlp);
+    return f;
+  }
+  // Whether the layers save a tensor kept under `cond`; marks the next one added as absent from
+  // the first layer when only the later layers keep it.
+  template <typename Cond>
+  bool when(Cond&& cond) {
+    const bool later = cond(other_);
+    skip_first_ = later && !cond(first_);
+    return later;
+  }
+
   bool llama() const { return in_.graph == LayerGraph::llama; }
 
   void add(std::string_view name, Scope sc, Slot sl, u64 width, const Shape& sh,
            Batch batch = Batch::any) {
-    add_tensor(st_, name, Part::activations, sc, sl, width, sh, batch);
+    const std::uint32_t i = add_tensor(st_, name, Part::activations, sc, sl, width, sh, batch);
+    const bool layer = sc == Scope::layer || sc == Scope::dense_mlp || sc == Scope::moe_mlp;
+    st_.tensors[i].skips_first = layer && skip_first_;
   }
   // A shape with a leading count, left out when it is 1.
   static Shape counted(u64 n, const char* n_name, std::initializer_list<Sym> rest) {
@@ -55,7 +107,11 @@ class Saver {
   // One norm over rows x width: RMSNorm keeps its fp32 input, the rsqrt and the normed output
   // cast back (§3.1 rows 1-3); LayerNorm its input, mean and rstd (§3.2; fp32 stats on CUDA).
   enum Which { kInput, kPostAttention, kExtra, kQk, kEmbedding, kFinal };
-  void norm(Scope sc, Slot sl, u64 n, const char* n_name, Which which) {
+  // `input` says whether the norm's input requires grad, `weight` whether its weight is trained:
+  // RMSNorm keeps its fp32 input and rsqrt for the input's gradient and the normed output for
+  // the weight's; LayerNorm's one backward keeps all of them for either.
+  void norm(Scope sc, Slot sl, u64 n, const char* n_name, Which which, bool (*input)(const Flow&),
+            bool weight) {
     // RMSNorm: fp32 input, rsqrt, output; LayerNorm: input, mean and rstd.
     static constexpr std::array<std::array<std::string_view, 5>, 6> kNames = {{
         {"input RMSNorm: fp32 input (pow, mul)", "input RMSNorm: rsqrt (fp32, one per row)",
@@ -77,58 +133,142 @@ class Saver {
     const bool qk = which == kQk;
     const Shape full = qk ? counted(n, n_name, {sym::N, D.a, D.d}) : counted(n, n_name, {T, D.h});
     if (llama()) {
-      add(names[0], sc, sl, 4, full);
-      add(names[1], sc, sl, 4, qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {T}));
-      add(names[2], sc, sl, in_.ex, full);
-    } else {
+      if (when(input)) {
+        add(names[0], sc, sl, 4, full);
+        add(names[1], sc, sl, 4, qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {T}));
+      }
+      if (when([&](const Flow&) { return weight; })) add(names[2], sc, sl, in_.ex, full);
+    } else if (when([&](const Flow& f) { return weight || input(f); })) {
       const u64 eln = in_.cuda ? 4 : in_.ex;  // CPU keeps the statistics in the input dtype
       add(names[3], sc, sl, in_.ex, full);
       add(names[4], sc, sl, eln,
           qk ? counted(2 * n, "2 stats x norms", {sym::N, D.a}) : counted(2, "2 stats", {T}));
     }
+    skip_first_ = false;
   }
 
   void layer() {
     const u64 main_norms = std::min<u64>(in_.norms, 2);
     // One norm only (parallel blocks): the walk releases it with the MLP's input (§4.2).
-    norm(Scope::layer, main_norms == 2 ? Slot::norm1 : Slot::norm2, 1, "", kInput);
-    if (main_norms == 2) norm(Scope::layer, Slot::norm2, 1, "", kPostAttention);
+    const bool w = in_.grads.norms;
+    norm(
+        Scope::layer, main_norms == 2 ? Slot::norm1 : Slot::norm2, 1, "", kInput,
+        [](const Flow& f) { return f.x; }, w);
+    if (main_norms == 2) {
+      norm(
+          Scope::layer, Slot::norm2, 1, "", kPostAttention, [](const Flow& f) { return f.h1; }, w);
+    }
     norm_outputs(main_norms);
+    adapters();
     if (in_.attention == Attention::eager) {
       eager_attention();
     } else {
       kernel_attention();
     }
-    if (in_.p_resid > 0) {
+    if (in_.p_resid > 0 && when([](const Flow& f) { return f.attn; })) {
       add("residual dropout mask after attention (bool)", Scope::layer, Slot::rmask, 1,
           shape({T, D.h}));
+    }
+    if (in_.p_resid > 0 && when([](const Flow& f) { return f.mlp_out; })) {
       add("residual dropout mask after the MLP (bool)", Scope::layer, Slot::mmask, 1,
           shape({T, D.h}));
     }
-    if (in_.norms > 2) norm(Scope::layer, Slot::extra, in_.norms - 2, "extra norms", kExtra);
-    if (in_.qk_norm) norm(Scope::layer, Slot::extra, 2, "q and k", kQk);
+    skip_first_ = false;
+    if (in_.norms > 2) {
+      norm(
+          Scope::layer, Slot::extra, in_.norms - 2, "extra norms", kExtra,
+          [](const Flow& f) { return f.h1; }, w);
+    }
+    if (in_.qk_norm)
+      norm(
+          Scope::layer, Slot::extra, 2, "q and k", kQk, [](const Flow& f) { return f.core; }, w);
+  }
+
+  // What each LoRA adapter keeps (PEFT, torchtune and LitGPT LoRA linears): with dropout its
+  // mask (when the input requires grad) and the dropped input lora_A reads, under autocast
+  // lora_A's own cast of its input, and the rank-r output of lora_A that lora_B's weight
+  // gradient reads. Without dropout or autocast lora_A reads the base's input (norm_outputs).
+  void adapters() {
+    static constexpr std::array<std::array<std::string_view, 4>, 4> kNames = {{
+        {"LoRA on q/k/v: dropout mask (bool)", "LoRA on q/k/v: dropped input (lora_A input)",
+         "LoRA on q/k/v: autocast cast of its input (lora_A input)",
+         "LoRA on q/k/v: lora_A output (rank r, lora_B input)"},
+        {"LoRA on o_proj: dropout mask (bool)", "LoRA on o_proj: dropped input (lora_A input)",
+         "LoRA on o_proj: autocast cast of its input (lora_A input)",
+         "LoRA on o_proj: lora_A output (rank r, lora_B input)"},
+        {"LoRA on gate/up: dropout mask (bool)", "LoRA on gate/up: dropped input (lora_A input)",
+         "LoRA on gate/up: autocast cast of its input (lora_A input)",
+         "LoRA on gate/up: lora_A output (rank r, lora_B input)"},
+        {"LoRA on down_proj: dropout mask (bool)",
+         "LoRA on down_proj: dropped input (lora_A input)",
+         "LoRA on down_proj: autocast cast of its input (lora_A input)",
+         "LoRA on down_proj: lora_A output (rank r, lora_B input)"},
+    }};
+    const GradFlow& g = in_.grads;
+    for (std::uint8_t i = 0; i < g.n_adapters; ++i) {
+      const AdapterSite& a = g.adapters[i];
+      const std::size_t k = a.slot == Slot::q_in     ? 0
+                            : a.slot == Slot::o_in   ? 1
+                            : a.slot == Slot::mlp_in ? 2
+                                                     : 3;
+      const Shape in = shape({sym::N, dim("in", a.in)});
+      const bool normed = k == 0 || k == 2;  // reads the norm output (model dtype), else ec
+      if (g.lora_dropout > 0 && when([k](const Flow& f) {
+            return k == 0 ? f.n1 : k == 1 ? f.core : k == 2 ? f.n2 : f.gate;
+          })) {
+        add(kNames[k][0], Scope::layer, a.slot, 1, in);
+      }
+      skip_first_ = false;
+      if (in_.amp) {
+        add(kNames[k][2], Scope::layer, a.slot, in_.ew, in);
+      } else if (g.lora_dropout > 0) {
+        add(kNames[k][1], Scope::layer, a.slot, normed ? in_.ex : in_.ec, in);
+      }
+      add(kNames[k][3], Scope::layer, a.slot, in_.amp ? in_.ew : in_.ec,
+          shape({sym::N, dim("r", a.rank)}));
+    }
   }
 
   // The matmuls' inputs: the norm output, or under autocast its casts, one per projection.
+  // A projection whose weight is frozen keeps no cast of its input.
   void norm_outputs(u64 main_norms) {
+    const GradFlow& g = in_.grads;
     if (in_.amp) {
-      const u64 q_casts = in_.fused_qkv ? 1 : 3;
-      const u64 m_casts = in_.gated && !in_.fused_gate_up ? 2 : 1;
-      add("attention input: autocast casts of the norm output", Scope::layer, Slot::q_in, in_.ew,
-          counted(q_casts, "projections", {T, D.h}));
-      add("MLP input: autocast casts of the norm output", Scope::layer, Slot::mlp_in, in_.ew,
-          counted(m_casts, "projections", {T, D.h}));
+      const u64 q_casts = in_.fused_qkv ? std::min<u64>(1, g.qkv) : g.qkv;
+      const u64 m_casts = in_.gated && !in_.fused_gate_up ? g.mlp_in : std::min<u64>(1, g.mlp_in);
+      if (q_casts > 0) {
+        add("attention input: autocast casts of the norm output", Scope::layer, Slot::q_in, in_.ew,
+            counted(q_casts, "projections", {T, D.h}));
+      }
+      if (m_casts > 0) {
+        add("MLP input: autocast casts of the norm output", Scope::layer, Slot::mlp_in, in_.ew,
+            counted(m_casts, "projections", {T, D.h}));
+      }
       return;
     }
     // Under sequence parallelism the linear saves its input before the all-gather.
-    add("attention input (norm output)", Scope::layer, Slot::q_in, in_.ex, shape({T, D.h}));
-    if (main_norms == 2 || !in_.parallel) {
+    if (when([](const Flow& f) { return f.qkv_in; }))
+      add("attention input (norm output)", Scope::layer, Slot::q_in, in_.ex, shape({T, D.h}));
+    if ((main_norms == 2 || !in_.parallel) && when([](const Flow& f) { return f.mlp_in; })) {
       add("MLP input (norm output)", Scope::layer, Slot::mlp_in, in_.ex, shape({T, D.h}));
     }
+    skip_first_ = false;
   }
 
   // §3.1 rows 4-11 (Llama) and §3.2 (GPT-2): the matmul operands and the s x s scores.
   void eager_attention() {
+    const u64 ec = in_.ec;
+    if (when([](const Flow& f) { return f.core; })) eager_core();
+    if (when([](const Flow& f) { return f.o_in; })) {
+      add("attention output (o_proj input)", Scope::layer, Slot::o_in, ec,
+          shape({sym::N, D.a, D.dv}));
+    }
+    skip_first_ = false;
+  }
+
+  // The eager core, kept when q, k or v requires grad (in the first layer of a model whose
+  // frozen k_proj reads a frozen embedding, q@k^T would keep only k: counted as the others).
+  void eager_core() {
     const u64 ec = in_.ec;
     add("q (matmul operand copy)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
     if (llama() && in_.k == 1) {
@@ -164,8 +304,6 @@ class Saver {
     } else if (llama() ? ec != 4 : in_.amp && in_.cuda) {
       add("probabilities in the compute dtype (attn@V operand)", core, Slot::pc, ec, S2);
     }
-    add("attention output (o_proj input)", Scope::layer, Slot::o_in, ec,
-        shape({sym::N, D.a, D.dv}));
   }
 
   // §5.2: SDPA/flash keep their inputs, the output (shared with the o_proj input) and a
@@ -174,16 +312,23 @@ class Saver {
     const u64 ec = in_.ec;
     const bool flash = in_.attention == Attention::flash;
     const bool grouped = flash;  // flash reads GQA k/v without repeating them
+    // The kernel keeps its inputs and output when any input requires grad; o_proj keeps the
+    // output (one storage) for its own weight gradient too.
+    if (when([](const Flow& f) { return f.core || f.o_in; })) {
+      add("attention output = o_proj input (one storage)", Scope::layer, Slot::o_in, ec,
+          shape({sym::N, D.a, D.dv}));
+    }
+    skip_first_ = false;
+    if (!when([](const Flow& f) { return f.core; })) return;
     add("q (kernel input)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
     add(grouped ? "k (kernel input, not repeated)" : "k (kernel input, repeated)", Scope::layer,
         Slot::k, ec, shape({sym::N, grouped ? D.k : D.a, D.d}));
     add(grouped ? "v (kernel input, not repeated)" : "v (kernel input, repeated)", Scope::layer,
         Slot::v, ec, shape({sym::N, grouped ? D.k : D.a, D.dv}));
-    add("attention output = o_proj input (one storage)", Scope::layer, Slot::o_in, ec,
-        shape({sym::N, D.a, D.dv}));
     add("log-sum-exp (fp32, one per row)", Scope::layer, Slot::lse, 4,
         shape({sym::b, D.a, flash ? sym::s : sym::s32}));
     add("philox seed and offset (int64)", Scope::layer, Slot::lse, 8, shape({dim("2", 2)}));
+    skip_first_ = false;
   }
 
   // What an MLP of `width` saves for `tokens` tokens (§3.1 variants, §3.2, §5.1).
@@ -191,31 +336,44 @@ class Saver {
     const u64 ec = in_.ec;
     Shape m = shape(tokens);
     m.factors[m.rank++] = width;
+    // The MLP's first matmul outputs require grad (gate), its down projection reads the product
+    // or activation output (down_in); the shared activation output of relu serves both.
+    const auto gate = [](const Flow& f) { return f.gate; };
+    const auto down_in = [](const Flow& f) { return f.down_in; };
     switch (in_.act) {
       case ActFn::gelu_new:
-        // pow input, tanh, 0.5x, 1+tanh, product; CUDA autocast runs pow/tanh in fp32.
+        // pow input, tanh, 0.5x, 1+tanh and the output; CUDA autocast runs pow/tanh in fp32.
+        // Ungated, the output is c_proj's input, kept for c_proj's weight only.
+        if (!in_.gated && !(in_.amp && in_.cuda) && when(down_in))
+          add("gelu_new output (c_proj input)", sc, Slot::mlp, ec, m);
+        if (!when(gate)) break;
         if (in_.amp && in_.cuda) {
           add("gelu_new: input, tanh, 0.5x, 1+tanh (fp32 under CUDA autocast)", sc, Slot::mlp, 4,
               prepend(dim("4", 4), m));
-        } else {
-          add("gelu_new: input, pow input, tanh, 0.5x, 1+tanh", sc, Slot::mlp, ec,
+        } else if (in_.gated) {  // the output is act * up's operand, kept for up's gradient
+          add("gelu_new: input, tanh, 0.5x, 1+tanh, output", sc, Slot::mlp, ec,
               prepend(dim("5", 5), m));
+        } else {
+          add("gelu_new: input, tanh, 0.5x, 1+tanh", sc, Slot::mlp, ec, prepend(dim("4", 4), m));
         }
         add("gelu_new: three float64 scalars", sc, Slot::mlp, 8, shape({dim("3", 3)}));
         break;
       case ActFn::silu:
       case ActFn::gelu:
-        add("activation input (gate / fc output)", sc, Slot::mlp, ec, m);
-        add("activation output", sc, Slot::mlp, ec, m);
+        if (when(gate)) add("activation input (gate / fc output)", sc, Slot::mlp, ec, m);
+        // Gated: mul keeps it for up's gradient; else the down projection for its weight.
+        if (in_.gated ? when(gate) : when(down_in)) add("activation output", sc, Slot::mlp, ec, m);
         break;
       case ActFn::relu:
-        add("relu output (saved once for relu and the next matmul)", sc, Slot::mlp, ec, m);
+        if (when([](const Flow& f) { return f.gate || f.down_in; }))
+          add("relu output (saved once for relu and the next matmul)", sc, Slot::mlp, ec, m);
         break;
     }
     if (in_.gated) {
-      add("up projection output", sc, Slot::mlp, ec, m);
-      add("gate x up product (down_proj input)", sc, Slot::mlp, ec, m);
+      if (when(gate)) add("up projection output", sc, Slot::mlp, ec, m);
+      if (when(down_in)) add("gate x up product (down_proj input)", sc, Slot::mlp, ec, m);
     }
+    skip_first_ = false;
   }
 
   static Shape prepend(Sym count, const Shape& m) {
@@ -245,7 +403,7 @@ class Saver {
 
   void shared() {
     const bool full = checkpointed(in_.recompute);
-    if (in_.rotary) {
+    if (in_.rotary && other_.core) {  // kept by q*cos and k*cos when q or k requires grad
       add("rotary cos and sin", Scope::shared, Slot::none, in_.ex,
           shape({dim("2", 2), sym::s, D.d}));
     }
@@ -265,24 +423,58 @@ class Saver {
   }
 
   void embed() {
-    if (!llama() && in_.learned_positions) {
+    // A frozen embedding's output does not require grad: nothing after it is kept for it.
+    const bool trained = in_.grads.embed;
+    if (!llama() && in_.learned_positions && trained) {
       add("position ids (int64)", Scope::embed, Slot::none, 8, shape({sym::s}));
     }
-    if (in_.embedding_norm) norm(Scope::embed, Slot::none, 1, "", kEmbedding);
-    if (in_.p_embd > 0) {
+    if (in_.embedding_norm) {
+      norm(
+          Scope::embed, Slot::none, 1, "", kEmbedding, [](const Flow&) { return false; }, trained);
+    }
+    if (in_.p_embd > 0 && trained) {
       add("embedding dropout mask (bool)", Scope::embed, Slot::none, 1, shape({T, D.h}));
     }
   }
 
   // Final norm, lm_head input, log-softmax and the loss target (§3.1 head rows).
+  // The last layer's output requires grad when anything before it is trained (other_.x); a
+  // frozen lm_head keeps no input; the loss keeps nothing when the logits do not require grad.
   void head() {
-    if (in_.final_norm) norm(Scope::head, Slot::none, 1, "", kFinal);
+    const GradFlow& g = in_.grads;
+    if (in_.final_norm) {
+      norm(
+          Scope::head, Slot::none, 1, "", kFinal, [](const Flow& f) { return f.x; }, g.final_norm);
+    }
     if (!in_.lm_head) return;
-    add(in_.amp ? "lm_head input (autocast cast)" : "lm_head input (final norm output)",
-        Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({T, D.h}));
-    add(in_.loss == Loss::hf ? "log_softmax(logits.float()) (fp32 N x V)"
-                             : "softmax: exp of the fp32 logits, in place (fp32 N x V)",
-        Scope::head, Slot::none, 4, shape({sym::N, D.V}));
+    if (g.head) {
+      add(in_.amp ? "lm_head input (autocast cast)" : "lm_head input (final norm output)",
+          Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({T, D.h}));
+    }
+    if (!other_.x && !g.final_norm && !g.head) return;
+    loss();
+  }
+
+  // What the loss keeps for backward (docs/activations.md, "The loss"): the log-probabilities
+  // (Megatron: the softmax) over the vocabulary, and the target.
+  void loss() {
+    std::string_view name = "log_softmax(logits.float()) (fp32 N x V)";
+    u64 width = 4;
+    switch (in_.loss) {
+      case Loss::hf:
+        break;
+      case Loss::vocab_parallel:
+        name = "softmax: exp of the fp32 logits, in place (fp32 N x V)";
+        break;
+      case Loss::chunked:  // each chunk's fp32 upcast is freed; its log-softmax stays
+        name = "log_softmax of each chunk's fp32 upcast (all chunks: fp32 N x V)";
+        break;
+      case Loss::chunked_tokens:  // cross_entropy on the logits as they are (autocast: fp32)
+        name = "log_softmax of each chunk in the logits' dtype (all chunks: N x V)";
+        width = in_.amp ? 4 : in_.ec;
+        break;
+    }
+    add(name, Scope::head, Slot::none, width, shape({sym::N, D.V}));
     add("loss target (int64 labels)", Scope::head, Slot::target, 8, shape({sym::N}), Batch::many);
     add("loss target (the padded int64 labels at batch 1)", Scope::head, Slot::target, 8,
         shape({sym::s1}), Batch::one);
@@ -313,18 +505,19 @@ class Saver {
       const Tensor& t = st_.tensors[i];
       if (t.part != Part::activations) continue;
       u64 n = 0;
+      const u64 skip = t.skips_first ? 1 : 0;  // the first layer does not keep it
       switch (t.scope) {
         case Scope::layer:
-          n = full ? 0 : L;
+          n = full ? 0 : L - skip;
           break;
         case Scope::checkpoint:
           n = L;
           break;
         case Scope::dense_mlp:
-          n = full ? 0 : dense_layers;
+          n = full || dense_layers == 0 ? 0 : dense_layers - skip;
           break;
         case Scope::moe_mlp:
-          n = full ? 0 : moe_layers;
+          n = full || moe_layers == 0 ? 0 : moe_layers - (dense_layers == 0 ? skip : 0);
           break;
         case Scope::shared:
         case Scope::embed:

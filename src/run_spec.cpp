@@ -11,7 +11,8 @@ constexpr std::array<std::string_view, 3> kAttentionNames = {"eager", "sdpa", "f
 constexpr std::array<std::string_view, 4> kRecomputeNames = {"none", "selective", "full", "op"};
 constexpr std::array<std::string_view, 2> kDeviceNames = {"cuda", "cpu"};
 constexpr std::array<std::string_view, 2> kAllocatorNames = {"none", "cuda"};
-constexpr std::array<std::string_view, 2> kLossNames = {"hf", "vocab-parallel"};
+constexpr std::array<std::string_view, 4> kLossNames = {"hf", "vocab-parallel", "chunked",
+                                                        "chunked-tokens"};
 
 }  // namespace
 

@@ -113,7 +113,7 @@ ordered_json value_schema(const RunOptionInfo& info) {
   if (k == "training/loss") return enum_of(names_of(loss_names()));
   if (k == "training/stack") return enum_of(names_of(stack_names()));
   if (k == "training/zero_grad") return enum_of({"none", "zero"});
-  if (k == "training/dropout") {
+  if (k == "training/dropout" || k == "model/lora_dropout") {
     return {{"anyOf",
              ordered_json::array({{{"type", "number"}, {"minimum", 0}, {"exclusiveMaximum", 1}},
                                   {{"type", "string"}, {"pattern", "^0?\\.[0-9]+$|^0$"}}})}};

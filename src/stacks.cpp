@@ -44,6 +44,10 @@ constexpr std::array kLitgpt{
     StackDefault{"--zero-grad", "none", "litgpt finetune/lora.py @8641822 (optimizer.zero_grad())"},
     StackDefault{"--lora-targets", "q,v",
                  "litgpt finetune/lora.py @8641822: lora_query, lora_value", "--lora-rank"},
+    StackDefault{"--lora-dropout", "0.05", "litgpt finetune/lora.py @8641822: lora_dropout = 0.05",
+                 "--lora-rank"},
+    StackDefault{"--loss", "chunked-tokens",
+                 "litgpt finetune/lora.py @8641822: lm_head_chunk_size=128, chunked_cross_entropy"},
 };
 
 constexpr std::array kTorchtitan{

@@ -160,15 +160,17 @@ class Walker {
     add(ddp_buckets_);
     if (with_grads) add(grads_);
   }
-  // The saved tensors of `count` layers, except those whose slot `freed` says are released.
+  // The saved tensors of layers [first, first + count), except those whose slot `freed` says
+  // are released; the first layer lacks those kept only for its input's gradient.
   template <typename Freed>
-  void layers(u64 count, Freed&& freed) {
+  void layers(u64 first, u64 count, Freed&& freed) {
     for (const std::uint32_t i : layer_ids_) {
-      if (!freed(st_.tensors[i].slot)) add(i, count);
+      const bool skip = st_.tensors[i].skips_first && first == 0 && count > 0;
+      if (!freed(st_.tensors[i].slot)) add(i, count - (skip ? 1 : 0));
     }
   }
-  void layers(u64 count) {
-    layers(count, [](Slot) { return false; });
+  void layers(u64 first, u64 count) {
+    layers(first, count, [](Slot) { return false; });
   }
   void scoped(Scope s, u64 count = 1) {
     for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(s)]) add(i, count);
@@ -197,6 +199,18 @@ class Walker {
     add(cast_rest_, count);
   }
   bool ck() const { return checkpointed(in_.recompute); }
+  // The logits: a list of chunks under the chunked losses, N x V in all; LitGPT's training loop
+  // keeps them through backward.
+  std::uint32_t logits() {
+    return temp(
+        in_.loss == Loss::chunked_tokens ? "logits (chunks kept by the training loop)" : "logits",
+        Part::other, in_.ec, shape({sym::N, D_.V}));
+  }
+  // V / chunks: one of torchtune's chunks has N/chunks x V elements, written N x ceil(V/chunks)
+  // so that it stays a polynomial in b and s (exact when the chunks divide s and V).
+  Sym vocab_chunk() const {
+    return dim("V/chunks", ceil_div(in_.V, std::max<u64>(1, in_.loss_chunk)));
+  }
   bool llama() const { return in_.graph == LayerGraph::llama; }
   // A tied lm_head shares the embedding weight: it has a gradient only when that is trainable.
   bool tied_grad() const { return in_.tied && lp_.embed_trainable > 0; }
@@ -421,9 +435,14 @@ void Walker::forward_end(bool steady) {
              shape({sym::N, h})));
   }
   if (in_.lm_head) {
-    if (in_.ec != 4) add(temp("logits", Part::other, in_.ec, shape({sym::N, V})));
-    // Megatron's loss turns its fp32 copy into the saved softmax in place.
+    if (in_.ec != 4 || in_.loss == Loss::chunked_tokens) add(logits());
+    // Megatron's loss turns its fp32 copy into the saved softmax in place; torchtune's upcasts
+    // one chunk at a time.
     if (in_.loss == Loss::hf) add(temp("logits.float()", Part::other, 4, shape({sym::N, V})));
+    if (in_.loss == Loss::chunked && in_.ec != 4) {
+      add(temp("the last chunk's fp32 upcast (logits.float())", Part::other, 4,
+               shape({sym::N, vocab_chunk()})));
+    }
     add(temp("padded labels (int64)", Part::other, 8, shape({sym::b, sym::s1}), Batch::many));
     add(loss_);
   }
@@ -479,10 +498,10 @@ void Walker::attention_prelude(bool steady) {
     checkpointed_prelude();
     return;
   }
-  host([&] { layers(in_.L - 1); });
+  host([&] { layers(0, in_.L - 1); });
   stash();
   layer_casts(in_.L - 1);
-  layers(1, [&](Slot s) { return !before_scores(s); });
+  layers(in_.L - 1, 1, [&](Slot s) { return !before_scores(s); });
   if (in_.sp) {
     add(temp("all-gathered attention input (sequence parallel)", Part::other, in_.ec,
              shape({sym::N, D_.h})));
@@ -527,11 +546,11 @@ void Walker::checkpointed_prelude() {
   if (kernel || !in_.amp)
     add(temp("norm output (no grad)", Part::other, in_.ex, shape({sym::N, h})));
   if (kernel) {
-    layers(1, [](Slot s) {
+    layers(in_.L - 1, 1, [](Slot s) {
       return !(s == Slot::q || s == Slot::k || s == Slot::v || s == Slot::o_in || s == Slot::lse);
     });
   } else if (!in_.amp) {
-    layers(1, [](Slot s) { return !(s == Slot::k || s == Slot::v); });
+    layers(in_.L - 1, 1, [](Slot s) { return !(s == Slot::k || s == Slot::v); });
   }
 }
 
@@ -603,7 +622,7 @@ void Walker::forward_attention(bool steady) {
       for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(Scope::core)]) {
         if (st_.tensors[i].slot == Slot::sm) add(i);
       }
-      layers(1, [](Slot s) { return s != Slot::sm; });
+      layers(in_.L - 1, 1, [](Slot s) { return s != Slot::sm; });
     }
     for (const auto& [name, width] : alt.temps) {
       if (width) add(temp(name, Part::other, width, S2));
@@ -628,6 +647,15 @@ void Walker::backward_start(bool steady) {
   if (in_.lm_head && in_.loss == Loss::hf) {
     add(temp("gradient of the log-probs (fp32)", Part::other, 4, shape({sym::N, V})));
     add(temp("gradient of the logits (fp32)", Part::other, 4, shape({sym::N, V})));
+  } else if (in_.lm_head && in_.loss == Loss::chunked) {
+    // One chunk's backward at a time; the chunks' bf16 logits were deleted after the loss.
+    add(temp("gradients of one chunk's log-probs and logits (fp32)", Part::other, 4,
+             shape({dim("2", 2), sym::N, vocab_chunk()})));
+  } else if (in_.lm_head && in_.loss == Loss::chunked_tokens) {
+    const u64 w = in_.amp ? 4 : in_.ec;
+    add(temp("gradients of one chunk's log-probs and logits", Part::other, w,
+             shape({dim("2", 2), sym::b, dim("c", in_.loss_chunk), V})));
+    add(logits());
   } else if (in_.lm_head) {  // written over the saved softmax, then cast
     add(temp("gradient of the logits (cast from the fp32 softmax)", Part::other, in_.ec,
              shape({sym::N, V})));
@@ -687,7 +715,7 @@ void Walker::layer_x0(bool steady, u64 j) {
                shape({sym::N, dim("h", in_.h)})));
     }
   } else {
-    host([&] { layers(j); });
+    host([&] { layers(0, j); });
     layer_casts(j);
   }
   if (in_bwd_) {
@@ -696,6 +724,7 @@ void Walker::layer_x0(bool steady, u64 j) {
     add(head_grads_);
     add(layer_grads_, in_.L - 1 - j);
   }
+  if (in_.lm_head && in_.loss == Loss::chunked_tokens) add(logits());
   add(grad_out_);
 }
 
@@ -706,7 +735,7 @@ void Walker::backward_layer(bool steady, u64 j) {
                          : "optimizer_step_in_backward_first_layer",
           "backward");
     layer_x0(steady, j);
-    layers(1);
+    layers(j, 1);
     layer_casts(1);
     step_in_backward(0);
     end();
@@ -729,7 +758,7 @@ void Walker::backward_mlp(bool steady, u64 j) {
                                             in_bwd_ ? 0 : eg * lp_.l_down);
   const auto current = [&](bool keep_down_copy, bool keep_mmask) {
     layer_x0(steady, j);
-    layers(1, [&](Slot s) { return !keep_mmask && s == Slot::mmask; });
+    layers(j, 1, [&](Slot s) { return !keep_mmask && s == Slot::mmask; });
     if (keep_down_copy) add(cast_down_);
     add(cast_mlp_);
     add(cast_o_);
@@ -746,6 +775,16 @@ void Walker::backward_mlp(bool steady, u64 j) {
     ++two.rank;
     add(temp("gradients of act(gate) and of up (MulBackward0)", Part::other, ec, two));
     end();
+    if (in_.grads.nf4 && !all_moe) {
+      // QLoRA: the 4-bit down_proj dequantises its weight again for the input gradient
+      // (bitsandbytes MatMul4Bit.backward, torchao's linear_nf4): it lives beside that gradient.
+      begin(name, "backward");
+      current(false, true);
+      add(temp("dequantized down_proj weight (for the input gradient)", Part::other, ec,
+               shape({h, I})));
+      add(temp("gradient of the down_proj input", Part::other, ec, NI));
+      end();
+    }
     return;
   }
   begin(name, "backward");
@@ -774,7 +813,7 @@ void Walker::attention_backward_base(bool steady, u64 j, Slot also) {
   begin(j == in_.L - 1 ? "backward_attention_last_layer" : "backward_attention_first_layer",
         "backward");
   layer_x0(steady, j);
-  layers(1, [&](Slot s) {
+  layers(j, 1, [&](Slot s) {
     const bool mlp_side =
         s == Slot::mlp || s == Slot::norm2 || s == Slot::mlp_in || s == Slot::o_in;
     const bool gpt2_side = !llama() && (s == Slot::mmask || s == Slot::rmask);

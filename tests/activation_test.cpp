@@ -1,11 +1,14 @@
 #include "testutil.hpp"
 
 #include <memest/activation.hpp>
+#include <memest/adapters.hpp>
 #include <memest/estimate.hpp>
 #include <memest/hf_config.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <sstream>
 #include <string>
 
@@ -182,4 +185,136 @@ TEST_CASE("each --explain formula multiplies out to its tensor's bytes", "[activ
     }
     REQUIRE(product == t.bytes);
   }
+}
+
+namespace {
+
+// Llama-2-7B, bf16, flash attention, b = 1, s = 4096 (the test above): N = 4096, h = 4096,
+// I = 11008, V = 32000. Nh = 16,777,216; NI = 45,088,768; NV = 131,072,000.
+constexpr std::uint64_t kNh = 16'777'216, kNI = 45'088'768, kNV = 131'072'000, kN = 4096;
+constexpr std::uint64_t kFlashLayer = 763'920'400;  // every weight trained (the test above)
+
+RunSpec llama_lora(double dropout) {
+  auto r = run_of("llama-2-7b", "bf16", 1, 4096);
+  r.training.attention = Attention::flash;
+  r.training.lora_dropout = dropout;
+  apply_lora(r.model, LoraSpec{8, {"q", "v"}, false, false});
+  return r;
+}
+
+std::uint64_t moment_bytes(const RunSpec& r, std::string_view name) {
+  const auto e = estimate(r);
+  std::uint64_t best = 0;
+  for (const auto& m : e.peak->moments)
+    if (m.name == name) best = std::max(best, m.bytes);
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA on q,v: the frozen base keeps no input for its weights", "[activation][lora]") {
+  // What a layer stops keeping when every base weight is frozen (autograd saves mm's input
+  // only for the weight's gradient, mul's operand only for the other operand's):
+  //   the two RMSNorms' normed outputs (weight * hs: kept for the weight) 2 x 2 Nh,
+  //   the MLP input (gate/up input) 2 Nh, the down_proj input (act x up) 2 NI
+  //   = 67,108,864 + 33,554,432 + 90,177,536 = 190,840,832.
+  // The attention input stays (lora_A reads it), the flash output stays (the kernel keeps it).
+  // Each adapter adds its lora_A output, N x r x 2 B = 65,536: two adapters 131,072.
+  const auto a = saved(llama_lora(0));
+  const std::uint64_t layer = kFlashLayer - 190'840'832 + 131'072;  // 573,210,640
+  REQUIRE(a.per_layer == layer);
+  // The first layer's input (a frozen embedding's output) does not require grad: its input
+  // RMSNorm keeps neither the fp32 input (4 Nh) nor the rsqrt (4 N).
+  const std::uint64_t first = 4 * kNh + 4 * kN;
+  // Head: the final norm keeps its fp32 input and rsqrt (its input requires grad), not its
+  // output (frozen weight); the frozen lm_head keeps no input; log-probs 4 NV; target 8 (s+1);
+  // total_weight 4.
+  const std::uint64_t head = 4 * kNh + 4 * kN + 4 * kNV + 8 * 4097 + 4;  // 591,446,028
+  REQUIRE(a.head == head);
+  REQUIRE(a.layers == 32 * layer - first);
+}
+
+TEST_CASE("LoRA dropout keeps a mask and the dropped input per adapter", "[activation][lora]") {
+  // PEFT and torchtune give each adapter its own nn.Dropout: a bool mask (N h x 1 B) when the
+  // input requires grad, and the dropped input lora_A reads (N h x 2 B): 3 Nh per adapter.
+  // Without dropout lora_A read the norm output itself, which the frozen q/k/v projections do
+  // not keep: with dropout that 2 Nh goes.
+  const auto plain = saved(llama_lora(0)), dropped = saved(llama_lora(0.05));
+  REQUIRE(dropped.per_layer - plain.per_layer == 2 * 3 * kNh - 2 * kNh);
+  // The first layer's input does not require grad: no masks there.
+  REQUIRE(dropped.layers - plain.layers == 32 * 4 * kNh - 2 * kNh);
+}
+
+TEST_CASE("bitsandbytes before 0.43.2 keeps every 4-bit linear's input", "[activation][lora]") {
+  // MatMul4Bit kept ctx.tensors = (A, B) until bitsandbytes PR #1270: the inputs the frozen
+  // base no longer keeps come back, the MLP input (2 Nh) and the down_proj input (2 NI); the
+  // attention input and o_proj's input are kept anyway (lora_A, the flash kernel).
+  auto r = llama_lora(0);
+  apply_lora(r.model, LoraSpec{8, {"q", "v"}, true, false});
+  const auto nf4 = saved(r);
+  r.training.nf4_keeps_input = true;
+  REQUIRE(saved(r).per_layer - nf4.per_layer == 2 * kNh + 2 * kNI);
+}
+
+TEST_CASE("a model trained only in its head keeps nothing in its layers", "[activation]") {
+  auto r = run_of("llama-2-7b", "bf16", 1, 4096);
+  const std::array<Role, 4> frozen = {Role::embedding, Role::attention, Role::mlp, Role::norm};
+  freeze_roles(r.model.inventory, frozen);
+  const auto a = saved(r);
+  REQUIRE(a.layers == 0);
+  REQUIRE(a.shared == 0);  // no q or k requires grad: rotary's cos and sin are not kept
+  // The lm_head keeps its input (2 Nh); the final norm nothing (frozen, input without grad).
+  REQUIRE(a.head == 2 * kNh + 4 * kNV + 8 * 4097 + 4);
+}
+
+TEST_CASE("chunked cross-entropy: the backward transient is one chunk's", "[activation][loss]") {
+  // hf: backward starts with two fp32 N x V gradients (log-probs, logits): 8 NV. torchtune's
+  // CEWithChunkedOutputLoss with 8 chunks: two fp32 gradients of one chunk, 8 NV / 8; the
+  // saved fp32 log-probs are the same (every chunk keeps its own). So the moment is 7 NV less.
+  auto r = llama_lora(0);
+  const std::uint64_t hf = moment_bytes(r, "backward_start");
+  r.training.loss = Loss::chunked;
+  r.training.loss_chunk = 8;
+  REQUIRE(hf - moment_bytes(r, "backward_start") == 7 * kNV);
+  // Forward end: hf holds the whole fp32 upcast (4 NV), torchtune one chunk's (4 NV / 8).
+  r.training.loss = Loss::hf;
+  const std::uint64_t hf_fwd = moment_bytes(r, "forward_end");
+  r.training.loss = Loss::chunked;
+  REQUIRE(hf_fwd - moment_bytes(r, "forward_end") == 4 * kNV * 7 / 8);
+  // 16 chunks: 8 NV - 8 NV / 16.
+  r.training.loss_chunk = 16;
+  REQUIRE(hf - moment_bytes(r, "backward_start") == 8 * kNV - kNV / 2);
+}
+
+TEST_CASE("LitGPT's chunked cross-entropy keeps bf16 log-probs and the logits",
+          "[activation][loss]") {
+  // chunked_cross_entropy on bf16 logits: log_softmax keeps 2 NV (hf: 4 NV); backward starts
+  // with two bf16 gradients of one 128-position chunk (2 x 2 x 128 x V) and the logits the
+  // training loop still holds (2 NV); hf has two fp32 N x V gradients (8 NV).
+  auto r = llama_lora(0);
+  const auto hf_saved = saved(r);
+  const std::uint64_t hf = moment_bytes(r, "backward_start");
+  r.training.loss = Loss::chunked_tokens;
+  r.training.loss_chunk = 128;
+  REQUIRE(hf_saved.head - saved(r).head == 2 * kNV);
+  const std::uint64_t chunk = 2 * 2 * 128 * 32000ULL;
+  REQUIRE(hf - moment_bytes(r, "backward_start") == 2 * kNV + 8 * kNV - chunk - 2 * kNV);
+}
+
+TEST_CASE("QLoRA: down_proj's backward dequantises its weight beside the input gradient",
+          "[activation][lora]") {
+  // bitsandbytes' MatMul4Bit.backward: grad_A = grad_output @ dequantize_4bit(B): the h x I
+  // weight in bf16 (2 hI = 90,177,536 B) lives beside the N x I input gradient (2 NI). The
+  // MulBackward0 moment it competes with holds the two N x I gradients of act(gate) and up
+  // (2 x 2 NI). At b = 1, s = 512 (N = 512, NI = 5,636,096) the dequantised moment is larger
+  // by 2 hI + 2 NI - 4 NI = 78,905,344 B; everything else but the stored parameters is the same.
+  auto lora = run_of("llama-2-7b", "bf16", 1, 512);
+  lora.training.attention = Attention::flash;
+  auto qlora = lora;
+  apply_lora(lora.model, LoraSpec{8, {"q", "v"}, false, false});
+  apply_lora(qlora.model, LoraSpec{8, {"q", "v"}, true, false});
+  const auto without_params = [](const RunSpec& r) {
+    return moment_bytes(r, "backward_mlp_last_layer") - *estimate(r).at("params").bytes;
+  };
+  REQUIRE(without_params(qlora) - without_params(lora) == 2 * 4096 * 11008ULL - 2 * 5'636'096ULL);
 }

@@ -4,6 +4,7 @@
 #include <memest/run_spec.hpp>
 #include <memest/step.hpp>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,6 +22,30 @@ enum class LayerGraph { llama, gpt2 };
 
 /// The MLP activation function, as far as what it saves is concerned.
 enum class ActFn { silu, gelu, gelu_new, relu };
+
+/// A LoRA adapter on one linear of every layer (src/adapters.cpp): the saved tensor slot of the
+/// input it reads (q_in for q/k/v, o_in, mlp_in for gate/up, mlp for down), its width and rank.
+struct AdapterSite {
+  Slot slot = Slot::q_in;
+  std::uint64_t in = 0, rank = 0;
+};
+
+/// Which parameters get gradients, read from the inventory's trainable flags: a linear whose
+/// weight needs no gradient does not save its input, and an op none of whose inputs requires
+/// grad saves nothing (docs/activations.md, "Frozen weights and LoRA").
+struct GradFlow {
+  bool embed = true;   ///< the embedding output requires grad (a trainable embedding table)
+  bool layers = true;  ///< some parameter of the layers is trainable (adapters included)
+  bool norms = true;   ///< the layers' norm weights
+  std::uint64_t qkv = 3, mlp_in = 2;  ///< trainable q/k/v and gate/up weights (fused: all)
+  bool o = true, down = true;
+  bool final_norm = true, head = true;  ///< the final norm's and the lm_head's weights
+  std::array<AdapterSite, 8> adapters{};
+  std::uint8_t n_adapters = 0;
+  bool nf4 = false;              ///< QLoRA: the base linears dequantise a 4-bit weight per use
+  bool nf4_keeps_input = false;  ///< bitsandbytes < 0.43.2: each 4-bit linear keeps its input
+  double lora_dropout = 0;
+};
 
 /// The numbers the activation and peak models read, resolved once from a RunSpec. Plain values;
 /// building it allocates nothing but the `notes` strings, which only `approximate` runs fill.
@@ -50,6 +75,8 @@ struct ActivationInputs {
   Recompute recompute = Recompute::none;
   bool compile = false;  ///< torch.compile of each layer (src/techniques.cpp)
   Loss loss = Loss::hf;
+  std::uint64_t loss_chunk = 0;  ///< chunks (chunked) or positions per chunk (chunked-tokens)
+  GradFlow grads;
   // One device of a split run (include/memest/layout.hpp): the dimensions above are its share.
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank
   bool sp = false;              ///< sequence parallelism: norms, dropouts, residuals keep N/t

@@ -29,8 +29,8 @@ struct RunOptions {
   TextSetting config;        ///< path to a Hugging Face config.json
   TextSetting architecture;  ///< a config.json given inline, as JSON text
   TextSetting freeze;        ///< comma-separated roles to freeze
-  TextSetting lora_rank, lora_targets;
-  FlagSetting qlora, double_quant;
+  TextSetting lora_rank, lora_targets, lora_dropout;
+  FlagSetting qlora, double_quant, qlora_keeps_input;
   // optimizer
   TextSetting optimizer;       ///< default adamw
   TextSetting optimizer_impl;  ///< foreach (default), single, fused
@@ -43,7 +43,7 @@ struct RunOptions {
       grad_accum_dtype;
   // training
   TextSetting batch, seq, grad_accum, attention, recompute, dropout, zero_grad, device, allocator,
-      context_reserve, loss, stack;
+      context_reserve, loss, loss_chunk, stack;
   FlagSetting compile;  ///< torch.compile of each layer (docs/techniques.md)
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,

@@ -35,8 +35,13 @@ enum class Allocator { none, cuda };
 /// The loss over the vocabulary: hf keeps log_softmax(logits.float()) and frees two fp32 N x V
 /// gradients at the start of backward (transformers' ForCausalLMLoss); vocab-parallel is
 /// Megatron-LM's cross-entropy (tensor_parallel/cross_entropy.py): the fp32 logits turned into
-/// the softmax in place and saved, the gradient written over it and cast to the logits' dtype.
-enum class Loss { hf, vocab_parallel };
+/// the softmax in place and saved, the gradient written over it and cast to the logits' dtype;
+/// chunked is torchtune's CEWithChunkedOutputLoss (the lm_head output in TrainingSpec::loss_chunk
+/// chunks of the sequence, 8 by default, each upcast to fp32 on its own, the logits deleted before
+/// backward); chunked-tokens is LitGPT's lm_head_chunk_size with chunked_cross_entropy (chunks of
+/// loss_chunk positions, 128 by default, the log-softmax in the logits' dtype, the logits kept by
+/// the training loop through backward). docs/activations.md, "The loss".
+enum class Loss { hf, vocab_parallel, chunked, chunked_tokens };
 
 std::span<const std::string_view> attention_names();
 Attention parse_attention(std::string_view text);
@@ -67,6 +72,15 @@ struct TrainingSpec {
   Allocator allocator = Allocator::none;
   std::uint64_t context_reserve = 0;  ///< a stated constant for the CUDA context, added to the peak
   Loss loss = Loss::hf;
+  /// chunked: chunks of the sequence (0: torchtune's 8); chunked-tokens: positions per chunk
+  /// (0: LitGPT's 128).
+  std::uint64_t loss_chunk = 0;
+  /// Dropout on the LoRA branch's input (PEFT's lora_dropout; 0 is PEFT's and torchtune's
+  /// default, LitGPT's finetune/lora.py uses 0.05, Answer.AI's fsdp_qlora 0.1).
+  double lora_dropout = 0;
+  /// bitsandbytes before 0.43.2: each 4-bit linear keeps its input for backward although it
+  /// has no weight gradient (MatMul4Bit's ctx.tensors = (A, B), dropped in PR #1270).
+  bool nf4_keeps_input = false;
   std::string stack;  ///< the training stack whose defaults the run took (--stack); empty: none
   /// The optimizer step fused into backward (torchtune optimizer_in_bwd, PyTorch's
   /// register_post_accumulate_grad_hook): each gradient is applied and freed as soon as it is

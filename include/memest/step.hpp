@@ -88,6 +88,9 @@ struct Tensor {
   Shape shape;
   Poly bytes;  ///< width x elements, from `shape`
   Batch batch = Batch::any;
+  /// A layer's tensor the first layer does not save: its input does not require grad (frozen
+  /// embeddings) and the tensor is kept only for that input's gradient.
+  bool skips_first = false;
 
   /// The monomial of a size that has one, else -1 (the plan's fast path).
   int mono = -1;
