@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memest/allocator_replay.hpp>
 #include <memest/hardware.hpp>
 #include <memest/model.hpp>
 #include <memest/optimizer.hpp>
@@ -60,6 +61,9 @@ struct TrainingSpec {
   Device device = Device::cuda;
   Allocator allocator = Allocator::none;
   std::uint64_t context_reserve = 0;  ///< a stated constant for the CUDA context, added to the peak
+  /// PyTorch's cuBLAS workspace, allocated through the caching allocator by the first matmul
+  /// (kCublasWorkspace, or kCublasWorkspaceSm90 on Hopper; 0 on the CPU).
+  std::uint64_t cublas_workspace = kCublasWorkspace;
   Loss loss = Loss::hf;
 
   bool operator==(const TrainingSpec&) const = default;
