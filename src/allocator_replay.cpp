@@ -87,8 +87,8 @@ CachingAllocator::Handle CachingAllocator::malloc(u64 bytes) {
   if (h == kNone) h = new_segment(size, small);
   const u64 remaining = blocks_[h].size - size;
   // should_split
-  const bool split_it = small ? remaining >= kMinBlockSize
-                              : size < max_split_ && remaining > kSmallSize;
+  const bool split_it =
+      small ? remaining >= kMinBlockSize : size < max_split_ && remaining > kSmallSize;
   if (split_it) split(h, size);
   blocks_[h].allocated = true;
   allocated_ = checked_add(allocated_, blocks_[h].size);

@@ -35,13 +35,18 @@ u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
 // layer's attention, and backward_end before the layers (src/walk.cpp). A moment not listed
 // here keeps its place after the moment it follows in the walk.
 int rank_of(std::string_view name) {
-  static constexpr std::array<std::string_view, 12> kOrder = {
-      "forward_attention",          "forward_end",
-      "backward_start",             "backward_mlp_last_layer",
-      "backward_attention_last_layer", "backward_mlp_first_layer",
-      "backward_attention_first_layer", "backward_end",
-      "grad_copy",                  "optimizer",
-      "master_copy",                "zero_grad"};
+  static constexpr std::array<std::string_view, 12> kOrder = {"forward_attention",
+                                                              "forward_end",
+                                                              "backward_start",
+                                                              "backward_mlp_last_layer",
+                                                              "backward_attention_last_layer",
+                                                              "backward_mlp_first_layer",
+                                                              "backward_attention_first_layer",
+                                                              "backward_end",
+                                                              "grad_copy",
+                                                              "optimizer",
+                                                              "master_copy",
+                                                              "zero_grad"};
   const auto it = std::find(kOrder.begin(), kOrder.end(), name);
   return it == kOrder.end() ? -1 : static_cast<int>(it - kOrder.begin());
 }
@@ -138,8 +143,13 @@ PartBlocks part_blocks(const RunSpec& run, const Step& step, Part part, u64 L) {
 class Replay {
  public:
   Replay(const RunSpec& run, const Step& step, u64 L, const Basis& x)
-      : run_(run), step_(step), L_(L), x_(x), live_(step.tensors.size()),
-        blocks_(step.tensors.size()), known_(step.tensors.size(), false),
+      : run_(run),
+        step_(step),
+        L_(L),
+        x_(x),
+        live_(step.tensors.size()),
+        blocks_(step.tensors.size()),
+        known_(step.tensors.size(), false),
         want_(step.tensors.size(), 0) {}
 
   AllocatorReplay run();

@@ -156,10 +156,13 @@ std::vector<RunOptionInfo> build_table() {
            "(ZeRO-Infinity, FSDP CPU offload)",
            &R::offload),
       text("--allocator", "hardware", "allocator", "NAME",
-           "none (bytes requested) or cuda (caching-allocator rounding; reserved bytes)",
+           "none (bytes requested) or cuda (PyTorch's caching allocator replayed: allocated "
+           "and reserved bytes)",
            &R::allocator),
-      text("--context-reserve", "hardware", "context_reserve", "SIZE",
-           "A stated constant for the CUDA context, added to the peak", &R::context_reserve, true),
+      text("--context-reserve", "hardware", "context_reserve", "SIZE|NAME",
+           "The CUDA context, a stated constant added to the peak: a size or a measured one "
+           "(v100-cuda11.2); with --allocator cuda, nvidia-smi = reserved + it",
+           &R::context_reserve, true),
       text("--gpu", "hardware", "gpu", "NAME", "A GPU preset (see 'memest gpus')", &R::gpu),
       text("--budget", "hardware", "budget", "SIZE", "Memory budget per device: 80GiB, 40GB, ...",
            &R::budget, true),

@@ -22,9 +22,9 @@ constexpr std::uint64_t MiB = 1ULL << 20;
 TEST_CASE("replay: sizes round to 512 B and segments by pool", "[allocator]") {
   REQUIRE(caching_round_size(1) == 512);
   REQUIRE(caching_round_size(513) == 1024);
-  REQUIRE(caching_segment_size(MiB) == 2 * MiB);           // small pool
-  REQUIRE(caching_segment_size(MiB + 512) == 20 * MiB);    // (1 MiB, 10 MiB): kLargeBuffer
-  REQUIRE(caching_segment_size(10 * MiB) == 10 * MiB);     // from 10 MiB: rounded to 2 MiB
+  REQUIRE(caching_segment_size(MiB) == 2 * MiB);         // small pool
+  REQUIRE(caching_segment_size(MiB + 512) == 20 * MiB);  // (1 MiB, 10 MiB): kLargeBuffer
+  REQUIRE(caching_segment_size(10 * MiB) == 10 * MiB);   // from 10 MiB: rounded to 2 MiB
   REQUIRE(caching_segment_size(11 * MiB) == 12 * MiB);
 }
 
@@ -128,8 +128,7 @@ TEST_CASE("replay: max_split_size keeps oversize blocks whole", "[allocator]") {
   REQUIRE(a.reserved() == 52 * MiB);
 }
 
-TEST_CASE("replay: a zero-byte request allocates nothing; a double free is a bug",
-          "[allocator]") {
+TEST_CASE("replay: a zero-byte request allocates nothing; a double free is a bug", "[allocator]") {
   CachingAllocator a;
   REQUIRE(a.malloc(0) == CachingAllocator::kNone);
   a.free(CachingAllocator::kNone);
@@ -161,8 +160,8 @@ TEST_CASE("issue 10: the step replay covers model loading, a first and a steady 
 }
 
 TEST_CASE("issue 10: nvidia-smi is reserved plus a stated context", "[allocator][cli]") {
-  const auto r = run_cli({"--model", "gpt2", "--batch", "2", "--seq", "512", "--allocator",
-                          "cuda", "--context-reserve", "v100-cuda11.2", "--format", "json"});
+  const auto r = run_cli({"--model", "gpt2", "--batch", "2", "--seq", "512", "--allocator", "cuda",
+                          "--context-reserve", "v100-cuda11.2", "--format", "json"});
   REQUIRE(r.code == 0);
   const auto pk = nlohmann::json::parse(r.out)["peak"];
   REQUIRE(pk["context_reserve_bytes"] == 1343ULL << 20);  // the Hugging Face page's V100
@@ -177,8 +176,8 @@ TEST_CASE("issue 10: nvidia-smi is reserved plus a stated context", "[allocator]
 
 TEST_CASE("issue 10: the cuBLAS workspace follows the GPU (32 MiB on sm90)", "[allocator][cli]") {
   const auto workspace = [](std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--model",     "gpt2",  "--batch",  "1", "--seq", "128",
-                                     "--allocator", "cuda", "--format", "json"};
+    std::vector<std::string> args = {"--model", "gpt2",        "--batch", "1",        "--seq",
+                                     "128",     "--allocator", "cuda",    "--format", "json"};
     args.insert(args.end(), extra.begin(), extra.end());
     const auto r = run_cli(args);
     REQUIRE(r.code == 0);

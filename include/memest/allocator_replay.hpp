@@ -10,12 +10,12 @@ namespace memest {
 
 // The constants of PyTorch's CUDA caching allocator, c10/cuda/CUDACachingAllocator.cpp
 // (pytorch/pytorch, read at commit 001074d25084fdb87a799823e395a50f5ec044d3).
-inline constexpr std::uint64_t kMinBlockSize = 512;          ///< every size rounds to 512 B
-inline constexpr std::uint64_t kSmallSize = 1ULL << 20;      ///< largest small-pool request
-inline constexpr std::uint64_t kSmallBuffer = 2ULL << 20;    ///< small-pool segment
-inline constexpr std::uint64_t kMinLargeAlloc = 10ULL << 20; ///< below it a 20 MiB segment
-inline constexpr std::uint64_t kLargeBuffer = 20ULL << 20;   ///< large-pool shared segment
-inline constexpr std::uint64_t kRoundLarge = 2ULL << 20;     ///< larger segments round to it
+inline constexpr std::uint64_t kMinBlockSize = 512;           ///< every size rounds to 512 B
+inline constexpr std::uint64_t kSmallSize = 1ULL << 20;       ///< largest small-pool request
+inline constexpr std::uint64_t kSmallBuffer = 2ULL << 20;     ///< small-pool segment
+inline constexpr std::uint64_t kMinLargeAlloc = 10ULL << 20;  ///< below it a 20 MiB segment
+inline constexpr std::uint64_t kLargeBuffer = 20ULL << 20;    ///< large-pool shared segment
+inline constexpr std::uint64_t kRoundLarge = 2ULL << 20;      ///< larger segments round to it
 
 /// PyTorch's cuBLAS workspace per handle and stream when CUBLAS_WORKSPACE_CONFIG is unset:
 /// ":4096:2:16:8" (2 x 4096 KiB + 8 x 16 KiB), and ":4096:8" (8 x 4096 KiB) on sm90; allocated
