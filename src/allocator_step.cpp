@@ -241,9 +241,10 @@ void Replay::free(std::uint32_t t) {
   live_[t].pop_back();
 }
 
-// The instances `want_` asks for. Frees come first (highest instance first), then allocations
-// (lowest instance first, in tensor order). A transition over several layers (instances k of
-// one tensor) is replayed layer by layer: the next layer's frees and allocations, then the
+// The instances `want_` asks for. Frees come first (the previous moment's temporaries, then
+// the highest instance first), so the live bytes never exceed the larger moment; then the
+// allocations (lowest instance first, in tensor order). Allocations over several layers
+// (instances k of one tensor) are replayed layer by layer: the layer's allocations, then the
 // target moment's own temporaries (transient tensors) allocated and freed again, as each
 // layer's ops do; the last layer keeps them.
 void Replay::transition() {
@@ -268,11 +269,10 @@ void Replay::transition() {
     }
     return out;
   };
-  const auto gf = groups(frees), ga = groups(allocs);
-  const std::size_t n = std::max<std::size_t>({gf.size(), ga.size(), 1});
+  for (const auto& f : frees) free(f.second);
+  const auto ga = groups(allocs);
+  const std::size_t n = std::max<std::size_t>(ga.size(), 1);
   for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = i < gf.size() ? gf[i].first : 0; i < gf.size() && j < gf[i].second; ++j)
-      free(frees[j].second);
     for (std::size_t j = i < ga.size() ? ga[i].first : 0; i < ga.size() && j < ga[i].second; ++j)
       alloc(allocs[j].second);
     for (const auto& tp : temps) alloc(tp.second);
