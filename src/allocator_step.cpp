@@ -300,12 +300,24 @@ void Replay::moment(const MomentSpec& m, Keep&& keep) {
 void Replay::setup() {
   const auto& walk = step_.first.empty() ? step_.steady : step_.first;
   if (walk.empty()) return;
+  // --load-full: every parameter whole, one block per tensor, before the shards are taken.
+  std::vector<Handle> whole;
+  if (run_.training.load_full) {
+    now_ = {"set-up", "whole model materialised"};
+    auto& params = parts_[static_cast<std::size_t>(Part::params)];
+    if (!params) params = part_blocks(run_, step_, Part::params, L_);
+    for (const u64 bytes : params->all) {
+      whole.push_back(a_.malloc(bytes));
+      note();
+    }
+  }
   now_ = {"set-up", "model loaded"};
   const MomentSpec& m = walk[in_time_order(walk).front()];
   moment(m, [&](const Entry& e) {
     const Tensor& t = step_.tensors[e.tensor];
     return t.scope == Scope::state && (t.part == Part::params || t.part == Part::master_params);
   });
+  for (auto it = whole.rbegin(); it != whole.rend(); ++it) a_.free(*it);
   out_.setup_reserved = a_.reserved();
 }
 

@@ -395,6 +395,7 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
   problems.attempt([&] {
     if (o.context_reserve) t.context_reserve = parse_setting(*o.context_reserve, parse_context);
   });
+  t.load_full = flag(o.load_full);
   // PyTorch's cuBLAS workspace: larger on sm90; none on the CPU.
   problems.attempt([&] {
     if (t.device == Device::cpu) {

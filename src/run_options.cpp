@@ -126,6 +126,10 @@ std::vector<RunOptionInfo> build_table() {
               "DDP with gradient_as_bucket_view=True (or Megatron's DDP): no second copy of the "
               "gradients in the all-reduce buckets",
               &R::ddp_bucket_view),
+      boolean("--load-full", "parallel", "load_full",
+              "Model loading materialises the whole model on every GPU before sharding it "
+              "(with --allocator cuda: the set-up stretch of the replay)",
+              &R::load_full),
       text("--tp", "parallel", "tensor_parallel", "N",
            "Tensor-parallel ranks: heads, kv heads, MLP width and vocabulary split N ways",
            &R::tensor_parallel, true),

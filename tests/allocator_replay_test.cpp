@@ -189,3 +189,31 @@ TEST_CASE("issue 10: the cuBLAS workspace follows the GPU (32 MiB on sm90)", "[a
   REQUIRE(workspace({"--gpu", "h100-80gb"}) == 32ULL << 20);  // ":4096:8"
   REQUIRE(workspace({"--device", "cpu"}) == 0);
 }
+
+TEST_CASE("issue 10: --load-full materialises the whole model before sharding it",
+          "[allocator][cli]") {
+  const auto peak = [](bool full) {
+    std::vector<std::string> args = {
+        "--model", "llama-2-7b", "--precision", "bf16", "--batch",     "1",    "--seq",    "512",
+        "--fsdp",  "full",       "--dp",        "8",    "--allocator", "cuda", "--format", "json"};
+    if (full) args.push_back("--load-full");
+    const auto r = run_cli(args);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["peak"];
+  };
+  const auto sharded = peak(false), full = peak(true);
+  const auto bytes = [](const nlohmann::json& j) { return j.get<std::uint64_t>(); };
+  // Llama-2-7B in bf16 is 13.48 GB whole; an eighth of it, the states and one step at 512
+  // tokens need far less.
+  const std::uint64_t whole = 2ULL * 6'738'415'616ULL;
+  REQUIRE(bytes(sharded["allocator"]["allocated_bytes"]) < whole);
+  // The whole model and the shards are live together once, at set-up.
+  REQUIRE(full["allocator"]["allocated_at"]["stretch"] == "set-up");
+  REQUIRE(full["allocator"]["allocated_at"]["moment"] == "model loaded");
+  REQUIRE(bytes(full["allocator"]["allocated_bytes"]) >= whole);
+  // Its segments stay cached (one block per parameter tensor), and the parameters' shard, a
+  // flat buffer of an eighth, was allocated while they were live.
+  REQUIRE(bytes(full["allocator"]["setup_reserved_bytes"]) >= whole + whole / 8);
+  REQUIRE(bytes(full["reserved_bytes"]) >= whole + whole / 8);
+  REQUIRE(full["bytes"] == sharded["bytes"]);  // the step itself is unchanged
+}

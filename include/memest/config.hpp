@@ -46,7 +46,7 @@ struct RunOptions {
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,
       virtual_stages, microbatches, context_parallel, expert_parallel, vocab_multiple, fsdp;
-  FlagSetting sequence_parallel, distributed_optimizer, ddp_bucket_view;
+  FlagSetting sequence_parallel, distributed_optimizer, ddp_bucket_view, load_full;
   // hardware
   TextSetting gpu, budget, reserve;
 };

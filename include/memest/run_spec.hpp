@@ -64,6 +64,8 @@ struct TrainingSpec {
   /// PyTorch's cuBLAS workspace, allocated through the caching allocator by the first matmul
   /// (kCublasWorkspace, or kCublasWorkspaceSm90 on Hopper; 0 on the CPU).
   std::uint64_t cublas_workspace = kCublasWorkspace;
+  /// Model loading materialises the whole model on each device before sharding it (--load-full).
+  bool load_full = false;
   Loss loss = Loss::hf;
 
   bool operator==(const TrainingSpec&) const = default;
