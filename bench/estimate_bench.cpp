@@ -62,6 +62,22 @@ void BM_PeakPlanLlama7B(benchmark::State& state) {
 }
 BENCHMARK(BM_PeakPlanLlama7B);
 
+// --allocator cuda: every needed() replays the caching allocator over model loading and two
+// steps of an 80-layer model (docs/performance.md).
+void BM_AllocatorReplayLlama70B(benchmark::State& state) {
+  auto run = llama_run();
+  run.model = memest::load_model_preset("llama-2-70b");
+  run.training.allocator = memest::Allocator::cuda;
+  const memest::PeakPlan plan(run, *memest::activation_inputs(run, false));
+  std::uint64_t b = 1;
+  for (auto _ : state) {
+    b = b % 8 + 1;
+    benchmark::DoNotOptimize(plan.needed(b, 4096));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_AllocatorReplayLlama70B)->Unit(benchmark::kMicrosecond);
+
 // A sweep of 8 x 8 x 4 x 4 = 1024 configurations per iteration.
 void BM_Sweep1024(benchmark::State& state) {
   const auto run = llama_run();

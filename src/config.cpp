@@ -43,6 +43,18 @@ std::uint64_t parse_size_or_zero(std::string_view v) {
   return v == "0" ? std::uint64_t{0} : parse_bytes(v);
 }
 
+// A size, or the name of a stated context (cuda_context_presets).
+std::uint64_t parse_context(std::string_view v) {
+  if (const CudaContext* c = find_cuda_context(v)) return c->bytes;
+  try {
+    return parse_size_or_zero(v);
+  } catch (const Error& e) {
+    std::vector<std::string_view> names;
+    for (const auto& c : cuda_context_presets()) names.push_back(c.name);
+    throw Error(fmt::format("{} (or a stated context: {})", e.what(), fmt::join(names, ", ")));
+  }
+}
+
 double parse_probability(std::string_view text) {
   double v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -481,8 +493,18 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     }
   }
   problems.attempt([&] {
-    if (o.context_reserve)
-      t.context_reserve = parse_setting(*o.context_reserve, parse_size_or_zero);
+    if (o.context_reserve) t.context_reserve = parse_setting(*o.context_reserve, parse_context);
+  });
+  t.load_full = flag(o.load_full);
+  // PyTorch's cuBLAS workspace: larger on sm90; none on the CPU.
+  problems.attempt([&] {
+    if (t.device == Device::cpu) {
+      t.cublas_workspace = 0;
+    } else if (o.gpu) {
+      const Gpu& g =
+          parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& { return find_gpu(v); });
+      if (g.sm == 90) t.cublas_workspace = kCublasWorkspaceSm90;
+    }
   });
   if (o.batch.has_value() != o.seq.has_value()) {
     const auto& given = o.batch ? o.batch->where : o.seq->where;

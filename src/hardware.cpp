@@ -18,20 +18,20 @@ const std::vector<Gpu>& gpu_presets() {
   // NVIDIA H100 80GB card offer 85.52 GB?" table; the others are datasheet sizes, where a
   // vendor's "GB" of HBM is GiB for NVIDIA and AMD parts and GB for Intel Gaudi.
   static const std::vector<Gpu> gpus = {
-      {"t4", "NVIDIA T4 16GB", 15'360 * MiB, "nvml"},
-      {"v100-16gb", "NVIDIA V100 16GB", 16 * GiB, "datasheet"},
-      {"v100-32gb", "NVIDIA V100 32GB", 32 * GiB, "datasheet"},
-      {"a10", "NVIDIA A10/A10G 24GB", 23'028 * MiB, "nvml"},
-      {"l4", "NVIDIA L4 24GB", 23'034 * MiB, "nvml"},
-      {"rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24 * GiB, "datasheet"},
-      {"rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24 * GiB, "datasheet"},
-      {"a100-40gb", "NVIDIA A100 40GB", 40'960 * MiB, "nvml"},
-      {"l40s", "NVIDIA L40S 48GB", 46'068 * MiB, "nvml"},
-      {"a100-80gb", "NVIDIA A100 80GB", 81'920 * MiB, "nvml"},
-      {"h100-80gb", "NVIDIA H100 80GB (SXM/PCIe)", 81'559 * MiB, "nvml"},
-      {"h100-nvl-94gb", "NVIDIA H100 NVL 94GB", 94 * GiB, "datasheet"},
-      {"h200-141gb", "NVIDIA H200 141GB", 143'771 * MiB, "nvml"},
-      {"b200-192gb", "NVIDIA B200 192GB", 192 * GiB, "datasheet"},
+      {"t4", "NVIDIA T4 16GB", 15'360 * MiB, "nvml", 75},
+      {"v100-16gb", "NVIDIA V100 16GB", 16 * GiB, "datasheet", 70},
+      {"v100-32gb", "NVIDIA V100 32GB", 32 * GiB, "datasheet", 70},
+      {"a10", "NVIDIA A10/A10G 24GB", 23'028 * MiB, "nvml", 86},
+      {"l4", "NVIDIA L4 24GB", 23'034 * MiB, "nvml", 89},
+      {"rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24 * GiB, "datasheet", 86},
+      {"rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24 * GiB, "datasheet", 89},
+      {"a100-40gb", "NVIDIA A100 40GB", 40'960 * MiB, "nvml", 80},
+      {"l40s", "NVIDIA L40S 48GB", 46'068 * MiB, "nvml", 89},
+      {"a100-80gb", "NVIDIA A100 80GB", 81'920 * MiB, "nvml", 80},
+      {"h100-80gb", "NVIDIA H100 80GB (SXM/PCIe)", 81'559 * MiB, "nvml", 90},
+      {"h100-nvl-94gb", "NVIDIA H100 NVL 94GB", 94 * GiB, "datasheet", 90},
+      {"h200-141gb", "NVIDIA H200 141GB", 143'771 * MiB, "nvml", 90},
+      {"b200-192gb", "NVIDIA B200 192GB", 192 * GiB, "datasheet", 100},
       {"mi250x", "AMD Instinct MI250X, one GCD (64 GB of the card's 128 GB)", 64 * GiB,
        "datasheet"},
       {"mi300x", "AMD Instinct MI300X 192GB", 192 * GiB, "datasheet"},
@@ -39,6 +39,23 @@ const std::vector<Gpu>& gpu_presets() {
       {"gaudi3", "Intel Gaudi 3 128GB", 128 * GB, "datasheet"},
   };
   return gpus;
+}
+
+const std::vector<CudaContext>& cuda_context_presets() {
+  static const std::vector<CudaContext> contexts = {
+      {"v100-cuda11.2", 1343 * MiB,
+       "Hugging Face, perf_train_gpu_one (transformers docs, 2022): nvidia-smi 'GPU memory "
+       "occupied: 1343 MB' (MiB) after torch.ones((1, 1)).to('cuda') on a Tesla V100-SXM2 16GB, "
+       "driver 460.91.03, CUDA 11.2"},
+  };
+  return contexts;
+}
+
+const CudaContext* find_cuda_context(std::string_view name) {
+  for (const auto& c : cuda_context_presets()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
 }
 
 const Gpu& find_gpu(std::string_view name) {

@@ -1,5 +1,6 @@
 // A step compiled to polynomials and evaluated at a (micro-batch, sequence) point: the peak,
 // its phase, what is live then, and the allocator's view (docs/design.md, "The step as data").
+#include "allocator_step.hpp"
 #include "model_state.hpp"
 #include "step_build.hpp"
 
@@ -162,167 +163,18 @@ void by_phase(Peak& pk) {
   }
 }
 
-constexpr u64 kMiB = u64{1} << 20;
-constexpr u64 kSmallSize = kMiB;        // requests up to 1 MiB use the small pool
-constexpr u64 kSmallBuffer = 2 * kMiB;  // small-pool segments
-constexpr u64 kMinLargeAlloc = 10 * kMiB;
-constexpr u64 kLargeBuffer = 20 * kMiB;  // segments for requests in (1 MiB, 10 MiB)
-constexpr u64 kRoundLarge = 2 * kMiB;    // larger requests get their own segment
-
-u64 round_up(u64 x, u64 m) { return ceil_div(x, m) * m; }
-u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
-
-// Blocks by pool (c10/cuda/CUDACachingAllocator.cpp): requests of at most 1 MiB are carved
-// from 2 MiB segments, those up to 10 MiB from 20 MiB segments, larger ones get a segment of
-// their own rounded to 2 MiB. `raw` is what was requested.
-struct Pool {
-  u64 raw = 0, small = 0, mid = 0, large = 0, large_seg = 0;
-  void add(u64 bytes, u64 count) {
-    if (bytes == 0 || count == 0) return;
-    const u64 r = cuda_block_size(bytes);
-    raw += bytes * count;
-    if (r <= kSmallSize) {
-      small += r * count;
-    } else if (r < kMinLargeAlloc) {
-      mid += r * count;
-    } else {
-      large += r * count;
-      large_seg += round_up(r, kRoundLarge) * count;
-    }
-  }
-  void add(const Pool& o) {
-    raw += o.raw;
-    small += o.small;
-    mid += o.mid;
-    large += o.large;
-    large_seg += o.large_seg;
-  }
-  u64 allocated() const { return small + mid + large; }
-  u64 reserved() const {
-    return round_up(small, kSmallBuffer) + round_up(mid, kLargeBuffer) + large_seg;
-  }
-};
-
-// Parts whose step tensors are sums over the parameter tensors (one block per tensor in
-// PyTorch): their blocks come from the inventory.
-bool per_parameter(Part part) {
-  switch (part) {
-    case Part::params:
-    case Part::grads:
-    case Part::grad_accum:
-    case Part::master_params:
-    case Part::master_grads:
-    case Part::optimizer_state:
-    case Part::param_casts:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// The blocks of a per-parameter part when all of it is live: one per parameter tensor.
-Pool part_pool(const RunSpec& run, const Step& step, Part part) {
-  Pool pool;
-  const auto& inv = detail::walk_inventory(run);
-  const auto& p = run.precision;
-  const u64 trainable = trainable_count(run.model.inventory);
-  const u64 per = trainable ? step.state_bytes / trainable : 0;
-  for (const auto& g : inv.groups) {
-    const u64 n = g.tensor_elements();
-    const bool train = g.trainable && !g.quant_state;
-    switch (part) {
-      case Part::params:
-        pool.add(bytes_for(g.storage.value_or(p.param), n), g.count);
-        break;
-      case Part::grads:
-        if (train) pool.add(width(p.grad) * n, g.count);
-        break;
-      case Part::grad_accum:
-        if (train && p.grad_accum) pool.add(width(*p.grad_accum) * n, g.count);
-        break;
-      case Part::master_params:
-      case Part::master_grads:
-        if (train && p.master) pool.add(width(*p.master) * n, g.count);
-        break;
-      case Part::optimizer_state:
-        if (train && trainable) {
-          pool.add(std::max<u64>(per, 1) * n, per ? g.count : 0);
-          if (step.step_counter_bytes) pool.add(4, g.count);
-        }
-        break;
-      case Part::param_casts:
-        if (g.matmul && !g.storage) pool.add(width(p.working.value_or(p.activation)) * n, g.count);
-        break;
-      default:
-        break;
-    }
-  }
-  return pool;
-}
-
-// `live` bytes of a per-parameter part: its blocks in proportion when only some are live
-// (one layer's gradients), and what the inventory does not hold as one block more.
-Pool part_share(const Pool& all, u64 live) {
-  Pool out;
-  if (live >= all.raw) {
-    out = all;
-    out.add(live - all.raw, 1);
-    return out;
-  }
-  const auto scale = [&](u64 v) {
-    return static_cast<u64>(static_cast<double>(v) * static_cast<double>(live) /
-                            static_cast<double>(all.raw));
-  };
-  out.raw = live;
-  out.small = scale(all.small);
-  out.mid = scale(all.mid);
-  out.large = scale(all.large);
-  out.large_seg = scale(all.large_seg);
-  return out;
-}
-
-// The blocks live at one moment: every other tensor is an allocation of its own.
-Pool moment_pool(const Step& step, const MomentSpec& spec, const Moment& m, const Basis& x,
-                 const std::array<Pool, kPartCount>& parts) {
-  Pool pool;
-  for (std::size_t i = 0; i < kPartCount; ++i) {
-    if (per_parameter(static_cast<Part>(i)) && m.parts[i] > 0)
-      pool.add(part_share(parts[i], m.parts[i]));
-  }
-  for (const LiveTensor& t : live_at(step, spec, x)) {
-    if (per_parameter(t.part)) continue;
-    if (t.ranks > 1) {
-      pool.add(t.bytes, 1);  // one rank's share of a flat buffer
-    } else {
-      pool.add(t.bytes_each, t.count);
-    }
-  }
-  return pool;
-}
-
-// --allocator cuda: the largest allocated and reserved bytes over the moments of the step, each
-// moment's blocks rounded and pooled as the caching allocator does. The reserved maximum can
-// be at another moment than the peak of live bytes (docs/activations.md, "Allocator").
-void allocator_view(const RunSpec& run, const Step& step, const std::vector<Compiled>& steady,
-                    const Basis& x, Peak& pk) {
-  std::array<Pool, kPartCount> parts{};
-  for (std::size_t i = 0; i < kPartCount; ++i) {
-    if (per_parameter(static_cast<Part>(i))) parts[i] = part_pool(run, step, static_cast<Part>(i));
-  }
-  u64 allocated = 0, reserved = 0;
-  for (std::size_t k = 0; k < steady.size(); ++k) {
-    Moment m;
-    for (std::size_t p = 0; p < kPartCount; ++p) m.parts[p] = steady[k].parts[p].at(x);
-    const Pool pool = moment_pool(step, step.steady[k], m, x, parts);
-    allocated = std::max(allocated, pool.allocated());
-    reserved = std::max(reserved, pool.reserved());
-  }
-  pk.allocated_bytes = allocated;
-  pk.reserved_bytes = reserved;
+// --allocator cuda: the caching allocator replayed over model loading and two steps; what a
+// device must hold is then the reserved bytes (docs/activations.md, "Allocator and context").
+void replay_into(const RunSpec& run, const Step& step, u64 L, const Basis& x, Peak& pk) {
+  const AllocatorReplay r = detail::replay_allocator(run, step, L, x);
+  pk.allocated_bytes = r.allocated;
+  pk.reserved_bytes = r.reserved;
+  pk.allocator = r;
+  if (pk.context_reserve) pk.nvidia_smi_bytes = checked_add(r.reserved, pk.context_reserve);
 }
 
 Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& steady,
-             const std::vector<Compiled>* first, const Basis& x) {
+             const std::vector<Compiled>* first, const Basis& x, u64 L) {
   Peak pk;
   std::vector<std::size_t> chosen;
   pk.moments = evaluate(steady, x, &chosen);
@@ -350,7 +202,7 @@ Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& 
   pk.context_reserve = run.training.context_reserve;
   u64 device = pk.bytes;
   if (run.training.allocator == Allocator::cuda) {
-    allocator_view(run, step, steady, x, pk);
+    replay_into(run, step, L, x, pk);
     device = *pk.reserved_bytes;
   }
   pk.needed = checked_add(device, pk.context_reserve);
@@ -358,11 +210,6 @@ Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& 
 }
 
 }  // namespace
-
-std::uint64_t cuda_block_size(std::uint64_t bytes) {
-  constexpr u64 kMinBlock = 512;
-  return bytes < kMinBlock ? kMinBlock : round_up(bytes, kMinBlock);
-}
 
 StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
                            bool first_step) {
@@ -376,7 +223,7 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool 
   }
   StepEstimate r;
   r.activations = detail::saved_bytes(step, in, x, with_terms);
-  r.peak = peak_at(run, step, steady, first_step ? &first : nullptr, x);
+  r.peak = peak_at(run, step, steady, first_step ? &first : nullptr, x, in.L);
   return r;
 }
 
@@ -411,7 +258,8 @@ PeakPlan::PeakPlan(const RunSpec& run, const ActivationInputs& in) : impl_(new I
   impl_->in = std::make_shared<const ActivationInputs>(in);
   impl_->allocator = run.training.allocator == Allocator::cuda;
   impl_->context_reserve = run.training.context_reserve;
-  impl_->step = std::make_shared<const Step>(build_step(run, in, false));
+  // The allocator's replay runs the first step's walk as well.
+  impl_->step = std::make_shared<const Step>(build_step(run, in, impl_->allocator));
   const Step& step = *impl_->step;
   for (std::uint32_t k = 0; k < step.steady.size(); ++k) {
     for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
@@ -479,7 +327,7 @@ std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len)
     RunSpec run = *impl_->run;
     run.training.micro_batch = micro_batch;
     run.training.seq_len = seq_len;
-    return peak_at(run, *impl_->step, r.steady, nullptr, x).needed;
+    return peak_at(run, *impl_->step, r.steady, nullptr, x, in.L).needed;
   }
   u64 peak = 0;
   for (const Poly& p : r.frontier) peak = std::max(peak, p.at(x));

@@ -132,15 +132,26 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
                        format_bytes(pk.first_step_bytes, unit), pk.first_step_phase,
                        pk.first_step_moment, format_bytes(pk.bytes, unit), pk.phase);
   }
-  if (pk.reserved_bytes) {
+  if (pk.allocator) {
+    const AllocatorReplay& a = *pk.allocator;
     out += fmt::format(
-        "  cuda caching allocator (modelled, largest over the step): {} allocated in 512 B "
-        "blocks, {} reserved in segments\n",
-        format_bytes(*pk.allocated_bytes, unit), format_bytes(*pk.reserved_bytes, unit));
+        "  cuda caching allocator, replayed over model loading and two steps ({} segments, "
+        "cuBLAS workspace {}):\n",
+        a.segments, format_bytes(a.cublas_workspace, unit));
+    out +=
+        fmt::format("    allocated (max_memory_allocated) {} at {}, {}\n",
+                    format_bytes(a.allocated, unit), a.allocated_at.stretch, a.allocated_at.moment);
+    out += fmt::format("    reserved (max_memory_reserved)   {} at {}, {}; {} after loading\n",
+                       format_bytes(a.reserved, unit), a.reserved_at.stretch, a.reserved_at.moment,
+                       format_bytes(a.setup_reserved, unit));
   }
   if (pk.context_reserve) {
     out += fmt::format("  + context reserve {} (a stated constant)\n",
                        format_bytes(pk.context_reserve, unit));
+  }
+  if (pk.nvidia_smi_bytes) {
+    out += fmt::format("  nvidia-smi (reserved + context): {}\n",
+                       format_bytes(*pk.nvidia_smi_bytes, unit));
   }
   if (pk.needed != pk.bytes) {
     out += fmt::format("{:<44} {:>16}\n", "needed per device", format_bytes(pk.needed, unit));
@@ -254,6 +265,22 @@ ordered_json parts_json(const Moment& m) {
   return j;
 }
 
+// --allocator cuda: the replay's figures and where each peaks; null without it.
+ordered_json allocator_json(const Peak& pk) {
+  if (!pk.allocator) return nullptr;
+  const AllocatorReplay& a = *pk.allocator;
+  const auto at = [](const RunInstant& i) {
+    return ordered_json{{"stretch", i.stretch}, {"moment", i.moment}};
+  };
+  return {{"allocated_bytes", a.allocated},
+          {"allocated_at", at(a.allocated_at)},
+          {"reserved_bytes", a.reserved},
+          {"reserved_at", at(a.reserved_at)},
+          {"setup_reserved_bytes", a.setup_reserved},
+          {"segments", a.segments},
+          {"cublas_workspace_bytes", a.cublas_workspace}};
+}
+
 ordered_json peak_json(const Estimate& e) {
   if (!e.peak) return nullptr;
   const Peak& pk = *e.peak;
@@ -291,7 +318,9 @@ ordered_json peak_json(const Estimate& e) {
             {"moment", pk.first_step_moment}}},
           {"allocated_bytes", opt(pk.allocated_bytes)},
           {"reserved_bytes", opt(pk.reserved_bytes)},
+          {"allocator", allocator_json(pk)},
           {"context_reserve_bytes", pk.context_reserve},
+          {"nvidia_smi_bytes", opt(pk.nvidia_smi_bytes)},
           {"needed_bytes", pk.needed},
           {"moments", moments}};
 }

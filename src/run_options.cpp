@@ -175,6 +175,10 @@ std::vector<RunOptionInfo> build_table() {
               "DDP with gradient_as_bucket_view=True (or Megatron's DDP): no second copy of the "
               "gradients in the all-reduce buckets",
               &R::ddp_bucket_view),
+      boolean("--load-full", "parallel", "load_full",
+              "Model loading materialises the whole model on every GPU before sharding it "
+              "(with --allocator cuda: the set-up stretch of the replay)",
+              &R::load_full),
       text("--tp", "parallel", "tensor_parallel", "N",
            "Tensor-parallel ranks: heads, kv heads, MLP width and vocabulary split N ways",
            &R::tensor_parallel, true),
@@ -206,10 +210,13 @@ std::vector<RunOptionInfo> build_table() {
            "tensors in host memory (torchtune's activation offloading)",
            &R::offload),
       text("--allocator", "hardware", "allocator", "NAME",
-           "none (bytes requested) or cuda (caching-allocator rounding; reserved bytes)",
+           "none (bytes requested) or cuda (PyTorch's caching allocator replayed: allocated "
+           "and reserved bytes)",
            &R::allocator),
-      text("--context-reserve", "hardware", "context_reserve", "SIZE",
-           "A stated constant for the CUDA context, added to the peak", &R::context_reserve, true),
+      text("--context-reserve", "hardware", "context_reserve", "SIZE|NAME",
+           "The CUDA context, a stated constant added to the peak: a size or a measured one "
+           "(v100-cuda11.2); with --allocator cuda, nvidia-smi = reserved + it",
+           &R::context_reserve, true),
       text("--gpu", "hardware", "gpu", "NAME", "A GPU preset (see 'memest gpus')", &R::gpu),
       text("--budget", "hardware", "budget", "SIZE", "Memory budget per device: 80GiB, 40GB, ...",
            &R::budget, true),

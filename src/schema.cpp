@@ -136,9 +136,14 @@ ordered_json value_schema(const RunOptionInfo& info) {
     return enum_of(names_of(dtype_names()));
   if (k == "hardware/allocator") return enum_of(names_of(allocator_names()));
   if (k == "hardware/gpu") return enum_of(names_of(gpu_names()));
-  if (k == "hardware/budget" || k == "hardware/reserve" || k == "hardware/context_reserve") {
-    return size();
+  if (k == "hardware/context_reserve") {  // a size, or a stated context by name
+    std::vector<std::string_view> names;
+    for (const auto& c : cuda_context_presets()) names.push_back(c.name);
+    ordered_json any = size()["anyOf"];
+    any.push_back(enum_of(names_of(names)));
+    return {{"anyOf", any}};
   }
+  if (k == "hardware/budget" || k == "hardware/reserve") return size();
   return positive_integer();  // lora_rank, micro_batch, seq_len, grad_accum
 }
 

@@ -47,7 +47,7 @@ inline std::vector<Run> load_runs(const std::string& root) {
 inline std::uint64_t estimated(const Run& run, const json& j) {
   const json& peak = j["peak"];
   if (run.reads == "reserved") return peak.at("reserved_bytes").get<std::uint64_t>();
-  if (run.reads == "nvidia-smi") return peak.at("needed_bytes").get<std::uint64_t>();
+  if (run.reads == "nvidia-smi") return peak.at("nvidia_smi_bytes").get<std::uint64_t>();
   if (run.reads != "allocated" && run.reads != "active")
     throw std::runtime_error(run.id + ": unknown metric " + run.reads);
   if (!j["stages"].empty()) return j["stages"].back()["peak_bytes"].get<std::uint64_t>();

@@ -140,10 +140,10 @@ TEST_CASE("flash attention and recompute lower the peak of a long sequence", "[p
 }
 
 TEST_CASE("the CUDA caching allocator rounds blocks to 512 bytes", "[peak]") {
-  REQUIRE(cuda_block_size(1) == 512);
-  REQUIRE(cuda_block_size(512) == 512);
-  REQUIRE(cuda_block_size(513) == 1024);
-  REQUIRE(cuda_block_size(3'000'000) == 3'000'320);
+  REQUIRE(caching_round_size(1) == 512);
+  REQUIRE(caching_round_size(512) == 512);
+  REQUIRE(caching_round_size(513) == 1024);
+  REQUIRE(caching_round_size(3'000'000) == 3'000'320);
   auto r = run_of("gpt2", "amp-bf16", 8, 1024);
   const auto plain = estimate(r);
   REQUIRE_FALSE(plain.peak->reserved_bytes);

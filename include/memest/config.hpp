@@ -49,7 +49,8 @@ struct RunOptions {
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,
       virtual_stages, microbatches, context_parallel, expert_parallel, vocab_multiple, fsdp,
       fsdp_version, fsdp_group, fsdp_param_dtype, fsdp_reduce_dtype;
-  FlagSetting sequence_parallel, distributed_optimizer, ddp_bucket_view, fsdp_orig_params;
+  FlagSetting sequence_parallel, distributed_optimizer, ddp_bucket_view, fsdp_orig_params,
+      load_full;
   // hardware
   TextSetting gpu, budget, reserve;
 };

@@ -17,7 +17,22 @@ struct Gpu {
   std::uint64_t
       capacity;  ///< bytes the driver reports (NVML total) or, where not known, the datasheet size
   std::string_view source;  ///< "nvml" (as nvidia-smi reports) or "datasheet"
+  std::uint32_t sm = 0;     ///< CUDA compute capability x 10 (90: Hopper); 0 for other vendors
 };
+
+/// A stated CUDA context size: what a process holds on the device outside PyTorch's allocator
+/// once CUDA is initialised (driver, kernels of the loaded libraries), as measured.
+struct CudaContext {
+  std::string_view name;  ///< "v100-cuda11.2"
+  std::uint64_t bytes;
+  std::string_view source;  ///< where it was measured
+};
+
+/// The stated contexts --context-reserve accepts by name.
+const std::vector<CudaContext>& cuda_context_presets();
+
+/// The context of this name, or nullptr.
+const CudaContext* find_cuda_context(std::string_view name);
 
 /// All GPU presets, in display order.
 const std::vector<Gpu>& gpu_presets();

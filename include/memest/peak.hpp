@@ -41,6 +41,25 @@ struct PhasePeak {
   std::string_view moment;
 };
 
+/// An instant of the replayed run: its stretch ("set-up" for model loading, "first step",
+/// "steady state") and the moment of the walk ("forward_end", "parameters loaded", ...).
+struct RunInstant {
+  std::string_view stretch;
+  std::string_view moment;
+};
+
+/// --allocator cuda: PyTorch's caching allocator replayed over model loading and two training
+/// steps (src/allocator_step.cpp), per device; the torch.cuda statistics it stands for.
+struct AllocatorReplay {
+  std::uint64_t allocated = 0;  ///< max_memory_allocated: blocks as the allocator sized them
+  RunInstant allocated_at;
+  std::uint64_t reserved = 0;  ///< max_memory_reserved: the segments, cached once allocated
+  RunInstant reserved_at;
+  std::uint64_t setup_reserved = 0;    ///< reserved when model loading is done
+  std::uint64_t segments = 0;          ///< cudaMalloc calls over the run
+  std::uint64_t cublas_workspace = 0;  ///< allocated through the allocator at the first matmul
+};
+
 /// The peak of live bytes over a training step, per device.
 struct Peak {
   std::vector<Moment> moments;  ///< the steady-state walk, in step order
@@ -59,7 +78,12 @@ struct Peak {
   /// reserves for the blocks live at the peak (modelled, not measured).
   std::optional<std::uint64_t> allocated_bytes;
   std::optional<std::uint64_t> reserved_bytes;
+  /// The replay that gave allocated_bytes and reserved_bytes: where each peaks.
+  std::optional<AllocatorReplay> allocator;
   std::uint64_t context_reserve = 0;  ///< --context-reserve, a stated constant
+  /// What nvidia-smi shows for the process: reserved plus the context, when the allocator is
+  /// replayed and a context is stated (--context-reserve).
+  std::optional<std::uint64_t> nvidia_smi_bytes;
   /// Autocast weight copies kept for backward (saved by the matmuls; with full recompute only
   /// the lm_head's): part of `working_copies`, not of the activations.
   std::uint64_t saved_weight_copies = 0;
@@ -86,10 +110,6 @@ struct StepEstimate {
 /// state), which `needed` does not depend on. Throws Error when a size passes 2^64 bytes.
 StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
                            bool first_step = true);
-
-/// The CUDA caching allocator's block size for a request: at least 512 B, rounded up to a
-/// multiple of 512 B (PyTorch c10/cuda/CUDACachingAllocator.cpp, round_size).
-std::uint64_t cuda_block_size(std::uint64_t bytes);
 
 /// A run's step compiled once: each moment's bytes as a polynomial in the micro-batch and the
 /// sequence length, so searches and sweeps evaluate a step with a few multiply-adds.

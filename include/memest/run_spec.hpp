@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memest/allocator_replay.hpp>
 #include <memest/hardware.hpp>
 #include <memest/model.hpp>
 #include <memest/optimizer.hpp>
@@ -71,6 +72,11 @@ struct TrainingSpec {
   Device device = Device::cuda;
   Allocator allocator = Allocator::none;
   std::uint64_t context_reserve = 0;  ///< a stated constant for the CUDA context, added to the peak
+  /// PyTorch's cuBLAS workspace, allocated through the caching allocator by the first matmul
+  /// (kCublasWorkspace, or kCublasWorkspaceSm90 on Hopper; 0 on the CPU).
+  std::uint64_t cublas_workspace = kCublasWorkspace;
+  /// Model loading materialises the whole model on each device before sharding it (--load-full).
+  bool load_full = false;
   Loss loss = Loss::hf;
   /// chunked: chunks of the sequence (0: torchtune's 8); chunked-tokens: positions per chunk
   /// (0: LitGPT's 128).

@@ -1,0 +1,87 @@
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace memest {
+
+// The constants of PyTorch's CUDA caching allocator, c10/cuda/CUDACachingAllocator.cpp
+// (pytorch/pytorch, read at commit 001074d25084fdb87a799823e395a50f5ec044d3).
+inline constexpr std::uint64_t kMinBlockSize = 512;           ///< every size rounds to 512 B
+inline constexpr std::uint64_t kSmallSize = 1ULL << 20;       ///< largest small-pool request
+inline constexpr std::uint64_t kSmallBuffer = 2ULL << 20;     ///< small-pool segment
+inline constexpr std::uint64_t kMinLargeAlloc = 10ULL << 20;  ///< below it a 20 MiB segment
+inline constexpr std::uint64_t kLargeBuffer = 20ULL << 20;    ///< large-pool shared segment
+inline constexpr std::uint64_t kRoundLarge = 2ULL << 20;      ///< larger segments round to it
+
+/// PyTorch's cuBLAS workspace per handle and stream when CUBLAS_WORKSPACE_CONFIG is unset:
+/// ":4096:2:16:8" (2 x 4096 KiB + 8 x 16 KiB), and ":4096:8" (8 x 4096 KiB) on sm90; allocated
+/// through the caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp,
+/// parseChosenWorkspaceSize and getNewWorkspace).
+inline constexpr std::uint64_t kCublasWorkspace = 4096ULL * 1024 * 2 + 16ULL * 1024 * 8;
+inline constexpr std::uint64_t kCublasWorkspaceSm90 = 4096ULL * 1024 * 8;
+
+/// The block size of a request: at least 512 B, a multiple of 512 B (round_size).
+std::uint64_t caching_round_size(std::uint64_t bytes);
+/// The segment cudaMalloc'd for a request of rounded `size` when no cached block fits:
+/// 2 MiB up to 1 MiB, 20 MiB below 10 MiB, else `size` rounded up to 2 MiB
+/// (get_allocation_size).
+std::uint64_t caching_segment_size(std::uint64_t size);
+
+/// A replay of PyTorch's CUDA caching allocator (DeviceCachingAllocator in
+/// c10/cuda/CUDACachingAllocator.cpp) on one stream, without expandable segments, garbage
+/// collection or empty_cache(): cached blocks are never released, so reserved bytes only grow.
+/// malloc takes the best-fitting cached free block of its pool (smallest size, then lowest
+/// address: BlockComparatorSize), splits it when should_split() says so (small pool: a
+/// remainder of at least 512 B; large pool: a request under max_split_size and a remainder
+/// over 1 MiB), or cudaMallocs a new segment of caching_segment_size(); free returns the block
+/// to its pool and merges it with free neighbours of its segment (try_merge_blocks). Device
+/// memory is unbounded: the retry that frees cached blocks when cudaMalloc fails is not
+/// modelled, so near the device's capacity the real reserved figure can be lower.
+class CachingAllocator {
+ public:
+  using Handle = std::uint32_t;
+  /// max_split_size (PYTORCH_CUDA_ALLOC_CONF max_split_size_mb); the default is unlimited.
+  explicit CachingAllocator(
+      std::uint64_t max_split_size = std::numeric_limits<std::uint64_t>::max());
+
+  /// Allocates `bytes` (0 allocates nothing and returns kNone).
+  Handle malloc(std::uint64_t bytes);
+  /// Frees a block malloc returned (kNone is ignored).
+  void free(Handle h);
+
+  static constexpr Handle kNone = std::numeric_limits<Handle>::max();
+
+  std::uint64_t allocated() const { return allocated_; }  ///< memory_allocated()
+  std::uint64_t reserved() const { return reserved_; }    ///< memory_reserved()
+  std::uint64_t segments() const { return segments_; }    ///< cudaMalloc calls
+  /// The size of a block malloc returned (its rounded, possibly unsplit size).
+  std::uint64_t block_size(Handle h) const { return blocks_[h].size; }
+
+ private:
+  struct Block {
+    std::uint64_t ptr = 0, size = 0;
+    Handle prev = kNone, next = kNone;
+    bool allocated = false, small = false;
+  };
+  using FreeSet = std::set<std::tuple<std::uint64_t, std::uint64_t, Handle>>;  // size, ptr
+
+  Handle new_block(const Block& b);
+  FreeSet& pool(bool small) { return small ? small_free_ : large_free_; }
+  Handle take_free_block(std::uint64_t size, bool small);
+  Handle new_segment(std::uint64_t size, bool small);
+  void split(Handle h, std::uint64_t size);
+  void merge(Handle dst, Handle src);
+
+  std::uint64_t max_split_;
+  std::vector<Block> blocks_;
+  std::vector<Handle> spare_;  // slots of merged-away blocks, reused
+  FreeSet small_free_, large_free_;
+  std::uint64_t next_ptr_ = 1ULL << 32;
+  std::uint64_t allocated_ = 0, reserved_ = 0, segments_ = 0;
+};
+
+}  // namespace memest
