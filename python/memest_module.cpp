@@ -34,13 +34,11 @@ struct Extra {
   const char* keyword;
   const char* flag;
   const char* help;
-  bool boolean = false;
 };
 
 // The output options every command takes.
 const std::vector<Extra> kOutputExtras = {
     {"file", "--file", "A run config (a path); the other keywords override its settings"},
-    {"explain", "--explain", "Add the parameter inventory and the formulas (JSON: terms)", true},
 };
 const std::vector<Extra> kEstimateExtras = {
     {"plot", "--plot", "Also write live memory over the step as an SVG picture to this path"},
@@ -173,11 +171,7 @@ Args arguments(const std::string& command, const std::string& format, const py::
     const auto extra =
         std::find_if(all.begin(), all.end(), [&](const Extra& e) { return e.keyword == key; });
     if (extra == all.end()) unknown_keyword(command, key, all);
-    if (extra->boolean) {
-      add_flag(args, key, extra->flag, v);
-    } else {
-      args.option(extra->flag, list_of(key, v));
-    }
+    args.option(extra->flag, list_of(key, v));
   }
   return args;
 }
@@ -276,7 +270,7 @@ std::string options_doc(const std::vector<Extra>& extras) {
   all.insert(all.end(), extras.begin(), extras.end());
   doc += "\n  output:\n";
   for (const Extra& e : all) {
-    doc += fmt::format("    {}{}: {}\n", e.keyword, e.boolean ? " (bool)" : "", e.help);
+    doc += fmt::format("    {}: {}\n", e.keyword, e.help);
   }
   doc +=
       "\n  config and architecture also take a dict (model.config.to_dict() in transformers).\n"
@@ -302,6 +296,8 @@ py::list options() {
 }  // namespace
 
 PYBIND11_MODULE(memest, m) {
+  py::options settings;
+  settings.disable_function_signatures();  // each docstring starts with its own signature
   m.doc() =
       "memest: how much accelerator memory a training run needs, and why.\n\n"
       "The memest command line, in-process: estimate, fit, compare and sweep take the run\n"

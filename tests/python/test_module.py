@@ -22,10 +22,10 @@ OPTIONS = memest.options()
 BY_FLAG = {o["flag"]: o for o in OPTIONS}
 COMMANDS = {"estimate": memest.estimate, "fit": memest.fit, "compare": memest.compare}
 # Keywords of the subcommands beyond the run options (python/memest_module.cpp).
-EXTRA_FLAGS = {"--file": "file", "--explain": "explain", "--for": "target", "--gpus": "gpus",
+EXTRA_FLAGS = {"--file": "file", "--for": "target", "--gpus": "gpus",
                "--max": "max", "--policies": "policies", "--batches": "batches",
                "--seqs": "seqs", "--optimizers": "optimizers"}
-BOOLEAN_EXTRAS = {"--explain"}
+BOOLEAN_EXTRAS = set()
 
 
 def cli(args):
