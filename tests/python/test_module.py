@@ -228,3 +228,12 @@ def test_help_lists_every_option_with_its_doc():
         assert f"    {o['keyword']} (" in doc and o["help"] in doc
         assert f"[run config: {o['section']}.{o['key']}]" in doc
     assert memest.__version__ == cli(["--version"])[1].split()[1]
+
+
+def test_plot_keyword_writes_the_cli_picture(tmp_path):
+    memest.estimate(model="gpt2", batch=2, seq=512, gpu="t4", plot=tmp_path / "m.svg")
+    cli(["--model", "gpt2", "--batch", "2", "--seq", "512", "--gpu", "t4", "--plot",
+         str(tmp_path / "c.svg")])
+    assert (tmp_path / "m.svg").read_text() == (tmp_path / "c.svg").read_text()
+    list(memest.sweep(model="gpt2", seq=512, batches=[1, 2, 4], plot=str(tmp_path / "s.svg")))
+    assert (tmp_path / "s.svg").read_text().startswith("<svg")
