@@ -223,12 +223,12 @@ void technique_categories(const RunSpec& run, std::vector<Category>& cats, Estim
 
 // The saved activations and the peak, from one walk of the step, when --batch and --seq are
 // given.
-Category activations_and_peak(const RunSpec& run, Estimate& e) {
+Category activations_and_peak(const RunSpec& run, const EstimateOptions& options, Estimate& e) {
   const auto& p = run.precision;
   Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
   const auto in = activation_inputs(run);
   if (in) {
-    StepEstimate se = estimate_step(run, *in, true);
+    StepEstimate se = estimate_step(run, *in, true, true, options.timeline);
     const ActivationBytes& ab = se.activations;
     act.bytes = ab.total;
     act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
@@ -349,7 +349,7 @@ const Category& Estimate::at(std::string_view key) const {
 
 namespace {
 
-Estimate estimate_device(const RunSpec& run) {
+Estimate estimate_device(const RunSpec& run, const EstimateOptions& options) {
   const auto& inv = run.model.inventory;
   const auto& p = run.precision;
   Estimate e;
@@ -389,7 +389,7 @@ Estimate estimate_device(const RunSpec& run) {
                     inv.shapes_known ? std::optional(trainable_tensor_count(inv)) : std::nullopt));
   for (const auto& a : ob.assumptions) e.assumptions.push_back(a);
 
-  cats.push_back(activations_and_peak(run, e));
+  cats.push_back(activations_and_peak(run, options, e));
 
   if (!inv.shapes_known && p.working) {
     e.assumptions.push_back(
@@ -439,13 +439,13 @@ StageSummary summary_of(const RankSpec& r, const Estimate& e) {
 
 }  // namespace
 
-Estimate estimate(const RunSpec& run) {
-  if (!run.parallel.splits_model() || run.rank.split()) return estimate_device(run);
+Estimate estimate(const RunSpec& run, const EstimateOptions& options) {
+  if (!run.parallel.splits_model() || run.rank.split()) return estimate_device(run, options);
   // One device per pipeline stage; the report is that of the stage that needs the most.
   std::vector<StageSummary> stages;
   std::optional<Estimate> worst;
   for (const RunSpec& r : stage_runs(run)) {
-    Estimate e = estimate_device(r);
+    Estimate e = estimate_device(r, options);
     stages.push_back(summary_of(r.rank, e));
     if (!worst || stages.back().needed > stages[worst->worst_stage].needed) {
       e.worst_stage = r.rank.stage;

@@ -49,6 +49,7 @@ struct Compiled {
   std::string_view name, phase;
   Poly total;
   std::array<Poly, kPartCount> parts{};
+  std::int32_t layer = -1;
 };
 
 std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& walk,
@@ -56,7 +57,7 @@ std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& w
   std::vector<Compiled> out;
   out.reserve(walk.size());
   for (const MomentSpec& m : walk) {
-    Compiled c{m.name, m.phase, {}, {}};
+    Compiled c{m.name, m.phase, {}, {}, m.layer};
     for (std::uint32_t i = m.begin; i < m.end; ++i) {
       const Entry& e = step.entries[i];
       const Tensor& t = step.tensors[e.tensor];
@@ -108,19 +109,19 @@ std::vector<Poly> frontier(const std::vector<Compiled>& ms) {
   return out;
 }
 
-// Alternatives of one moment (the same name) count as the largest of them.
+// Alternatives of one moment (the same name, at the same layer) count as the largest of them.
 std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x,
                              std::vector<std::size_t>* chosen) {
   std::vector<Moment> out;
   out.reserve(ms.size());
   for (std::size_t i = 0; i < ms.size(); ++i) {
     const Compiled& c = ms[i];
-    Moment m{c.name, c.phase, 0, {}};
+    Moment m{c.name, c.phase, 0, {}, c.layer};
     for (std::size_t p = 0; p < kPartCount; ++p) {
       m.parts[p] = c.parts[p].at(x);
       m.bytes = checked_add(m.bytes, m.parts[p]);
     }
-    if (!out.empty() && out.back().name == m.name) {
+    if (!out.empty() && out.back().name == m.name && out.back().layer == m.layer) {
       if (m.bytes > out.back().bytes) {
         out.back() = m;
         if (chosen) chosen->back() = i;
@@ -212,8 +213,8 @@ Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& 
 }  // namespace
 
 StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
-                           bool first_step) {
-  const Step step = build_step(run, in, first_step);
+                           bool first_step, bool timeline) {
+  const Step step = build_step(run, in, first_step, timeline);
   const Basis x = basis_at(in.b, in.s, token_split(in));
   const bool one = in.b == 1;
   const auto steady = compile(step, step.steady, one);
@@ -224,6 +225,13 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool 
   StepEstimate r;
   r.activations = detail::saved_bytes(step, in, x, with_terms);
   r.peak = peak_at(run, step, steady, first_step ? &first : nullptr, x, in.L);
+  if (timeline) {
+    Peak& pk = r.peak;
+    pk.timeline = evaluate(compile(step, step.timeline, one), x, nullptr);
+    for (std::size_t i = 0; i < pk.timeline.size(); ++i) {
+      if (pk.timeline[i].bytes > pk.timeline[pk.timeline_peak].bytes) pk.timeline_peak = i;
+    }
+  }
   return r;
 }
 

@@ -42,8 +42,9 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
                             bool with_terms);
 
 /// The whole step of a run: the saved tensors and every moment of the steady-state walk, and
-/// of the first step's when `first_step` (src/walk.cpp).
-Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step);
+/// of the first step's when `first_step`, and Step::timeline when `timeline` (src/walk.cpp).
+Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step,
+                bool timeline = false);
 
 /// The inventory the walk reads: the run's, or the canonical one of a bare parameter count.
 const Inventory& walk_inventory(const RunSpec& run);

@@ -43,6 +43,7 @@ class Walker {
   void statics(const Inventory& inv0);
   void attention_tensors();
   void walk(bool steady);
+  void timeline();
 
  private:
   Step& st_;
@@ -58,6 +59,7 @@ class Walker {
   Dims D_;
   Sym T_;  // the tokens of the residual stream (N/t under sequence parallelism)
   bool in_optimizer_ = false;
+  bool timeline_ = false;  // walking Step::timeline: every layer, moments named without the end
   std::uint32_t gathered_ = 0;
   std::vector<MomentSpec>* out_ = nullptr;
   std::vector<std::uint32_t> layer_ids_;
@@ -94,9 +96,9 @@ class Walker {
                      Batch batch = Batch::any) {
     return add_tensor(st_, name, part, Scope::transient, Slot::none, width, sh, batch);
   }
-  void begin(std::string_view name, std::string_view phase) {
+  void begin(std::string_view name, std::string_view phase, std::int32_t layer = -1) {
     in_optimizer_ = phase == "optimizer";
-    out_->push_back({name, phase, static_cast<std::uint32_t>(st_.entries.size()), 0});
+    out_->push_back({name, phase, static_cast<std::uint32_t>(st_.entries.size()), 0, layer});
     if (phase == "forward" || phase == "backward") {
       if (fsdp_) {
         fsdp_gathered(name);
@@ -219,10 +221,18 @@ class Walker {
     return (steady && !run_.training.grads_set_to_none) || run_.training.grad_accum > 1;
   }
 
+  // The name of an in-layer moment: at the last or the first layer, or at any in the timeline.
+  std::string_view layer_moment(std::string_view last, std::string_view first, std::string_view any,
+                                u64 j) const {
+    if (timeline_) return any;
+    return j == in_.L - 1 ? last : first;
+  }
+  std::int32_t layer_index(u64 j) const { return timeline_ ? static_cast<std::int32_t>(j) : -1; }
+
   void forward_end(bool steady);
-  void forward_attention(bool steady);
+  void forward_attention(bool steady, u64 j);
   bool before_scores(Slot s) const;
-  void attention_prelude(bool steady);
+  void attention_prelude(bool steady, u64 j);
   void checkpointed_prelude();
   std::vector<ScoreAlternative> llama_scores() const;
   std::vector<ScoreAlternative> gpt2_scores() const;
@@ -410,12 +420,25 @@ void Walker::attention_tensors() {
 void Walker::walk(bool steady) {
   out_ = steady ? &st_.steady : &st_.first;
   forward_end(steady);
-  forward_attention(steady);
+  forward_attention(steady, in_.L - 1);
   backward_start(steady);
   backward_end(steady);
   backward_layer(steady, in_.L - 1);
   if (in_.L > 1) backward_layer(steady, 0);
   after_backward(steady);
+}
+
+// The steady walk in the order the step runs, at every layer (docs/design.md, "The timeline").
+void Walker::timeline() {
+  out_ = &st_.timeline;
+  timeline_ = true;
+  for (u64 j = 0; j < in_.L; ++j) forward_attention(true, j);
+  forward_end(true);
+  backward_start(true);
+  for (u64 j = in_.L; j-- > 0;) backward_layer(true, j);
+  backward_end(true);
+  after_backward(true);
+  timeline_ = false;
 }
 
 // At nll_loss: everything saved, the logits, the padded labels, the loss (§4.1).
@@ -485,23 +508,24 @@ bool Walker::before_scores(Slot s) const {
   return llama() && (s == Slot::v || s == Slot::scale);
 }
 
-// The last layer's attention in the forward pass up to its scores: the layers below, what the
-// current one has saved or holds (§4.1 forward_attn, rows 1-7 and the autocast copies).
-void Walker::attention_prelude(bool steady) {
-  begin("forward_attention", "forward");
+// Layer j's attention in the forward pass up to its scores (the walk's is the last layer's): the
+// layers below, what the current one has saved or holds (§4.1 forward_attn, rows 1-7 and the
+// autocast copies).
+void Walker::attention_prelude(bool steady, u64 j) {
+  begin("forward_attention", "forward", layer_index(j));
   forward_layers_below(steady);
   if (ck()) {
-    host([&] { scoped(Scope::checkpoint, in_.L); });
+    host([&] { scoped(Scope::checkpoint, j + 1); });
     stash();
     add(rng_);
-    layer_casts(in_.L - 1);
+    layer_casts(j);
     checkpointed_prelude();
     return;
   }
-  host([&] { layers(0, in_.L - 1); });
+  host([&] { layers(0, j); });
   stash();
-  layer_casts(in_.L - 1);
-  layers(in_.L - 1, 1, [&](Slot s) { return !before_scores(s); });
+  layer_casts(j);
+  layers(j, 1, [&](Slot s) { return !before_scores(s); });
   if (in_.sp) {
     add(temp("all-gathered attention input (sequence parallel)", Part::other, in_.ec,
              shape({sym::N, D_.h})));
@@ -609,15 +633,15 @@ std::vector<ScoreAlternative> Walker::gpt2_scores() const {
   return out;
 }
 
-void Walker::forward_attention(bool steady) {
+void Walker::forward_attention(bool steady, u64 j) {
   if (in_.attention != Attention::eager) {
-    attention_prelude(steady);
+    attention_prelude(steady, j);
     end();
     return;
   }
   const Shape S2 = shape({sym::b, D_.a, sym::s2});
   for (const ScoreAlternative& alt : llama() ? llama_scores() : gpt2_scores()) {
-    attention_prelude(steady);
+    attention_prelude(steady, j);
     if (alt.softmax) {  // saved, or under selective recompute a transient all the same
       for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(Scope::core)]) {
         if (st_.tensors[i].slot == Slot::sm) add(i);
@@ -748,7 +772,7 @@ void Walker::backward_layer(bool steady, u64 j) {
 // activation-backward op (GPT-2); down_proj's autocast copy is released first.
 void Walker::backward_mlp(bool steady, u64 j) {
   const std::string_view name =
-      j == in_.L - 1 ? "backward_mlp_last_layer" : "backward_mlp_first_layer";
+      layer_moment("backward_mlp_last_layer", "backward_mlp_first_layer", "backward_mlp", j);
   const Sym h = dim("h", in_.h);
   const bool all_moe = in_.moe_layers == in_.L && in_.moe_layers;
   const Sym I = all_moe ? D_.Imoe : D_.I;
@@ -765,7 +789,7 @@ void Walker::backward_mlp(bool steady, u64 j) {
     add(cast_rest_);
   };
   if (llama()) {
-    begin(name, "backward");
+    begin(name, "backward", layer_index(j));
     current(false, true);
     add(down_grad);
     Shape two = NI;
@@ -787,7 +811,7 @@ void Walker::backward_mlp(bool steady, u64 j) {
     }
     return;
   }
-  begin(name, "backward");
+  begin(name, "backward", layer_index(j));
   current(true, false);
   add(temp("gradient of the MLP output", Part::other, ec, shape({sym::N, h})));
   add(temp("gradient of the c_proj input", Part::other, ec, NI));
@@ -798,7 +822,7 @@ void Walker::backward_mlp(bool steady, u64 j) {
     add(down_grad);
   }
   end();
-  begin(name, "backward");
+  begin(name, "backward", layer_index(j));
   current(false, false);
   const u64 two = in_.act == ActFn::gelu_new || in_.act == ActFn::relu ? 2 : 1;
   add(temp("activation backward temporaries", Part::other, two * ec, NI));
@@ -810,8 +834,9 @@ void Walker::backward_mlp(bool steady, u64 j) {
 // norm and o_proj have released their saved tensors and weight copies (§4.2 M_attn), less
 // the saved tensor `also` that this op releases.
 void Walker::attention_backward_base(bool steady, u64 j, Slot also) {
-  begin(j == in_.L - 1 ? "backward_attention_last_layer" : "backward_attention_first_layer",
-        "backward");
+  begin(layer_moment("backward_attention_last_layer", "backward_attention_first_layer",
+                     "backward_attention", j),
+        "backward", layer_index(j));
   layer_x0(steady, j);
   layers(j, 1, [&](Slot s) {
     const bool mlp_side =
@@ -1014,7 +1039,7 @@ void Walker::head_step_in_backward(bool steady) {
 
 }  // namespace
 
-Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step) {
+Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step, bool timeline) {
   Step step;
   step.tensors.reserve(96);
   step.entries.reserve(first_step ? 768 : 384);
@@ -1031,6 +1056,7 @@ Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step)
   // unless gradients kept between steps make the walks differ further.
   const bool grads_kept = !run.training.grads_set_to_none && run.training.grad_accum == 1;
   if (first_step && grads_kept) w.walk(false);
+  if (timeline) w.timeline();
   return step;
 }
 

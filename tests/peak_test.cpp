@@ -314,3 +314,46 @@ TEST_CASE("an encoder-decoder's grad copy walks both stacks in order", "[peak]")
   // The copy of the last tensor: all master grads but nothing left of the bf16 ones but it.
   REQUIRE(master_grads + grads >= 4 * T);
 }
+
+TEST_CASE("the timeline is the walk at every layer, in step order", "[peak][timeline]") {
+  auto preset = GENERATE("llama-2-7b", "gpt2", "mixtral-8x7b", "qwen2.5-0.5b");
+  auto policy = GENERATE("fp32", "amp-bf16", "mixed-bf16", "bf16");
+  auto r = run_of(preset, policy, 2, 512);
+  r.training.attention = GENERATE(Attention::eager, Attention::flash);
+  r.training.recompute = GENERATE(Recompute::none, Recompute::full);
+  r.parallel.data_parallel = 4;
+  r.parallel.zero_stage = GENERATE(0U, 3U);
+  const auto e = estimate(r, {.timeline = true});
+  const Peak& pk = *e.peak;
+  const auto& tl = pk.timeline;
+  const auto L = static_cast<std::int32_t>(r.model.arch->num_layers);
+  CAPTURE(preset, policy, r.training.attention, r.training.recompute, r.parallel.zero_stage);
+  REQUIRE(estimate(r).peak->timeline.empty());  // only when asked for
+  // Its largest moment is the peak the walk found at the first and last layers.
+  REQUIRE(tl[pk.timeline_peak].bytes == pk.bytes);
+  std::int32_t forward = 0, mlp = 0, attention = 0;
+  for (const Moment& m : tl) {
+    std::uint64_t sum = 0;
+    for (auto p : m.parts) sum += p;
+    REQUIRE(sum == m.bytes);
+    REQUIRE(m.bytes <= pk.bytes);
+    if (m.name == "forward_attention") REQUIRE(m.layer == forward++);
+    if (m.name == "backward_mlp") REQUIRE(m.layer == L - 1 - mlp++);
+    if (m.name == "backward_attention") REQUIRE(m.layer == L - 1 - attention++);
+    // At the last and the first layer, the in-layer moments are the walk's own.
+    const auto same = [&](std::string_view walk_name) {
+      REQUIRE(moment(pk, walk_name).bytes == m.bytes);
+    };
+    if (m.name == "forward_attention" && m.layer == L - 1) same("forward_attention");
+    if (m.name == "backward_mlp" && m.layer == L - 1) same("backward_mlp_last_layer");
+    if (m.name == "backward_mlp" && m.layer == 0) same("backward_mlp_first_layer");
+    if (m.name == "backward_attention" && m.layer == 0) same("backward_attention_first_layer");
+    if (m.name == "backward_attention" && m.layer == L - 1) same("backward_attention_last_layer");
+    if (m.layer < 0 && m.name != "forward_attention") same(m.name);
+  }
+  REQUIRE(forward == L);
+  REQUIRE(mlp == L);
+  REQUIRE(attention == L);
+  REQUIRE(tl.front().phase == "forward");
+  REQUIRE(tl.back().name == "zero_grad");
+}

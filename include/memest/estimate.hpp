@@ -104,7 +104,12 @@ struct Estimate {
   const Category& at(std::string_view key) const;
 };
 
+/// What estimate() computes beyond the categories and the peak.
+struct EstimateOptions {
+  bool timeline = false;  ///< Peak::timeline: every moment of the step, every layer (--plot)
+};
+
 /// Computes the memory of one training step. Pure: no I/O. Throws Error on overflow.
-Estimate estimate(const RunSpec& run);
+Estimate estimate(const RunSpec& run, const EstimateOptions& options = {});
 
 }  // namespace memest

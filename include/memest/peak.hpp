@@ -19,6 +19,7 @@ struct Moment {
   std::string_view phase;  ///< forward, backward, grad_copy, optimizer, master_copy, zero_grad
   std::uint64_t bytes = 0;
   std::array<std::uint64_t, kPartCount> parts{};  ///< composition: the live tensors by part
+  std::int32_t layer = -1;  ///< the layer of an in-layer moment of Peak::timeline, else -1
 };
 
 /// One named tensor live at the peak: `count` copies of `bytes_each`, `bytes` in all (one
@@ -90,6 +91,11 @@ struct Peak {
   /// What a device must hold: the reserved bytes (allocator cuda) or the peak, plus the
   /// context reserve.
   std::uint64_t needed = 0;
+  /// The steady step in the order it runs, every layer's moments included (forward at each
+  /// layer, the loss, backward at each layer, the optimizer), alternatives reduced to their
+  /// largest: what --plot draws. Empty unless asked for (estimate_step's `timeline`).
+  std::vector<Moment> timeline;
+  std::size_t timeline_peak = 0;  ///< index of the first largest moment of `timeline`
 
   const Moment& peak_moment() const { return moments[winner]; }
 };
@@ -107,9 +113,10 @@ struct StepEstimate {
 
 /// Walks the run's step at its micro-batch and sequence length. `with_terms` lists the saved
 /// tensors; `first_step` false skips the first-step walk (first_step_* then repeat the steady
-/// state), which `needed` does not depend on. Throws Error when a size passes 2^64 bytes.
+/// state), which `needed` does not depend on; `timeline` fills Peak::timeline. Throws Error
+/// when a size passes 2^64 bytes.
 StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
-                           bool first_step = true);
+                           bool first_step = true, bool timeline = false);
 
 /// A run's step compiled once: each moment's bytes as a polynomial in the micro-batch and the
 /// sequence length, so searches and sweeps evaluate a step with a few multiply-adds.

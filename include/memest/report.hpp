@@ -38,6 +38,17 @@ std::string render_json(const RunSpec& run, const Estimate& est, const ReportOpt
 std::string render_bar(const Estimate& est, const std::optional<Budget>& budget,
                        const ReportOptions& options);
 
+/// Live memory over the training step as an SVG picture (--plot): Peak::timeline stacked by
+/// part, the peak marked, the budget as a line when there is one. Needs est.peak with a
+/// timeline (estimate(run, {.timeline = true})); throws Error without one.
+std::string render_step_svg(const RunSpec& run, const Estimate& est, const ReportOptions& options);
+
+/// What a sweep needs against the micro-batch (or, when only sequences vary, the sequence
+/// length) as an SVG picture (sweep --plot): one line per policy, optimizer and other size,
+/// the budget as a line. Throws Error when neither size takes two values.
+std::string render_sweep_svg(const RunSpec& run, const std::vector<SweepRow>& rows,
+                             const ReportOptions& options);
+
 /// The breakdown as a Markdown table, for pasting into a pull request.
 std::string render_markdown(const RunSpec& run, const Estimate& est, const ReportOptions& options);
 

@@ -118,6 +118,7 @@ struct MomentSpec {
   std::string_view name;   ///< "forward_end", "backward_start", ...
   std::string_view phase;  ///< forward, backward, grad_copy, optimizer, master_copy, zero_grad
   std::uint32_t begin = 0, end = 0;
+  std::int32_t layer = -1;  ///< the layer of an in-layer moment of Step::timeline, else -1
 };
 
 /// A training step as data: every tensor and every moment of the walk, for one run. Sizes are
@@ -130,6 +131,9 @@ struct Step {
   /// The first step, when it differs from the steady state by more than the optimizer states
   /// before the optimizer phase (gradients kept between steps); else empty.
   std::vector<MomentSpec> first;
+  /// The steady walk in step order with every layer's moments (forward at each layer, the loss,
+  /// backward at each layer, the optimizer): the picture of --plot. Empty unless asked for.
+  std::vector<MomentSpec> timeline;
   /// The saved tensors of the forward pass: each layer tensor counts once per layer.
   std::vector<Entry> saved;
   /// The MLP the walk gives every layer: dense, MoE, or the larger of the two for models that

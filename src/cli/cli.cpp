@@ -12,9 +12,12 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -91,6 +94,7 @@ struct OutputFlags {
   std::string file;
   std::string units = "GB";
   std::string format = "table";
+  std::string plot;  ///< --plot FILE.svg
 };
 
 void add_output_flags(CLI::App& app, OutputFlags& f) {
@@ -108,6 +112,19 @@ void add_output_flags(CLI::App& app, OutputFlags& f) {
                  "Output format: table, json, markdown (sweep: csv, jsonl; default table)")
       ->type_name("FORMAT")
       ->group("Output");
+  app.add_option("--plot", f.plot,
+                 "Also draw an SVG picture to FILE: live memory over the step (an estimate), or "
+                 "need against batch or sequence (sweep)")
+      ->type_name("FILE")
+      ->group("Output");
+}
+
+// --plot: the picture goes to its own file, written whole or not at all.
+void write_plot(const std::string& path, const std::string& svg) {
+  std::ofstream file(path, std::ios::binary);
+  if (!file || !(file << svg) || !file.flush()) {
+    throw Error(fmt::format("--plot: cannot write \"{}\": {}", path, std::strerror(errno)));
+  }
 }
 
 ReportOptions report_options(const OutputFlags& f,
@@ -223,7 +240,7 @@ struct SweepFlags {
 
 int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags& flags,
               std::ostream& out) {
-  report_options(flags, {"table", "csv", "jsonl"});
+  const ReportOptions report = report_options(flags, {"table", "csv", "jsonl"});
   SweepGrid grid;
   grid.micro_batches = parse_list<std::uint64_t>(sf.batches, "--batches", parse_whole);
   grid.seq_lens = parse_list<std::uint64_t>(sf.seqs, "--seqs", parse_whole);
@@ -250,10 +267,13 @@ int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags
   }
   sweep_size(grid);  // a grid too large is refused before anything is printed
   const bool jsonl = flags.format == "jsonl";
+  std::vector<SweepRow> rows;  // kept only for --plot
   if (!jsonl) out << render_sweep_csv_header();
   sweep(run, grid, run.budget, [&](const SweepRow& row) {
     out << (jsonl ? render_sweep_jsonl_row(row) : render_sweep_csv_row(row));
+    if (!flags.plot.empty()) rows.push_back(row);
   });
+  if (!flags.plot.empty()) write_plot(flags.plot, render_sweep_svg(run, rows, report));
   return kExitOk;
 }
 
@@ -322,7 +342,8 @@ int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::
   ReportOptions report = report_options(flags, {"table", "json", "markdown"});
   report.color = flags.color;
   const RunSpec spec = resolve(with_file(flag_options, flags));
-  const Estimate est = estimate(spec);
+  const Estimate est = estimate(spec, {.timeline = !flags.plot.empty()});
+  if (!flags.plot.empty()) write_plot(flags.plot, render_step_svg(spec, est, report));
   if (flags.format == "json") {
     out << render_json(spec, est, report);
   } else if (flags.format == "markdown") {
@@ -362,6 +383,7 @@ bool parse_plain(int argc, const char* const* argv, RunOptions& options, OutputF
     std::string* out_text = name == "--file"     ? &output.file
                             : name == "--units"  ? &output.units
                             : name == "--format" ? &output.format
+                            : name == "--plot"   ? &output.plot
                                                  : nullptr;
     if (out_text) {
       const char* v = value();
@@ -494,6 +516,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   output.color = use_color(out);
   return guarded(err, [&] {
     binder.collect();
+    for (const auto* sub : {models, gpus, check, compare, fit, schema}) {
+      if (sub->parsed() && !output.plot.empty())
+        throw Error(fmt::format("--plot: not used by {} (an estimate or a sweep draws one)",
+                                sub->get_name()));
+    }
     if (models->parsed()) return run_models(models_filter, output, out);
     if (gpus->parsed()) return run_gpus(output, out);
     if (check->parsed()) return run_check(check_files, options, output, out);

@@ -1,0 +1,386 @@
+// SVG pictures (--plot): live memory over a training step stacked by part (Peak::timeline), and
+// a sweep's need against the micro-batch or the sequence length. Plain SVG text: the numbers
+// are the estimate's; the only arithmetic here is the geometry. Each drawn series carries its
+// bytes as a data- attribute, so a test can check the picture against the numbers.
+#include <memest/error.hpp>
+#include <memest/peak.hpp>
+#include <memest/report.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+
+namespace memest {
+namespace {
+
+using u64 = std::uint64_t;
+
+constexpr double kWidth = 960, kHeight = 520;
+constexpr double kLeft = 80, kRight = 270, kTop = 64, kBottom = 90;  // margins of the plot area
+constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = kHeight - kTop - kBottom;
+
+// One colour per part (include/memest/step.hpp order), and per sweep series.
+constexpr std::array<std::string_view, kPartCount> kPartColors = {
+    "#4e79a7", "#a0cbe8", "#f28e2b", "#59a14f", "#8cd17d", "#b6992d",
+    "#e15759", "#76b7b2", "#9c755f", "#bab0ac", "#b07aa1"};
+constexpr std::array<std::string_view, 10> kSeriesColors = {
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+
+std::string esc(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// The y axis: from 0 to a round number of the report's unit at or above `top` bytes.
+struct Axis {
+  double max_bytes = 1;  // the top of the axis
+  double step = 1;       // between ticks, in bytes
+  double y(u64 bytes) const {
+    return kTop + kPlotH - static_cast<double>(bytes) / max_bytes * kPlotH;
+  }
+};
+
+Axis axis_for(u64 top, Unit unit) {
+  const double per = static_cast<double>(unit_bytes(unit));
+  const double span = std::max(static_cast<double>(top) / per, 1e-9) / 5;
+  const double mag = std::pow(10.0, std::floor(std::log10(span)));
+  double step = 10 * mag;
+  for (const double f : {1.0, 2.0, 2.5, 5.0}) {
+    if (f * mag >= span) {
+      step = f * mag;
+      break;
+    }
+  }
+  const double ticks = std::max(1.0, std::ceil(static_cast<double>(top) / per / step));
+  return {ticks * step * per, step * per};
+}
+
+std::string header(std::string_view title, std::string_view subtitle, const Axis& axis) {
+  return fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
+      "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\" "
+      "data-y-top=\"{2}\" data-y-bottom=\"{3}\" data-axis-bytes=\"{4:.0f}\">\n"
+      "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
+      "<text x=\"{5}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{6}</text>\n"
+      "<text x=\"{5}\" y=\"44\" fill=\"#555\">{7}</text>\n",
+      kWidth, kHeight, kTop, kTop + kPlotH, axis.max_bytes, kLeft, esc(title), esc(subtitle));
+}
+
+std::string y_ticks(const Axis& axis, Unit unit) {
+  std::string out;
+  for (double b = 0; b <= axis.max_bytes * (1 + 1e-9); b += axis.step) {
+    const auto bytes = static_cast<u64>(std::llround(b));
+    const double y = axis.y(bytes);
+    out += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1:.2f}\" x2=\"{2}\" y2=\"{1:.2f}\" stroke=\"#ddd\"/>"
+        "<text x=\"{3}\" y=\"{4:.2f}\" text-anchor=\"end\">{5}</text>\n",
+        kLeft, y, kLeft + kPlotW, kLeft - 6, y + 4, esc(format_bytes(bytes, unit)));
+  }
+  return out;
+}
+
+// A horizontal line across the plot at `bytes`, labelled at its right end.
+std::string level(std::string_view cls, u64 bytes, const Axis& axis, std::string_view label,
+                  std::string_view dash) {
+  const double y = axis.y(bytes);
+  return fmt::format(
+      "<line class=\"{0}\" data-bytes=\"{1}\" x1=\"{2}\" y1=\"{3:.2f}\" x2=\"{4}\" "
+      "y2=\"{3:.2f}\" stroke=\"#c00\" stroke-width=\"1.5\" stroke-dasharray=\"{5}\"/>"
+      "<text x=\"{4}\" y=\"{6:.2f}\" text-anchor=\"end\" fill=\"#c00\">{7}</text>\n",
+      cls, bytes, kLeft, y, kLeft + kPlotW, dash, y - 5, esc(label));
+}
+
+std::string legend_row(std::size_t row, std::string_view color, std::string_view label) {
+  const double y = kTop + 10 + 20 * static_cast<double>(row);
+  const double x = kLeft + kPlotW + 16;
+  return fmt::format(
+      "<rect x=\"{0}\" y=\"{1:.2f}\" width=\"12\" height=\"12\" fill=\"{2}\"/>"
+      "<text x=\"{3}\" y=\"{4:.2f}\">{5}</text>\n",
+      x, y - 10, color, x + 18, y, esc(label));
+}
+
+double step_x(std::size_t i, std::size_t n) {
+  return kLeft + (static_cast<double>(i) + 0.5) * kPlotW / static_cast<double>(n);
+}
+
+// Background bands for the phases of the timeline, each labelled below the axis.
+std::string phase_bands(const std::vector<Moment>& tl) {
+  std::string out;
+  const double slot = kPlotW / static_cast<double>(tl.size());
+  for (std::size_t i = 0, band = 0; i < tl.size(); ++band) {
+    std::size_t j = i;
+    while (j < tl.size() && tl[j].phase == tl[i].phase) ++j;
+    const double x0 = kLeft + static_cast<double>(i) * slot;
+    const double x1 = kLeft + static_cast<double>(j) * slot;
+    const double mid = (x0 + x1) / 2, base = kTop + kPlotH + 16;
+    out += fmt::format(
+        "<rect class=\"phase\" x=\"{0:.2f}\" y=\"{1}\" width=\"{2:.2f}\" height=\"{3}\" "
+        "fill=\"{4}\"/><text x=\"{5:.2f}\" y=\"{6}\" text-anchor=\"end\" "
+        "transform=\"rotate(-30 {5:.2f} {6})\">{7}</text>\n",
+        x0, kTop, x1 - x0, kPlotH, band % 2 ? "#f4f4f4" : "#fafafa", mid, base, esc(tl[i].phase));
+    i = j;
+  }
+  return out;
+}
+
+// The parts stacked, one polygon each (bottom to top in part order), and the total on top.
+std::string stacks(const std::vector<Moment>& tl, const Axis& axis) {
+  std::string out;
+  const std::size_t n = tl.size();
+  std::vector<u64> below(n, 0);
+  for (std::size_t p = 0; p < kPartCount; ++p) {
+    if (std::none_of(tl.begin(), tl.end(), [&](const Moment& m) { return m.parts[p] > 0; }))
+      continue;
+    std::string top, bottom, bytes;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t r = n - 1 - i;
+      top += fmt::format("{:.2f},{:.2f} ", step_x(i, n), axis.y(below[i] + tl[i].parts[p]));
+      bottom += fmt::format("{:.2f},{:.2f} ", step_x(r, n), axis.y(below[r]));
+      bytes += fmt::format("{}{}", i ? " " : "", tl[i].parts[p]);
+    }
+    for (std::size_t i = 0; i < n; ++i) below[i] += tl[i].parts[p];
+    out += fmt::format(
+        "<polygon class=\"part\" data-part=\"{}\" data-bytes=\"{}\" fill=\"{}\" "
+        "points=\"{}{}\"/>\n",
+        part_name(static_cast<Part>(p)), bytes, kPartColors[p], top, bottom);
+  }
+  std::string points, bytes;
+  for (std::size_t i = 0; i < n; ++i) {
+    points += fmt::format("{}{:.2f},{:.2f}", i ? " " : "", step_x(i, n), axis.y(tl[i].bytes));
+    bytes += fmt::format("{}{}", i ? " " : "", tl[i].bytes);
+  }
+  return out + fmt::format(
+                   "<polyline class=\"total\" data-bytes=\"{}\" points=\"{}\" fill=\"none\" "
+                   "stroke=\"#222\" stroke-width=\"1\"/>\n",
+                   bytes, points);
+}
+
+std::string moment_label(const Moment& m) {
+  return m.layer >= 0 ? fmt::format("{}, layer {}", m.name, m.layer) : std::string(m.name);
+}
+
+std::string peak_marker(const std::vector<Moment>& tl, std::size_t k, const Axis& axis, Unit unit) {
+  const double x = step_x(k, tl.size()), y = axis.y(tl[k].bytes);
+  const bool right = x < kLeft + kPlotW / 2;
+  return fmt::format(
+      "<circle class=\"peak\" data-bytes=\"{0}\" data-index=\"{1}\" cx=\"{2:.2f}\" "
+      "cy=\"{3:.2f}\" r=\"5\" fill=\"#c00\" stroke=\"white\"/>"
+      "<text x=\"{4:.2f}\" y=\"{5:.2f}\" text-anchor=\"{6}\" font-weight=\"bold\">"
+      "peak {7} at {8}</text>\n",
+      tl[k].bytes, k, x, y, right ? x + 8 : x - 8, y - 8, right ? "start" : "end",
+      esc(format_bytes(tl[k].bytes, unit)), esc(moment_label(tl[k])));
+}
+
+std::string run_subtitle(const RunSpec& run, const Estimate& est) {
+  std::string s =
+      fmt::format("micro-batch {}, sequence {}, {}, {}", run.training.micro_batch,
+                  run.training.seq_len, run.precision.name, optimizer_name(run.optimizer.kind));
+  if (!est.stages.empty()) {
+    s += fmt::format(", pipeline stage {} of {} (the largest)", est.worst_stage, est.stages.size());
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string render_step_svg(const RunSpec& run, const Estimate& est, const ReportOptions& options) {
+  if (!est.peak || est.peak->timeline.empty()) {
+    throw Error("--plot: the step is walked only for a whole run: give --batch and --seq");
+  }
+  const Peak& pk = *est.peak;
+  const auto& tl = pk.timeline;
+  const Moment& top = tl[pk.timeline_peak];
+  const u64 usable = run.budget ? run.budget->usable() : 0;
+  const Axis axis = axis_for(std::max({top.bytes, usable, pk.needed}), options.unit);
+  std::string svg = header(fmt::format("{}: live memory over one training step", run.model.name),
+                           run_subtitle(run, est), axis);
+  svg += phase_bands(tl) + y_ticks(axis, options.unit) + stacks(tl, axis);
+  if (run.budget) {
+    svg += level("budget", usable, axis,
+                 fmt::format("{}: {} usable", budget_label(*run.budget, options.unit),
+                             format_bytes(usable, options.unit)),
+                 "6 4");
+  }
+  if (pk.needed != top.bytes) {
+    svg += level(
+        "needed", pk.needed, axis,
+        fmt::format("device needs {} (allocator, context)", format_bytes(pk.needed, options.unit)),
+        "2 3");
+  }
+  svg += peak_marker(tl, pk.timeline_peak, axis, options.unit);
+  std::size_t row = 0;
+  for (std::size_t p = kPartCount; p-- > 0;) {  // the legend in stacking order, top first
+    if (std::none_of(tl.begin(), tl.end(), [&](const Moment& m) { return m.parts[p] > 0; }))
+      continue;
+    svg += legend_row(row++, kPartColors[p],
+                      fmt::format("{} {}", part_label(static_cast<Part>(p)),
+                                  format_bytes(top.parts[p], options.unit)));
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"{:.2f}\" fill=\"#555\">(bytes at the peak)</text>\n",
+                     kLeft + kPlotW + 16, kTop + 10 + 20 * static_cast<double>(row));
+  return svg + "</svg>\n";
+}
+
+namespace {
+
+// What a sweep's rows are drawn against, and what tells their lines apart.
+struct SweepAxes {
+  bool by_batch = true;
+  bool policies = false, optimizers = false, other_size = false;
+};
+
+template <typename F>
+bool varies(const std::vector<SweepRow>& rows, F field) {
+  return std::any_of(rows.begin(), rows.end(),
+                     [&](const SweepRow& r) { return field(r) != field(rows.front()); });
+}
+
+SweepAxes sweep_axes(const std::vector<SweepRow>& rows) {
+  SweepAxes a;
+  const bool batches = varies(rows, [](const SweepRow& r) { return r.micro_batch; });
+  const bool seqs = varies(rows, [](const SweepRow& r) { return r.seq_len; });
+  if (!batches && !seqs) {
+    throw Error("--plot: a sweep picture needs two or more values of --batches or --seqs");
+  }
+  a.by_batch = batches;
+  a.other_size = batches && seqs;
+  a.policies = varies(rows, [](const SweepRow& r) { return r.precision; });
+  a.optimizers = varies(rows, [](const SweepRow& r) { return r.optimizer; });
+  return a;
+}
+
+std::string series_label(const SweepRow& r, const SweepAxes& a) {
+  std::string label = a.policies || !a.optimizers ? r.precision : "";
+  // fmt rather than string operator+: GCC 12 at -O3 warns falsely on the latter (-Wrestrict,
+  // GCC bug 105329).
+  if (a.optimizers)
+    label += fmt::format("{}{}", label.empty() ? "" : " ", optimizer_name(r.optimizer));
+  if (a.other_size) label += fmt::format(" seq {}", r.seq_len);
+  return label;
+}
+
+struct Series {
+  std::string label;
+  std::vector<std::pair<u64, u64>> points;  // (batch or sequence, need)
+};
+
+std::vector<Series> sweep_series(const std::vector<SweepRow>& rows, const SweepAxes& a) {
+  std::vector<Series> out;
+  for (const SweepRow& r : rows) {
+    const std::string label = series_label(r, a);
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const Series& s) { return s.label == label; });
+    if (it == out.end()) it = out.insert(out.end(), Series{label, {}});
+    it->points.emplace_back(a.by_batch ? r.micro_batch : r.seq_len, r.need);
+  }
+  for (Series& s : out) std::sort(s.points.begin(), s.points.end());
+  return out;
+}
+
+// The x axis of a sweep: logarithmic when the sizes span a factor of 8 or more.
+struct XAxis {
+  double lo = 0, hi = 1;
+  bool log = false;
+  double x(u64 v) const {
+    const double t = log ? std::log2(static_cast<double>(v)) : static_cast<double>(v);
+    return kLeft + 20 + (hi > lo ? (t - lo) / (hi - lo) : 0.5) * (kPlotW - 40);
+  }
+};
+
+std::string x_ticks(const std::vector<u64>& values, const XAxis& xa, std::string_view name) {
+  std::string out;
+  const std::size_t every = values.size() > 12 ? (values.size() + 11) / 12 : 1;
+  for (std::size_t i = 0; i < values.size(); i += every) {
+    const double x = xa.x(values[i]);
+    out += fmt::format(
+        "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#eee\"/>"
+        "<text x=\"{0:.2f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        x, kTop, kTop + kPlotH, kTop + kPlotH + 18, values[i]);
+  }
+  return out + fmt::format("<text x=\"{:.2f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                           kLeft + kPlotW / 2, kTop + kPlotH + 44, name);
+}
+
+std::string series_svg(const Series& s, std::string_view color, const XAxis& xa, const Axis& axis) {
+  std::string points, xs, bytes, dots;
+  for (std::size_t i = 0; i < s.points.size(); ++i) {
+    const auto [v, need] = s.points[i];
+    const double x = xa.x(v), y = axis.y(need);
+    points += fmt::format("{}{:.2f},{:.2f}", i ? " " : "", x, y);
+    xs += fmt::format("{}{}", i ? " " : "", v);
+    bytes += fmt::format("{}{}", i ? " " : "", need);
+    dots += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"3\" fill=\"{}\"/>", x, y, color);
+  }
+  return fmt::format(
+      "<polyline class=\"series\" data-label=\"{}\" data-x=\"{}\" data-bytes=\"{}\" "
+      "points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>{}\n",
+      esc(s.label), xs, bytes, points, color, dots);
+}
+
+}  // namespace
+
+std::string render_sweep_svg(const RunSpec& run, const std::vector<SweepRow>& rows,
+                             const ReportOptions& options) {
+  if (rows.empty()) throw Error("--plot: the sweep has no rows");
+  const SweepAxes a = sweep_axes(rows);
+  const auto series = sweep_series(rows, a);
+  std::vector<u64> values;
+  u64 top = run.budget ? run.budget->usable() : 0;
+  for (const SweepRow& r : rows) {
+    values.push_back(a.by_batch ? r.micro_batch : r.seq_len);
+    top = std::max(top, r.need);
+  }
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  XAxis xa;
+  xa.log = values.back() >= 8 * values.front();
+  xa.lo =
+      xa.log ? std::log2(static_cast<double>(values.front())) : static_cast<double>(values.front());
+  xa.hi =
+      xa.log ? std::log2(static_cast<double>(values.back())) : static_cast<double>(values.back());
+  const Axis axis = axis_for(top, options.unit);
+  std::string svg = header(
+      fmt::format("{}: memory needed per device", run.model.name),
+      fmt::format("against the {}, one line per {}", a.by_batch ? "micro-batch" : "sequence length",
+                  a.optimizers && !a.policies ? "optimizer" : "policy"),
+      axis);
+  svg += y_ticks(axis, options.unit) +
+         x_ticks(values, xa, a.by_batch ? "micro-batch" : "sequence length");
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const auto color = kSeriesColors[i % kSeriesColors.size()];
+    svg += series_svg(series[i], color, xa, axis);
+    if (i < 20) svg += legend_row(i, color, series[i].label);
+  }
+  if (run.budget) {
+    const u64 usable = run.budget->usable();
+    svg += level("budget", usable, axis,
+                 fmt::format("{}: {} usable", budget_label(*run.budget, options.unit),
+                             format_bytes(usable, options.unit)),
+                 "6 4");
+  }
+  return svg + "</svg>\n";
+}
+
+}  // namespace memest

@@ -1,0 +1,163 @@
+"""The SVG pictures of --plot, parsed: every drawn stack and line against the numbers.
+
+Run by ctest (python.plot) with MEMEST_BIN naming the CLI. Only the standard library and pytest.
+"""
+
+import json
+import os
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+
+BIN = os.environ["MEMEST_BIN"]
+NS = {"svg": "http://www.w3.org/2000/svg"}
+TOLERANCE = 0.006  # coordinates are printed with two decimals
+
+
+def run(args, tmp_path, name="plot.svg"):
+    path = tmp_path / name
+    r = subprocess.run([BIN, *args, "--plot", str(path)], capture_output=True, text=True,
+                       check=False)
+    return r, path
+
+
+def ints(text):
+    return [int(v) for v in text.split()]
+
+
+def points(text):
+    return [tuple(float(c) for c in p.split(",")) for p in text.split()]
+
+
+class Picture:
+    def __init__(self, path):
+        self.root = ET.parse(path).getroot()
+        self.top = float(self.root.get("data-y-top"))
+        self.bottom = float(self.root.get("data-y-bottom"))
+        self.axis = int(self.root.get("data-axis-bytes"))
+
+    def y(self, b):
+        return self.bottom - b / self.axis * (self.bottom - self.top)
+
+    def all(self, tag, cls):
+        return [e for e in self.root.iter(f"{{{NS['svg']}}}{tag}") if e.get("class") == cls]
+
+
+RUNS = [
+    ["--model", "llama-2-7b", "--batch", "4", "--seq", "4096", "--precision", "bf16",
+     "--attention", "flash", "--recompute", "full", "--gpu", "h100-80gb"],
+    ["--model", "gpt2", "--batch", "8", "--seq", "1024", "--amp", "--attention", "eager"],
+    ["--model", "llama-2-7b", "--batch", "1", "--seq", "2048", "--precision", "bf16",
+     "--attention", "eager", "--recompute", "selective", "--dropout", "0.1"],
+    ["--model", "tinyllama-1.1b", "--batch", "2", "--seq", "2048", "--precision", "mixed",
+     "--dp", "8", "--zero", "3", "--allocator", "cuda", "--gpu", "a10"],
+    ["--model", "llama-2-7b", "--batch", "1", "--seq", "4096", "--tp", "2", "--pp", "2",
+     "--precision", "mixed-bf16", "--microbatches", "4"],
+    ["--model", "qwen1.5-moe-a2.7b", "--batch", "1", "--seq", "1024", "--lora-rank", "8",
+     "--precision", "bf16"],
+]
+
+
+@pytest.mark.parametrize("args", RUNS, ids=lambda a: " ".join(a[:6]))
+def test_step_picture_stacks_sum_to_the_moments_and_the_peak_is_marked(args, tmp_path):
+    r, path = run(args + ["--format", "json"], tmp_path)
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    pic = Picture(path)
+    total = pic.all("polyline", "total")[0]
+    totals = ints(total.get("data-bytes"))
+    parts = pic.all("polygon", "part")
+    assert len(parts) >= 3
+    # Each part's polygon: its top edge at the sum of the parts below and itself, its bottom at
+    # the sum below; the parts add up to the moment's total, moment by moment.
+    below = [0] * len(totals)
+    for poly in parts:
+        own = ints(poly.get("data-bytes"))
+        pts = points(poly.get("points"))
+        n = len(own)
+        assert len(pts) == 2 * n
+        for i in range(n):
+            assert abs(pts[i][1] - pic.y(below[i] + own[i])) < TOLERANCE
+            assert abs(pts[2 * n - 1 - i][1] - pic.y(below[i])) < TOLERANCE
+            assert pts[i][0] == pts[2 * n - 1 - i][0]
+        below = [b + o for b, o in zip(below, own)]
+    assert below == totals
+    for (x, y), b in zip(points(total.get("points")), totals):
+        assert abs(y - pic.y(b)) < TOLERANCE
+    # The marker sits at the peak the report gives, at the largest moment drawn.
+    peak = pic.all("circle", "peak")[0]
+    assert int(peak.get("data-bytes")) == doc["peak"]["bytes"] == max(totals)
+    k = int(peak.get("data-index"))
+    assert totals[k] == max(totals) and k == totals.index(max(totals))
+    assert abs(float(peak.get("cy")) - pic.y(max(totals))) < TOLERANCE
+    assert abs(float(peak.get("cx")) - points(total.get("points"))[k][0]) < TOLERANCE
+    budget = pic.all("line", "budget")
+    if doc.get("budget"):
+        assert int(budget[0].get("data-bytes")) == doc["budget"]["usable_bytes"]
+        assert abs(float(budget[0].get("y1")) - pic.y(doc["budget"]["usable_bytes"])) < TOLERANCE
+    else:
+        assert not budget
+
+
+def test_step_picture_walks_every_layer(tmp_path):
+    r, path = run(["--model", "gpt2", "--batch", "1", "--seq", "512"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    phases = [t.text for t in Picture(path).root.iter(f"{{{NS['svg']}}}text")]
+    assert "forward" in phases and "backward" in phases and "optimizer" in phases
+    totals = ints(Picture(path).all("polyline", "total")[0].get("data-bytes"))
+    # 12 layers forward, the loss, 12 layers backward (two moments each), after the backward
+    assert len(totals) >= 12 + 2 + 2 * 12 + 3
+
+
+def test_sweep_picture_draws_each_policy_against_the_batch(tmp_path):
+    args = ["sweep", "--model", "llama-2-7b", "--seq", "2048", "--batches", "1,2,4,8,16",
+            "--policies", "fp32,mixed-bf16,bf16", "--gpu", "h100-80gb", "--format", "jsonl"]
+    r, path = run(args, tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    pic = Picture(path)
+    series = pic.all("polyline", "series")
+    assert [s.get("data-label") for s in series] == ["fp32", "mixed-bf16", "bf16"]
+    for s in series:
+        want = [(row["micro_batch"], row["need_bytes"]) for row in rows
+                if row["precision"] == s.get("data-label")]
+        assert list(zip(ints(s.get("data-x")), ints(s.get("data-bytes")))) == want
+        for (x, y), (_, need) in zip(points(s.get("points")), want):
+            assert abs(y - pic.y(need)) < TOLERANCE
+    budget = pic.all("line", "budget")[0]
+    assert abs(float(budget.get("y1")) - pic.y(int(budget.get("data-bytes")))) < TOLERANCE
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--params", "7B"], "--plot: the step is walked only for a whole run: give --batch and --seq"),
+    (["compare", "--params", "7B"], "--plot: not used by compare (an estimate or a sweep draws one)"),
+    (["sweep", "--params", "7B", "--batch", "1", "--seq", "8", "--policies", "fp32,bf16"],
+     "--plot: a sweep picture needs two or more values of --batches or --seqs"),
+])
+def test_plot_refusals(args, message, tmp_path):
+    r, path = run(args, tmp_path)
+    assert r.returncode == 2 and r.stderr == f"memest: error: {message}\n"
+
+
+def test_plot_to_an_unwritable_path(tmp_path):
+    r, _ = run(["--params", "7B", "--batch", "1", "--seq", "8"], tmp_path, "no/such/dir.svg")
+    assert r.returncode == 2
+    assert r.stderr.startswith("memest: error: --plot: cannot write \"")
+    assert r.stderr.endswith("no/such/dir.svg\": No such file or directory\n")
+
+
+def test_readme_pictures_are_the_current_build_s(tmp_path):
+    from pathlib import Path
+    import re
+    import shlex
+    root = Path(__file__).resolve().parents[2]
+    commands = re.findall(r"```sh\nmemest (.* --plot (docs/\S+\.svg))\n```",
+                          (root / "README.md").read_text())
+    assert len(commands) == 2
+    for line, picture in commands:
+        args = shlex.split(line)
+        args = args[:args.index("--plot")] + args[args.index("--plot") + 2:]
+        r, path = run(args, tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert path.read_text() == (root / picture).read_text(), f"regenerate {picture}: {line}"
