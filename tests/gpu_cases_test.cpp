@@ -56,3 +56,16 @@ TEST_CASE("docs/accuracy.md lists the GPU runs as the current build estimates th
   INFO("docs/accuracy.md is stale: run memest_accuracy_report or MEMEST_UPDATE_GOLDEN=1");
   REQUIRE(doc == fresh);
 }
+
+TEST_CASE("the README's GPU accuracy sentence is the current build's", "[gpu]") {
+  const auto rs = memest::gpu::results(kRoot);
+  const auto s = memest::gpu::summarise(rs);
+  const auto within = static_cast<long>(s.within10 * static_cast<double>(rs.size()) + 0.5);
+  const std::string want = fmt::format("median error is {:.1f}% and {} of {} are within 10%",
+                                       s.median * 100, within, rs.size());
+  std::string readme = read_file(kRoot + "/README.md");
+  for (auto& c : readme)
+    if (c == '\n') c = ' ';
+  INFO("README.md should say: " << want);
+  CHECK(readme.find(want) != std::string::npos);
+}
