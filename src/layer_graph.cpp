@@ -455,6 +455,10 @@ class Saver {
     loss();
   }
 
+  // torchtune compiles its chunked loss's upcast and cross-entropy when it compiles the model
+  // (training.compile_loss: `loss.compute_cross_entropy = torch.compile(...)`, @1814feb17).
+  bool compiled_loss() const { return in_.compile && in_.loss == Loss::chunked; }
+
   // What the loss keeps for backward (docs/activations.md, "The loss"): the log-probabilities
   // (Megatron: the softmax) over the vocabulary, and the target.
   void loss() {
@@ -468,6 +472,12 @@ class Saver {
         break;
       case Loss::chunked:  // each chunk's fp32 upcast is freed; its log-softmax stays
         name = "log_softmax of each chunk's fp32 upcast (all chunks: fp32 N x V)";
+        if (compiled_loss()) {  // the upcast and log-softmax are recomputed from the chunk
+          name = "each chunk's logits, kept by the compiled loss (all chunks: N x V)";
+          width = in_.ec;
+          add("log-sum-exp of each row (fp32, compiled loss)", Scope::head, Slot::none, 4,
+              shape({sym::N}));
+        }
         break;
       case Loss::chunked_tokens:  // cross_entropy on the logits as they are (autocast: fp32)
         name = "log_softmax of each chunk in the logits' dtype (all chunks: N x V)";

@@ -458,11 +458,13 @@ void Walker::forward_end(bool steady) {
              shape({sym::N, h})));
   }
   if (in_.lm_head) {
-    if (in_.ec != 4 || in_.loss == Loss::chunked_tokens) add(logits());
+    // A compiled chunked loss keeps the chunks themselves: they are among the saved tensors.
+    const bool compiled_loss = in_.compile && in_.loss == Loss::chunked;
+    if ((in_.ec != 4 || in_.loss == Loss::chunked_tokens) && !compiled_loss) add(logits());
     // Megatron's loss turns its fp32 copy into the saved softmax in place; torchtune's upcasts
     // one chunk at a time.
     if (in_.loss == Loss::hf) add(temp("logits.float()", Part::other, 4, shape({sym::N, V})));
-    if (in_.loss == Loss::chunked && in_.ec != 4) {
+    if (in_.loss == Loss::chunked && in_.ec != 4 && !compiled_loss) {  // fused when compiled
       add(temp("the last chunk's fp32 upcast (logits.float())", Part::other, 4,
                shape({sym::N, vocab_chunk()})));
     }
@@ -671,6 +673,10 @@ void Walker::backward_start(bool steady) {
   if (in_.lm_head && in_.loss == Loss::hf) {
     add(temp("gradient of the log-probs (fp32)", Part::other, 4, shape({sym::N, V})));
     add(temp("gradient of the logits (fp32)", Part::other, 4, shape({sym::N, V})));
+  } else if (in_.lm_head && in_.loss == Loss::chunked && in_.compile) {
+    // The compiled backward writes one chunk's gradient in the logits' dtype, fused.
+    add(temp("gradient of one chunk's logits (compiled loss)", Part::other, in_.ec,
+             shape({sym::N, vocab_chunk()})));
   } else if (in_.lm_head && in_.loss == Loss::chunked) {
     // One chunk's backward at a time; the chunks' bf16 logits were deleted after the loss.
     add(temp("gradients of one chunk's log-probs and logits (fp32)", Part::other, 4,

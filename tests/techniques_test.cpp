@@ -118,6 +118,22 @@ TEST_CASE("torch.compile drops the pointwise results Inductor's partitioner reco
           2 * N * h * 2 + 2 * N * h * 2 + N * I * 2);
 }
 
+TEST_CASE("a compiled chunked loss keeps the bf16 chunks and a log-sum-exp per row",
+          "[techniques]") {
+  const std::uint64_t N = 2 * 1024;
+  RunSpec r = llama1b(2, 1024);
+  r.training.loss = Loss::chunked;
+  r.training.loss_chunk = 8;
+  r.training.compile = true;
+  const Estimate compiled = estimate(r);
+  r.training.compile = false;
+  const Estimate eager = estimate(r);
+  // torchtune compiles compute_cross_entropy (the upcast and the cross-entropy): instead of each
+  // chunk's fp32 log-softmax (N x V x 4 in all) backward keeps the bf16 chunks (N x V x 2) and
+  // one fp32 log-sum-exp per row (N x 4).
+  REQUIRE(eager.activations->head - compiled.activations->head == N * V * 4 - (N * V * 2 + N * 4));
+}
+
 TEST_CASE("techniques refuse what they cannot do, naming the flag", "[techniques][cli]") {
   auto r = run_cli({"--params", "7B", "--optimizer-in-backward", "--grad-accum", "4"});
   REQUIRE(r.code == 2);
