@@ -26,8 +26,6 @@ EXTRA_FLAGS = {"--file": "file", "--for": "target", "--gpus": "gpus",
                "--max": "max", "--policies": "policies", "--batches": "batches",
                "--seqs": "seqs", "--optimizers": "optimizers"}
 BOOLEAN_EXTRAS = set()
-# Flags of the table output only: the JSON document does not depend on them.
-TABLE_ONLY = {"--units"}
 
 
 def cli(args):
@@ -46,9 +44,6 @@ def kwargs_of(args):
         if not boolean and value is None:
             i += 1
             value = args[i]
-        if flag in TABLE_ONLY:
-            i += 1
-            continue
         key = BY_FLAG[flag]["keyword"] if flag in BY_FLAG else EXTRA_FLAGS[flag]
         kw[key] = True if boolean else value
         i += 1
