@@ -30,6 +30,8 @@ constexpr std::array kTorchtune{
                  "torchtune recipes/configs/llama3_2/3B_lora_single_device.yaml @1814feb17"},
     StackDefault{"--recompute", "full",
                  "torchtune recipes/configs/*: enable_activation_checkpointing: True @1814feb17"},
+    StackDefault{"--loss", "chunked",
+                 "torchtune recipes/configs/llama3_2/*.yaml @1814feb17: CEWithChunkedOutputLoss"},
     StackDefault{"--zero-grad", "none",
                  "torchtune recipes/full_finetune_single_device.py @1814feb17"},
     StackDefault{"--lora-targets", "q,v,o,gate,up,down",
