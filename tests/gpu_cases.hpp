@@ -60,12 +60,7 @@ inline json estimate(const Run& run) {
   std::vector<std::string> args = {"memest"};
   args.insert(args.end(), run.args.begin(), run.args.end());
   args.insert(args.end(), {"--format", "json"});
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  if (cli::run(static_cast<int>(argv.size()), argv.data(), out, err) != 0)
-    throw std::runtime_error(run.id + ": " + err.str());
-  return json::parse(out.str());
+  return truth::cli_json(args, run.id);
 }
 
 struct Result {

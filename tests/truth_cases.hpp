@@ -71,6 +71,17 @@ inline std::vector<std::string> case_args(const json& c, const std::string& conf
   return args;
 }
 
+/// The CLI run in-process on `args` (argv, "memest" first): its JSON output; a run that does not
+/// exit 0 throws, naming `what`.
+inline json cli_json(const std::vector<std::string>& args, const std::string& what) {
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+  if (code != 0) throw std::runtime_error(fmt::format("{}: exit {}: {}", what, code, err.str()));
+  return json::parse(out.str());
+}
+
 /// Runs memest on one case in-process and returns its JSON output; throws on a non-zero exit.
 inline json run_case(const json& c) {
   // One folder per process: ctest runs the truth tests in parallel processes, and one must not
@@ -80,16 +91,14 @@ inline json run_case(const json& c) {
   std::filesystem::create_directories(dir);
   const auto path = (dir / (c["id"].get<std::string>() + ".json")).string();
   std::ofstream(path) << c["config"].dump();
-  const auto args = case_args(c, path);
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
-  std::filesystem::remove_all(dir);
-  if (code != 0)
-    throw std::runtime_error(
-        fmt::format("{}: exit {}: {}", c["id"].get<std::string>(), code, err.str()));
-  return json::parse(out.str());
+  try {
+    json j = cli_json(case_args(c, path), c["id"].get<std::string>());
+    std::filesystem::remove_all(dir);
+    return j;
+  } catch (...) {
+    std::filesystem::remove_all(dir);
+    throw;
+  }
 }
 
 /// Signed relative error in percent.
