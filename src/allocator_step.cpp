@@ -12,6 +12,7 @@
 // replayed one after the other.
 #include "allocator_step.hpp"
 
+#include "nf4_init.hpp"
 #include "step_build.hpp"
 
 #include <memest/allocator_replay.hpp>
@@ -156,6 +157,7 @@ class Replay {
 
  private:
   void setup();
+  void quantise_on_device();
   void stretch(const std::vector<MomentSpec>& walk, bool first, std::string_view name);
   template <typename Keep>
   void moment(const MomentSpec& m, Keep&& keep);
@@ -295,11 +297,69 @@ void Replay::moment(const MomentSpec& m, Keep&& keep) {
   transition();
 }
 
+// The model's tensors in the order a constructor creates them: a run of per-layer groups
+// ("layers.*" names, a count that is a multiple of L) layer by layer, each group's share of a
+// layer in inventory order; every other group where it stands. Each entry is one tensor.
+std::vector<const TensorGroup*> construction_order(const Inventory& inv, u64 L) {
+  std::vector<const TensorGroup*> out;
+  const auto per_layer = [&](const TensorGroup& g) {
+    return L > 1 && g.name.find('*') != std::string::npos && g.count % L == 0;
+  };
+  for (std::size_t i = 0; i < inv.groups.size();) {
+    std::size_t end = i;
+    while (end < inv.groups.size() && per_layer(inv.groups[end])) ++end;
+    for (u64 layer = 0; layer < L && end > i; ++layer) {
+      for (std::size_t k = i; k < end; ++k)
+        out.insert(out.end(), inv.groups[k].count / L, &inv.groups[k]);
+    }
+    if (end > i) {
+      i = end;
+      continue;
+    }
+    out.insert(out.end(), inv.groups[i].count, &inv.groups[i]);
+    ++i;
+  }
+  return out;
+}
+
+// QLoRA built on the device (--qlora-init): the model's tensors in construction order, each
+// base weight created in 16 bits and quantised (src/nf4_init.cpp), the others allocated as
+// they are. What is built stays until the loading below allocates the same tensors again:
+// the segments the quantisation took stay cached.
+void Replay::quantise_on_device() {
+  now_ = {"set-up", "base weights quantised to NF4"};
+  std::vector<Handle> built;
+  for (const TensorGroup* g : construction_order(walk_inventory(run_), L_)) {
+    const u64 n = g->tensor_elements();
+    if (g->storage != Dtype::nf4) {
+      std::vector<u64> blocks;
+      tensor_blocks(run_, step_, Part::params, *g, 0, blocks);
+      for (const u64 b : blocks) built.push_back(a_.malloc(b));
+      note();
+      continue;
+    }
+    const Handle weight = a_.malloc(width(run_.precision.param) * n);
+    std::vector<Handle> slot(kNf4Slots, CachingAllocator::kNone);
+    for (const AllocEvent& ev : nf4_quantisation(n, run_.training.qlora_init)) {
+      if (ev.bytes == 0) {
+        a_.free(slot[ev.slot]);
+        continue;
+      }
+      slot[ev.slot] = a_.malloc(ev.bytes);
+      note();
+    }
+    built.push_back(slot[kNf4Data]);
+    a_.free(weight);
+  }
+  for (auto it = built.rbegin(); it != built.rend(); ++it) a_.free(*it);
+}
+
 // Model loading: the parameters (one block per tensor, in parameters() order), the master
 // weights of an implementation that keeps them, the buffers.
 void Replay::setup() {
   const auto& walk = step_.first.empty() ? step_.steady : step_.first;
   if (walk.empty()) return;
+  if (run_.training.qlora_init != QloraInit::none) quantise_on_device();
   // --load-full: every parameter whole, one block per tensor, before the shards are taken.
   std::vector<Handle> whole;
   if (run_.training.load_full) {

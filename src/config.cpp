@@ -121,7 +121,7 @@ ModelSpec resolve_model(const RunOptions& o) {
     freeze_roles(model.inventory, roles);
   }
   if (!o.lora_rank) {
-    for (const auto* s : {&o.lora_targets, &o.lora_dropout}) {
+    for (const auto* s : {&o.lora_targets, &o.lora_dropout, &o.qlora_init}) {
       if (*s) throw Error(fmt::format("{} needs --lora-rank", (*s)->where));
     }
     for (const auto* s : {&o.qlora, &o.double_quant, &o.qlora_keeps_input}) {
@@ -141,6 +141,9 @@ ModelSpec resolve_model(const RunOptions& o) {
   }
   if (flag(o.qlora_keeps_input) && !lora.qlora) {
     throw Error(fmt::format("{} needs --qlora", o.qlora_keeps_input->where));
+  }
+  if (o.qlora_init && !lora.qlora) {
+    throw Error(fmt::format("{} needs --qlora", o.qlora_init->where));
   }
   const auto& where = o.lora_targets ? o.lora_targets->where : o.lora_rank->where;
   try {
@@ -480,6 +483,7 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
   problems.attempt([&] {
     if (o.lora_dropout) t.lora_dropout = parse_setting(*o.lora_dropout, parse_probability);
     t.nf4_keeps_input = flag(o.qlora_keeps_input);
+    if (o.qlora_init) t.qlora_init = parse_setting(*o.qlora_init, parse_qlora_init);
   });
   problems.attempt([&] {
     if (o.stack) t.stack = o.stack->value;

@@ -55,6 +55,12 @@ std::vector<RunOptionInfo> build_table() {
       boolean("--qlora-keeps-input", "model", "qlora_keeps_input",
               "QLoRA with bitsandbytes before 0.43.2: each 4-bit linear keeps its input",
               &R::qlora_keeps_input),
+      text("--qlora-init", "model", "qlora_init", "NAME",
+           "QLoRA: where the base weights become NF4: none (they arrive quantised, the default), "
+           "whole (built in 16 bits on the GPU and quantised at once: torchtune with torchao "
+           "0.1) or chunked (2^20 elements at a time: torchao >= 0.2); with --allocator cuda, "
+           "the set-up stretch of the replay",
+           &R::qlora_init),
       text("--optimizer", "optimizer", "name", "NAME",
            "Optimizer: " + names(optimizer_names()) + " (default adamw)", &R::optimizer),
       boolean("--nesterov", "optimizer", "nesterov", "sgd-momentum: Nesterov momentum (same state)",

@@ -13,6 +13,7 @@ constexpr std::array<std::string_view, 2> kDeviceNames = {"cuda", "cpu"};
 constexpr std::array<std::string_view, 2> kAllocatorNames = {"none", "cuda"};
 constexpr std::array<std::string_view, 4> kLossNames = {"hf", "vocab-parallel", "chunked",
                                                         "chunked-tokens"};
+constexpr std::array<std::string_view, 3> kQloraInitNames = {"none", "whole", "chunked"};
 
 }  // namespace
 
@@ -46,5 +47,13 @@ std::string_view allocator_name(Allocator a) {
 std::span<const std::string_view> loss_names() { return kLossNames; }
 Loss parse_loss(std::string_view t) { return detail::parse_enum<Loss>(kLossNames, t, "loss"); }
 std::string_view loss_name(Loss l) { return kLossNames[static_cast<std::size_t>(l)]; }
+
+std::span<const std::string_view> qlora_init_names() { return kQloraInitNames; }
+QloraInit parse_qlora_init(std::string_view t) {
+  return detail::parse_enum<QloraInit>(kQloraInitNames, t, "QLoRA quantisation");
+}
+std::string_view qlora_init_name(QloraInit q) {
+  return kQloraInitNames[static_cast<std::size_t>(q)];
+}
 
 }  // namespace memest

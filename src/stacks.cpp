@@ -37,6 +37,14 @@ constexpr std::array kTorchtune{
     StackDefault{"--lora-targets", "q,v,o,gate,up,down",
                  "torchtune recipes/configs/llama3_2/3B_lora_single_device.yaml @1814feb17",
                  "--lora-rank"},
+    StackDefault{"--qlora-init", "chunked",
+                 "torchtune torchtune/modules/peft/lora.py @1814feb17: to_nf4 of an nn.Linear "
+                 "built on the device (torchao >= 0.2 quantises 2^20 elements at a time)",
+                 "--qlora"},
+    StackDefault{"--double-quant", "on",
+                 "torchao torchao/dtypes/nf4tensor.py @6081796bc: from_tensor always "
+                 "double-quantises the block scalers",
+                 "--qlora"},
 };
 
 constexpr std::array kLitgpt{
@@ -94,6 +102,14 @@ const RunOptionInfo& option_of(std::string_view flag) {
   return *it;
 }
 
+// Whether the run gives `flag` (a valued option) or turns it on (an on/off one).
+bool given(const RunOptions& o, std::string_view flag) {
+  const RunOptionInfo& info = option_of(flag);
+  if (info.text) return static_cast<bool>(o.*info.text);
+  const auto& on = o.*info.boolean;
+  return on && on->value;
+}
+
 const StackPreset& stack_named(const Setting<std::string>& s) {
   for (const auto& p : kStacks)
     if (p.name == s.value) return p;
@@ -116,7 +132,7 @@ RunOptions with_stack(const RunOptions& options) {
   const StackPreset& stack = stack_named(*options.stack);
   RunOptions base;
   for (const auto& d : stack.defaults) {
-    if (!d.needs.empty() && !(options.*option_of(d.needs).text)) continue;
+    if (!d.needs.empty() && !given(options, d.needs)) continue;
     const RunOptionInfo& info = option_of(d.flag);
     const std::string where = fmt::format("{} {} ({})", options.stack->where, stack.name, d.flag);
     if (info.text) base.*info.text = Setting<std::string>{std::string(d.value), where};

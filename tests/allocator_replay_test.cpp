@@ -217,3 +217,45 @@ TEST_CASE("issue 10: --load-full materialises the whole model before sharding it
   REQUIRE(bytes(full["reserved_bytes"]) >= whole + whole / 8);
   REQUIRE(full["bytes"] == sharded["bytes"]);  // the step itself is unchanged
 }
+
+TEST_CASE("issue 10: --qlora-init replays torchao's NF4 quantisation as the model is built",
+          "[allocator][cli]") {
+  const auto replay = [](const std::string& init) {
+    const auto r = run_cli({"--model",        "llama-2-7b",
+                            "--precision",    "bf16",
+                            "--batch",        "1",
+                            "--seq",          "512",
+                            "--recompute",    "full",
+                            "--lora-rank",    "8",
+                            "--lora-targets", "q,k,v,o,gate,up,down",
+                            "--qlora",        "--double-quant",
+                            "--allocator",    "cuda",
+                            "--qlora-init",   init,
+                            "--format",       "json"});
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["peak"]["allocator"];
+  };
+  const auto bytes = [](const nlohmann::json& j) { return j.get<std::uint64_t>(); };
+  const auto whole = replay("whole"), chunked = replay("chunked"), none = replay("none");
+  // torchao 0.1 on one 11008 x 4096 weight (n elements, bf16): the weight, its scaled copy, the
+  // n x 16 differences and their abs (autograd keeps the first), min's bf16 values and int64
+  // indices: 2n + 2n + 32n + 32n + 2n + 8n. The worst is the last layer's last MLP weight,
+  // with everything built before it: the embedding, 31 layers (four 4096 x 4096 and three
+  // 11008 x 4096 weights packed two codes per byte, two bf16 norms) and that layer's first six.
+  const std::uint64_t q = 4096ULL * 4096, m = 11008ULL * 4096;
+  const std::uint64_t built =
+      2ULL * 32000 * 4096 + 31 * (4 * q / 2 + 3 * m / 2 + 2 * 2 * 4096) + 4 * q / 2 + 2 * m / 2;
+  REQUIRE(whole["allocated_at"]["stretch"] == "set-up");
+  REQUIRE(whole["allocated_at"]["moment"] == "base weights quantised to NF4");
+  REQUIRE(bytes(whole["allocated_bytes"]) >= built + 78 * m);
+  // A cached block is handed out whole when splitting it would leave 1 MiB or less.
+  REQUIRE(bytes(whole["allocated_bytes"]) <= built + 78 * m + 7 * 32 * (1ULL << 20));
+  // What quantising reserved stays cached into training.
+  REQUIRE(bytes(whole["setup_reserved_bytes"]) >= built + 78 * m);
+  REQUIRE(bytes(whole["reserved_bytes"]) >= bytes(whole["setup_reserved_bytes"]));
+  // torchao >= 0.2 holds the differences of 2^20 elements at a time; weights that arrive
+  // quantised hold none.
+  REQUIRE(bytes(chunked["setup_reserved_bytes"]) + 2 * 32 * m <
+          bytes(whole["setup_reserved_bytes"]));
+  REQUIRE(bytes(none["setup_reserved_bytes"]) < bytes(chunked["setup_reserved_bytes"]));
+}

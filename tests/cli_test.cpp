@@ -96,6 +96,11 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted; 
       {{"--params", "7B", "--dropout", "1.5"},
        "memest: error: --dropout: expected a probability in [0, 1), got \"1.5\""},
       {{"--model", "llama-2-7b", "--qlora"}, "memest: error: --qlora needs --lora-rank"},
+      {{"--model", "llama-2-7b", "--lora-rank", "8", "--qlora-init", "whole"},
+       "memest: error: --qlora-init needs --qlora"},
+      {{"--model", "llama-2-7b", "--lora-rank", "8", "--qlora", "--qlora-init", "cpu"},
+       "memest: error: --qlora-init: unknown QLoRA quantisation \"cpu\" (expected one of: none, "
+       "whole, chunked)"},
       {{"--model", "llama-2-7b", "--lora-rank", "8", "--lora-targets", "q,x"},
        "memest: error: --lora-targets: unknown LoRA target \"x\" (expected one of: q, k, v, o, "
        "gate, up, down, all-linear)"},

@@ -22,11 +22,14 @@ json run_json(std::vector<std::string> args) {
   return json::parse(r.out);
 }
 
+enum class Adapters { none, lora, qlora };
+
 // The stack's defaults spelled out as flags, as a user would type them without --stack.
-std::vector<std::string> spelled_out(const memest::StackPreset& s, bool lora) {
+std::vector<std::string> spelled_out(const memest::StackPreset& s, Adapters a) {
   std::vector<std::string> out;
   for (const auto& d : s.defaults) {
-    if (!d.needs.empty() && !lora) continue;
+    if (d.needs == "--lora-rank" && a == Adapters::none) continue;
+    if (d.needs == "--qlora" && a != Adapters::qlora) continue;
     out.emplace_back(d.flag);
     if (d.value != "on") out.emplace_back(d.value);
   }
@@ -37,15 +40,17 @@ std::vector<std::string> spelled_out(const memest::StackPreset& s, bool lora) {
 
 TEST_CASE("a stack gives the estimate its defaults spelled out as flags give", "[stacks]") {
   for (const auto& s : memest::stack_presets()) {
-    for (const bool lora : {false, true}) {
-      INFO("stack " << s.name << (lora ? " with LoRA" : ""));
+    for (const auto adapters : {Adapters::none, Adapters::lora, Adapters::qlora}) {
+      INFO("stack " << s.name << " adapters " << static_cast<int>(adapters));
       std::vector<std::string> base = {"--model", "llama-3.2-1b", "--batch",     "2",
                                        "--seq",   "512",          "--precision", "bf16"};
-      if (lora) base.insert(base.end(), {"--lora-rank", "16"});
+      if (adapters != Adapters::none) base.insert(base.end(), {"--lora-rank", "16"});
+      // QLoRA's defaults (how the base is quantised) show in the allocator replay's set-up.
+      if (adapters == Adapters::qlora) base.insert(base.end(), {"--qlora", "--allocator", "cuda"});
       auto with = base;
       with.insert(with.end(), {"--stack", std::string(s.name)});
       auto flags = base;
-      const auto spelled = spelled_out(s, lora);
+      const auto spelled = spelled_out(s, adapters);
       flags.insert(flags.end(), spelled.begin(), spelled.end());
       json a = run_json(with), b = run_json(flags);
       CHECK(a["inputs"]["training"]["stack"] == s.name);

@@ -43,6 +43,12 @@ enum class Allocator { none, cuda };
 /// loss_chunk positions, 128 by default, the log-softmax in the logits' dtype, the logits kept by
 /// the training loop through backward). docs/activations.md, "The loss".
 enum class Loss { hf, vocab_parallel, chunked, chunked_tokens };
+/// Where QLoRA's base weights become NF4: none (they arrive quantised: nothing on the device
+/// before the first step); whole (each weight built in 16 bits on the device as the model is
+/// constructed and quantised at once: torchao 0.1's NF4Tensor.from_tensor, as torchtune's
+/// LoRALinear calls to_nf4); chunked (the same, 2^20 elements at a time: torchao >= 0.2).
+/// docs/techniques.md, "QLoRA quantised on the device".
+enum class QloraInit { none, whole, chunked };
 
 std::span<const std::string_view> attention_names();
 Attention parse_attention(std::string_view text);
@@ -59,6 +65,9 @@ std::string_view allocator_name(Allocator a);
 std::span<const std::string_view> loss_names();
 Loss parse_loss(std::string_view text);
 std::string_view loss_name(Loss l);
+std::span<const std::string_view> qlora_init_names();
+QloraInit parse_qlora_init(std::string_view text);
+std::string_view qlora_init_name(QloraInit q);
 
 /// The training loop around the model.
 struct TrainingSpec {
@@ -87,6 +96,9 @@ struct TrainingSpec {
   /// bitsandbytes before 0.43.2: each 4-bit linear keeps its input for backward although it
   /// has no weight gradient (MatMul4Bit's ctx.tensors = (A, B), dropped in PR #1270).
   bool nf4_keeps_input = false;
+  /// QLoRA: the base weights quantised on the device as the model is built (--qlora-init); with
+  /// --allocator cuda the set-up stretch of the replay holds the quantisation's temporaries.
+  QloraInit qlora_init = QloraInit::none;
   std::string stack;  ///< the training stack whose defaults the run took (--stack); empty: none
   /// The optimizer step fused into backward (torchtune optimizer_in_bwd, PyTorch's
   /// register_post_accumulate_grad_hook): each gradient is applied and freed as soon as it is
