@@ -402,6 +402,11 @@ AllocatorReplay Replay::run() {
   now_ = {"first step", "cuBLAS workspace"};
   (void)a_.malloc(out_.cublas_workspace);
   note();
+  // Transformer Engine's workspace, a torch.empty at its first GEMM (kTeWorkspace).
+  out_.te_workspace = run_.training.te_workspace;
+  now_ = {"first step", "Transformer Engine workspace"};
+  (void)a_.malloc(out_.te_workspace);
+  note();
   stretch(step_.first.empty() ? step_.steady : step_.first, true, "first step");
   stretch(step_.steady, false, "steady state");
   out_.segments = a_.segments();

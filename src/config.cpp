@@ -500,15 +500,22 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     if (o.context_reserve) t.context_reserve = parse_setting(*o.context_reserve, parse_context);
   });
   t.load_full = flag(o.load_full);
-  // PyTorch's cuBLAS workspace: larger on sm90; none on the CPU.
+  // PyTorch's cuBLAS workspace: larger on sm90; none on the CPU. Transformer Engine's own,
+  // with its layers: larger from sm90 on.
   problems.attempt([&] {
+    const bool te =
+        o.transformer_impl && parse_setting(*o.transformer_impl, parse_transformer_impl) ==
+                                  TransformerImpl::transformer_engine;
     if (t.device == Device::cpu) {
       t.cublas_workspace = 0;
-    } else if (o.gpu) {
-      const Gpu& g =
-          parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& { return find_gpu(v); });
-      if (g.sm == 90) t.cublas_workspace = kCublasWorkspaceSm90;
+      return;
     }
+    t.te_workspace = te ? kTeWorkspace : 0;
+    if (!o.gpu) return;
+    const Gpu& g =
+        parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& { return find_gpu(v); });
+    if (g.sm == 90) t.cublas_workspace = kCublasWorkspaceSm90;
+    if (te && g.sm >= 90) t.te_workspace = kTeWorkspaceSm90;
   });
   if (o.batch.has_value() != o.seq.has_value()) {
     const auto& given = o.batch ? o.batch->where : o.seq->where;

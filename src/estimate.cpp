@@ -433,6 +433,7 @@ StageSummary summary_of(const RankSpec& r, const Estimate& e) {
   s.params = e.params;
   s.total_bytes = e.total_bytes;
   if (e.peak) s.peak_bytes = e.peak->bytes;
+  if (e.peak && e.peak->allocator) s.allocated_bytes = e.peak->allocator->allocated;
   s.needed = e.peak ? e.peak->needed : e.total_bytes;
   return s;
 }

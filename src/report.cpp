@@ -134,10 +134,13 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
   }
   if (pk.allocator) {
     const AllocatorReplay& a = *pk.allocator;
+    const std::string te = a.te_workspace ? fmt::format(", Transformer Engine's {}",
+                                                        format_bytes(a.te_workspace, unit))
+                                          : "";
     out += fmt::format(
         "  cuda caching allocator, replayed over model loading and two steps ({} segments, "
-        "cuBLAS workspace {}):\n",
-        a.segments, format_bytes(a.cublas_workspace, unit));
+        "cuBLAS workspace {}{}):\n",
+        a.segments, format_bytes(a.cublas_workspace, unit), te);
     out +=
         fmt::format("    allocated (max_memory_allocated) {} at {}, {}\n",
                     format_bytes(a.allocated, unit), a.allocated_at.stretch, a.allocated_at.moment);
@@ -278,7 +281,8 @@ ordered_json allocator_json(const Peak& pk) {
           {"reserved_at", at(a.reserved_at)},
           {"setup_reserved_bytes", a.setup_reserved},
           {"segments", a.segments},
-          {"cublas_workspace_bytes", a.cublas_workspace}};
+          {"cublas_workspace_bytes", a.cublas_workspace},
+          {"te_workspace_bytes", a.te_workspace}};
 }
 
 ordered_json peak_json(const Estimate& e) {
@@ -423,17 +427,19 @@ ordered_json parallel_json(const ParallelSpec& p) {
 ordered_json stages_json(const Estimate& e) {
   ordered_json list = ordered_json::array();
   for (const StageSummary& s : e.stages) {
-    list.push_back({{"stage", s.stage},
-                    {"first_layer", s.first_layer},
-                    {"layers", s.layers},
-                    {"embedding", s.embedding},
-                    {"head", s.head},
-                    {"in_flight_microbatches", s.in_flight},
-                    {"parameters", s.params},
-                    {"total_bytes", s.total_bytes},
-                    {"peak_bytes", s.peak_bytes ? ordered_json(*s.peak_bytes) : ordered_json()},
-                    {"needed_bytes", s.needed},
-                    {"worst", s.stage == e.worst_stage}});
+    list.push_back(
+        {{"stage", s.stage},
+         {"first_layer", s.first_layer},
+         {"layers", s.layers},
+         {"embedding", s.embedding},
+         {"head", s.head},
+         {"in_flight_microbatches", s.in_flight},
+         {"parameters", s.params},
+         {"total_bytes", s.total_bytes},
+         {"peak_bytes", s.peak_bytes ? ordered_json(*s.peak_bytes) : ordered_json()},
+         {"allocated_bytes", s.allocated_bytes ? ordered_json(*s.allocated_bytes) : ordered_json()},
+         {"needed_bytes", s.needed},
+         {"worst", s.stage == e.worst_stage}});
   }
   return list;
 }

@@ -126,6 +126,11 @@ std::vector<RunOptionInfo> build_table() {
            "Training stack whose defaults the run takes (flags override them): " +
                names(stack_names()) + " (docs/stacks.md)",
            &R::stack),
+      text("--transformer-impl", "training", "transformer_impl", "NAME",
+           "Layers as Megatron-LM's --transformer-impl names them: local (PyTorch modules, the "
+           "default) or transformer_engine (TE layers, which keep their own cuBLAS workspace: "
+           "32 MiB + 1 KiB from sm90 on, 4 MiB before; with --allocator cuda)",
+           &R::transformer_impl),
       text("--loss", "training", "loss", "NAME",
            "Loss over the vocabulary: " + names(loss_names()) +
                " (default hf: transformers'; vocab-parallel: Megatron-LM's; chunked: torchtune's "

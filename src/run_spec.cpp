@@ -14,6 +14,7 @@ constexpr std::array<std::string_view, 2> kAllocatorNames = {"none", "cuda"};
 constexpr std::array<std::string_view, 4> kLossNames = {"hf", "vocab-parallel", "chunked",
                                                         "chunked-tokens"};
 constexpr std::array<std::string_view, 3> kQloraInitNames = {"none", "whole", "chunked"};
+constexpr std::array<std::string_view, 2> kTransformerImplNames = {"local", "transformer_engine"};
 
 }  // namespace
 
@@ -51,6 +52,11 @@ std::string_view loss_name(Loss l) { return kLossNames[static_cast<std::size_t>(
 std::span<const std::string_view> qlora_init_names() { return kQloraInitNames; }
 QloraInit parse_qlora_init(std::string_view t) {
   return detail::parse_enum<QloraInit>(kQloraInitNames, t, "QLoRA quantisation");
+}
+std::span<const std::string_view> transformer_impl_names() { return kTransformerImplNames; }
+TransformerImpl parse_transformer_impl(std::string_view t) {
+  return detail::parse_enum<TransformerImpl>(kTransformerImplNames, t,
+                                             "transformer implementation");
 }
 std::string_view qlora_init_name(QloraInit q) {
   return kQloraInitNames[static_cast<std::size_t>(q)];

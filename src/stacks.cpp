@@ -82,6 +82,9 @@ constexpr std::array kMegatron{
                  "Megatron-LM param_and_grad_buffer.py @d98e8a64: grad_data.zero_()"},
     StackDefault{"--ddp-bucket-view", "on",
                  "Megatron-LM param_and_grad_buffer.py @d98e8a64: main_grad views the buffer"},
+    StackDefault{"--transformer-impl", "transformer_engine",
+                 "Megatron-LM megatron/core/transformer/transformer_config.py @d98e8a64: "
+                 "transformer_impl defaults to transformer_engine"},
     StackDefault{"--vocab-multiple", "128",
                  "Megatron-LM arguments.py @d98e8a64: --make-vocab-size-divisible-by 128"},
 };

@@ -259,3 +259,30 @@ TEST_CASE("issue 10: --qlora-init replays torchao's NF4 quantisation as the mode
           bytes(whole["setup_reserved_bytes"]));
   REQUIRE(bytes(none["setup_reserved_bytes"]) < bytes(chunked["setup_reserved_bytes"]));
 }
+
+TEST_CASE("issue 9: Transformer Engine's layers keep a cuBLAS workspace of their own",
+          "[allocator][cli]") {
+  const auto te = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--model", "gpt2",        "--batch", "1",        "--seq",
+                                     "128",     "--allocator", "cuda",    "--format", "json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_cli(args);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["peak"]["allocator"];
+  };
+  // transformer_engine/pytorch/cpp_extensions/gemm.py: 32 MiB + 1 KiB from sm90 on, else 4 MiB.
+  const auto h100 = te({"--transformer-impl", "transformer_engine", "--gpu", "h100-80gb"});
+  REQUIRE(h100["te_workspace_bytes"] == 33'555'456);
+  REQUIRE(te({"--stack", "megatron", "--gpu", "a100-80gb"})["te_workspace_bytes"] == 4'194'304);
+  REQUIRE(te({"--stack", "megatron", "--transformer-impl", "local"})["te_workspace_bytes"] == 0);
+  // It is live from the first step on: allocated grows by its block (512-B multiple) exactly.
+  const auto without = te({"--gpu", "h100-80gb"});
+  REQUIRE(without["te_workspace_bytes"] == 0);
+  REQUIRE(h100["allocated_bytes"].get<std::uint64_t>() ==
+          without["allocated_bytes"].get<std::uint64_t>() + 33'555'456);
+  const auto bad = run_cli({"--model", "gpt2", "--transformer-impl", "te"});
+  REQUIRE(bad.code == 2);
+  REQUIRE(bad.err ==
+          "memest: error: --transformer-impl: unknown transformer implementation \"te\" "
+          "(expected one of: local, transformer_engine)\n");
+}

@@ -50,8 +50,11 @@ inline std::uint64_t estimated(const Run& run, const json& j) {
   if (run.reads == "nvidia-smi") return peak.at("nvidia_smi_bytes").get<std::uint64_t>();
   if (run.reads != "allocated" && run.reads != "active")
     throw std::runtime_error(run.id + ": unknown metric " + run.reads);
-  if (!j["stages"].empty()) return j["stages"].back()["peak_bytes"].get<std::uint64_t>();
-  const json& a = peak["allocated_bytes"];
+  // A split run measured on its last rank: the last pipeline stage.
+  const json& a =
+      j["stages"].empty() ? peak["allocated_bytes"] : j["stages"].back()["allocated_bytes"];
+  if (!j["stages"].empty() && a.is_null())
+    return j["stages"].back()["peak_bytes"].get<std::uint64_t>();
   return a.is_null() ? peak["bytes"].get<std::uint64_t>() : a.get<std::uint64_t>();
 }
 

@@ -23,6 +23,11 @@ inline constexpr std::uint64_t kRoundLarge = 2ULL << 20;      ///< larger segmen
 /// parseChosenWorkspaceSize and getNewWorkspace).
 inline constexpr std::uint64_t kCublasWorkspace = 4096ULL * 1024 * 2 + 16ULL * 1024 * 8;
 inline constexpr std::uint64_t kCublasWorkspaceSm90 = 4096ULL * 1024 * 8;
+/// Transformer Engine's own cuBLAS workspace, one per device, a torch.empty at its first GEMM
+/// (transformer_engine/pytorch/cpp_extensions/gemm.py, get_cublas_workspace_size_bytes and
+/// get_cublas_workspace, read at d0067d0da): 4 MiB, and 32 MiB + 1 KiB from sm90 on.
+inline constexpr std::uint64_t kTeWorkspace = 4'194'304;
+inline constexpr std::uint64_t kTeWorkspaceSm90 = 32ULL * 1024 * 1024 + 1024;
 
 /// The block size of a request: at least 512 B, a multiple of 512 B (round_size).
 std::uint64_t caching_round_size(std::uint64_t bytes);

@@ -43,7 +43,7 @@ struct RunOptions {
       grad_accum_dtype;
   // training
   TextSetting batch, seq, grad_accum, attention, recompute, dropout, zero_grad, device, allocator,
-      context_reserve, loss, loss_chunk, stack;
+      context_reserve, loss, loss_chunk, stack, transformer_impl;
   FlagSetting compile;  ///< torch.compile of each layer (docs/techniques.md)
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,

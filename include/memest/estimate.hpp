@@ -47,7 +47,10 @@ struct StageSummary {
   std::uint64_t params = 0;                   ///< parameters on one device of the stage
   std::uint64_t total_bytes = 0;              ///< sum of its device categories
   std::optional<std::uint64_t> peak_bytes;    ///< its peak, when activations are estimated
-  std::uint64_t needed = 0;                   ///< what its device must hold
+  /// max_memory_allocated of the caching allocator's replay (--allocator cuda): rounded blocks
+  /// and the workspaces beside the live peak.
+  std::optional<std::uint64_t> allocated_bytes;
+  std::uint64_t needed = 0;  ///< what its device must hold
 };
 
 /// The result: bytes per category for one device. A run split over devices (tensor, pipeline,

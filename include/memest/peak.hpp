@@ -59,6 +59,7 @@ struct AllocatorReplay {
   std::uint64_t setup_reserved = 0;    ///< reserved when model loading is done
   std::uint64_t segments = 0;          ///< cudaMalloc calls over the run
   std::uint64_t cublas_workspace = 0;  ///< allocated through the allocator at the first matmul
+  std::uint64_t te_workspace = 0;      ///< Transformer Engine's, at its first GEMM
 };
 
 /// The peak of live bytes over a training step, per device.

@@ -49,6 +49,10 @@ enum class Loss { hf, vocab_parallel, chunked, chunked_tokens };
 /// LoRALinear calls to_nf4); chunked (the same, 2^20 elements at a time: torchao >= 0.2).
 /// docs/techniques.md, "QLoRA quantised on the device".
 enum class QloraInit { none, whole, chunked };
+/// The layers' implementation, as Megatron-LM's --transformer-impl names it: local (PyTorch's
+/// modules) or transformer_engine (Transformer Engine's, which keep a cuBLAS workspace of their
+/// own: kTeWorkspace).
+enum class TransformerImpl { local, transformer_engine };
 
 std::span<const std::string_view> attention_names();
 Attention parse_attention(std::string_view text);
@@ -68,6 +72,8 @@ std::string_view loss_name(Loss l);
 std::span<const std::string_view> qlora_init_names();
 QloraInit parse_qlora_init(std::string_view text);
 std::string_view qlora_init_name(QloraInit q);
+std::span<const std::string_view> transformer_impl_names();
+TransformerImpl parse_transformer_impl(std::string_view text);
 
 /// The training loop around the model.
 struct TrainingSpec {
@@ -84,6 +90,9 @@ struct TrainingSpec {
   /// PyTorch's cuBLAS workspace, allocated through the caching allocator by the first matmul
   /// (kCublasWorkspace, or kCublasWorkspaceSm90 on Hopper; 0 on the CPU).
   std::uint64_t cublas_workspace = kCublasWorkspace;
+  /// Transformer Engine's cuBLAS workspace (--transformer-impl transformer_engine): kTeWorkspace,
+  /// or kTeWorkspaceSm90 from sm90 on; 0 without TE layers.
+  std::uint64_t te_workspace = 0;
   /// Model loading materialises the whole model on each device before sharding it (--load-full).
   bool load_full = false;
   Loss loss = Loss::hf;
