@@ -268,7 +268,7 @@ function drawSummary(est, units) {
     lines.push(el('p', {}, `${est.stages.length} pipeline stages; the figures are stage ` +
                             `${worst ? worst.stage : 0}'s, the one that needs most.`));
   }
-  for (const w of [...est.warnings, ...est.notes]) lines.push(el('p', {class: 'note', text: w}));
+  for (const w of [...est.warnings, ...est.assumptions, ...est.notes]) lines.push(el('p', {class: 'note', text: w}));
   document.getElementById('summary').replaceChildren(...lines);
 }
 
