@@ -41,7 +41,9 @@ const RUNS = [
   {model: 'mixtral-8x7b', ep: '8', dp: '8', zero: '3', precision: 'bf16', batch: '1', seq: '4096',
    gpu: 'h100-80gb', units: 'GiB'},
   {model: 'gpt2-xl', optimizer: 'lion', precision: 'mixed', batch: '4', seq: '1024',
-   recompute: 'full', allocator: 'cuda', gpu: 'a10'},
+   recompute: 'full', allocator: 'cuda', gpu: 'a10', dropout: '1e-1'},
+  {model: 'llama-3.2-1b', 'lora-rank': '8', 'lora-dropout': '0.05', batch: '4', seq: '1024',
+   precision: 'bf16', gpu: 'l4'},
   {paste: {file: read('configs/examples/llama-2-7b-budget.json')}, batch: '2'},
 ];
 
@@ -49,6 +51,9 @@ const RUNS = [
 const BAD = [
   {paste: {config: '{"model_type": "llama", "hidden_size": -2}'}, batch: '1', seq: '128'},
   {model: 'gpt2', batch: '0', seq: '1024'},
+  // The web build parses probabilities without floating-point from_chars (src/config.cpp).
+  {model: 'gpt2', 'lora-rank': '8', 'lora-dropout': '+0.1', batch: '1', seq: '128'},
+  {model: 'gpt2', dropout: '0x1p-2', batch: '1', seq: '128'},
 ];
 
 const FILE_NAMES = {config: 'config.json', file: 'run.json'};
