@@ -244,6 +244,7 @@ async function main() {
     }
     await fill(page, RUNS[0]);
     await page.$eval('#more', (d) => { d.open = false; });
+    await page.evaluate(() => new Promise((done) => requestAnimationFrame(() => done())));
     await page.screenshot({path: path.join(root, 'build', 'web', 'page.png'), fullPage: true});
   } finally {
     await browser.close();
