@@ -9,9 +9,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <locale>
 #include <sstream>
 
 namespace memest {
@@ -55,11 +57,29 @@ std::uint64_t parse_context(std::string_view v) {
   }
 }
 
+// A whole text as a double, in the C locale's form whatever the process locale is.
+bool parse_double(std::string_view text, double& v) {
+#if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && ptr == text.data() + text.size();
+#else
+  // libc++ before 17 (emscripten's, for the web page) has no floating-point from_chars: a stream
+  // in the classic locale reads the same forms; from_chars takes no leading space or '+',
+  // nor hexadecimal (general format).
+  if (text.empty() || text[0] == '+' || std::isspace(static_cast<unsigned char>(text[0])) ||
+      text.find_first_of("xX") != std::string_view::npos) {
+    return false;
+  }
+  std::istringstream in{std::string(text)};
+  in.imbue(std::locale::classic());
+  in >> v;
+  return !in.fail() && in.peek() == std::char_traits<char>::eof();
+#endif
+}
+
 double parse_probability(std::string_view text) {
   double v = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v) || v < 0 ||
-      v >= 1) {
+  if (!parse_double(text, v) || !std::isfinite(v) || v < 0 || v >= 1) {
     throw Error(fmt::format("expected a probability in [0, 1), got \"{}\"", text));
   }
   return v;

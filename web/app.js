@@ -1,0 +1,390 @@
+// The memest web page: a form generated from the run-config schema that `memest schema` prints,
+// turned into the command line's arguments and run by the command line itself (memest.js, the
+// WebAssembly build of memest::cli::run). The page only draws what the JSON says.
+'use strict';
+
+// The options shown first, in this order; every other option of the schema is under "More".
+const COMMON = [
+  'model/name', 'model/params', 'model/config', 'training/micro_batch', 'training/seq_len',
+  'precision/preset', 'optimizer/name', 'training/attention', 'training/recompute',
+  'model/lora_rank', 'model/lora_targets', 'model/qlora', 'parallel/data_parallel',
+  'parallel/zero_stage', 'parallel/tensor_parallel', 'parallel/pipeline_parallel', 'hardware/gpu',
+];
+// Options that name a file: the page takes the file's text and gives the command line a file of
+// that name in its in-memory file system.
+// "file" is the command line's --file: a memest run config.
+const FILES = {'model/config': 'config.json', 'file': 'run.json'};
+const PLOT = 'timeline.svg';    // --plot writes the picture here
+const DEFAULT_POLICIES = ['fp32', 'amp', 'mixed', 'bf16'];  // compare's own default list
+const UNITS = {GB: 1e9, GiB: 2 ** 30};
+
+let memest = null;  // the WebAssembly module
+let options = [];   // the run options, from the schema
+
+// Runs `memest ...args`: {code, out, err} as the command line would exit and print.
+function cli(args) {
+  return JSON.parse(memest.ccall('memest_run', 'string', ['string'], [JSON.stringify(args)]));
+}
+
+// ---- The form, from the schema ----
+
+// One run option of the schema: its flag is the one the description names.
+function optionOf(section, key, schema) {
+  const m = /\s*\(flag (--[a-z0-9-]+)\)$/.exec(schema.description || '');
+  if (!m) return null;
+  const help = schema.description.slice(0, m.index);
+  const alternatives = schema.anyOf || [schema];
+  const choices = alternatives.flatMap((a) => (a.enum || []).map(String));
+  const onlyChoices = alternatives.every((a) => a.enum);
+  const d = /\(default ([^;)]+)/.exec(help);
+  let kind = 'text';
+  if (schema.type === 'boolean') kind = 'bool';
+  else if (schema.type === 'object') kind = 'json';
+  else if (FILES[`${section}/${key}`]) kind = 'file';
+  else if (choices.length && onlyChoices) kind = 'select';
+  return {
+    id: `${section}/${key}`, section, key, flag: m[1], name: m[1].slice(2), help, kind, choices,
+    placeholder: d ? `default ${d[1]}` : '',
+  };
+}
+
+function optionsFromSchema(schema) {
+  const out = [];
+  for (const [section, s] of Object.entries(schema.properties)) {
+    const object = s.properties ? s : (s.anyOf || []).find((a) => a.properties);
+    if (!object) continue;  // "$schema", "description"
+    for (const [key, v] of Object.entries(object.properties)) {
+      const o = optionOf(section, key, v);
+      if (o) out.push(o);
+    }
+  }
+  return out;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'text') e.textContent = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function control(o) {
+  const attrs = {id: `opt-${o.name}`, name: o.name, 'data-flag': o.flag};
+  if (o.kind === 'bool') return el('input', {...attrs, type: 'checkbox'});
+  if (o.kind === 'select') {
+    const s = el('select', attrs, el('option', {value: '', text: o.placeholder || '(default)'}));
+    for (const c of o.choices) s.append(el('option', {value: c, text: c}));
+    return s;
+  }
+  if (o.kind === 'json' || o.kind === 'file') {
+    const what = o.kind === 'file' ? `paste the ${FILES[o.id]} here` : 'JSON';
+    return el('textarea', {...attrs, rows: 4, placeholder: what, spellcheck: 'false'});
+  }
+  const input = el('input', {...attrs, type: 'text', placeholder: o.placeholder});
+  // A name from the list, or another form the option takes (a Hub id, a size).
+  if (o.choices.length) input.setAttribute('list', `list-${o.name}`);
+  return input;
+}
+
+function field(o) {
+  const c = control(o);
+  const label = el('label', {for: c.id, title: o.help},
+                   el('span', {class: 'name', text: o.flag}), el('span', {class: 'help', text: o.help}));
+  const f = el('div', {class: `field ${o.kind}`}, label, c);
+  if (c.getAttribute('list')) {
+    const list = el('datalist', {id: c.getAttribute('list')});
+    for (const v of o.choices) list.append(el('option', {value: v}));
+    f.append(list);
+  }
+  return f;
+}
+
+function buildForm(schema) {
+  options = optionsFromSchema(schema);
+  const common = document.getElementById('common');
+  for (const id of COMMON) {
+    const o = options.find((x) => x.id === id);
+    if (o) common.append(field(o));
+  }
+  const more = document.getElementById('more-fields');
+  const file = {id: 'file', name: 'file', flag: '--file', kind: 'file', choices: [],
+                help: 'A memest run config (JSON); the fields above override it'};
+  more.append(field(file));
+  let section = '';
+  for (const o of options) {
+    if (COMMON.includes(o.id)) continue;
+    if (o.section !== section) {
+      section = o.section;
+      more.append(el('h3', {text: section}));
+    }
+    more.append(field(o));
+  }
+  options.push(file);
+}
+
+// ---- Form values, arguments and the URL ----
+
+function values() {
+  const v = {};
+  for (const o of options) {
+    const c = document.getElementById(`opt-${o.name}`);
+    if (o.kind === 'bool') {
+      if (c.checked) v[o.name] = '1';
+    } else if (c.value !== '') {
+      v[o.name] = c.value;
+    }
+  }
+  return v;
+}
+
+function setValues(v) {
+  for (const o of options) {
+    const c = document.getElementById(`opt-${o.name}`);
+    if (o.kind === 'bool') c.checked = o.name in v;
+    else c.value = v[o.name] || '';
+  }
+}
+
+// The command line's arguments for these values; files go into its file system first.
+function argumentsOf(v) {
+  const args = [];
+  for (const o of options) {
+    if (!(o.name in v)) continue;
+    if (o.kind === 'bool') {
+      args.push(o.flag);
+      continue;
+    }
+    let value = v[o.name];
+    if (o.kind === 'file') {
+      memest.FS.writeFile(FILES[o.id], value);
+      value = FILES[o.id];
+    }
+    // `--name value`, as one types it; `--name=value` where the value would read as a flag.
+    if (value.startsWith('-')) args.push(`${o.flag}=${value}`);
+    else args.push(o.flag, value);
+  }
+  return args;
+}
+
+function hashOf(v, units) {
+  const p = new URLSearchParams(v);
+  if (units !== 'GB') p.set('units', units);
+  return p.toString();
+}
+
+function shellWord(w) {
+  return /^[A-Za-z0-9_./:,=+-]+$/.test(w) ? w : `'${w.replace(/'/g, "'\\''")}'`;
+}
+
+// ---- Rendering: reads the JSON, computes nothing but the unit conversion ----
+
+function size(bytes, units) {
+  return `${(bytes / UNITS[units]).toFixed(2)} ${units}`;
+}
+
+// A table; `bytes[i]`, when given, is row i's integer bytes (data-bytes, for the browser test).
+function table(t, head, rows, bytes = []) {
+  t.replaceChildren(el('thead', {}, el('tr', {}, ...head.map((h) => el('th', {text: h})))));
+  const body = el('tbody');
+  rows.forEach((r, i) => {
+    const tr = el('tr', {}, ...r.map((c) => el('td', {text: String(c)})));
+    if (i < bytes.length) tr.dataset.bytes = String(bytes[i]);
+    body.append(tr);
+  });
+  t.append(body);
+}
+
+// The breakdown as stacked bars on one scale, against the GPU's memory when one is given: the
+// categories (device memory) and, for a whole run, what is live at the peak.
+function drawBar(est, units) {
+  const rows = [['categories', Object.values(est.categories)
+                                   .filter((c) => c.location === 'device' && c.bytes > 0)
+                                   .map((c) => [c.label, c.bytes])]];
+  if (est.peak) {
+    rows.push(['peak', Object.entries(est.peak.composition).filter(([, b]) => b > 0)
+                           .map(([part, b]) => [part.replace(/_/g, ' '), b])]);
+  }
+  const budget = est.budget;
+  const scale = Math.max(est.total.bytes, est.peak ? est.peak.bytes : 0,
+                         budget ? budget.capacity_bytes : 0) || 1;
+  const colours = new Map();
+  const colour = (label) => {
+    if (!colours.has(label)) colours.set(label, `c${colours.size % 10}`);
+    return colours.get(label);
+  };
+  const out = [];
+  for (const [row, parts] of rows) {
+    const bar = el('div', {class: 'stack'});
+    for (const [label, bytes] of parts) {
+      const seg = el('div', {class: `seg ${colour(label)}`, title: `${label}: ${size(bytes, units)}`,
+                             'data-row': row, 'data-bytes': String(bytes)});
+      seg.style.width = `${(100 * bytes) / scale}%`;
+      bar.append(seg);
+    }
+    const box = el('div', {class: 'bar'}, bar);
+    if (budget) {
+      for (const [name, b] of [['capacity', budget.capacity_bytes], ['usable', budget.usable_bytes]]) {
+        const line = el('div', {class: `limit ${name}`, title: `${name}: ${size(b, units)}`});
+        line.style.left = `${(100 * b) / scale}%`;
+        box.append(line);
+      }
+    }
+    out.push(el('div', {class: 'barrow'}, el('span', {class: 'barname', text: row}), box));
+  }
+  const legend = el('ul', {class: 'legend'});
+  for (const [label, c] of colours) legend.append(el('li', {}, el('span', {class: `swatch ${c}`}), label));
+  if (budget) {
+    legend.append(el('li', {}, el('span', {class: 'swatch limit-key'}),
+                     `${budget.source}: ${size(budget.capacity_bytes, units)} (dashed: usable ` +
+                     `${size(budget.usable_bytes, units)})`));
+  }
+  document.getElementById('bar').replaceChildren(...out, legend);
+}
+
+function drawSummary(est, units) {
+  const p = est.peak, b = est.budget;
+  const lines = [];
+  if (p) {
+    lines.push(el('p', {id: 'peak', 'data-bytes': String(p.bytes)},
+                  el('strong', {text: size(p.bytes, units)}),
+                  ` at the peak${p.approximate ? ' (approximate)' : ''}, in the ${p.phase} phase ` +
+                  `(moment: ${p.moment}); the categories sum to ${size(est.total.bytes, units)}.`));
+  } else {
+    lines.push(el('p', {id: 'peak'}, el('strong', {text: size(est.total.bytes, units)}),
+                  ' in all categories; no peak over the step without a batch and a sequence.'));
+  }
+  if (b) {
+    const verdict = b.fits ? `fits, ${size(b.headroom_bytes, units)} to spare`
+                           : `does not fit: over by ${size(b.over_bytes, units)}`;
+    lines.push(el('p', {id: 'fits', class: b.fits ? 'fits' : 'over'},
+                  `Needs ${size(b.need_bytes, units)} of ${size(b.usable_bytes, units)} usable on ` +
+                  `${b.source}: ${verdict}.`));
+  }
+  if (est.stages.length) {
+    const worst = est.stages.find((s) => s.worst);
+    lines.push(el('p', {}, `${est.stages.length} pipeline stages; the figures are stage ` +
+                            `${worst ? worst.stage : 0}'s, the one that needs most.`));
+  }
+  for (const w of [...est.warnings, ...est.assumptions, ...est.notes]) lines.push(el('p', {class: 'note', text: w}));
+  document.getElementById('summary').replaceChildren(...lines);
+}
+
+function drawCompare(cmp, units) {
+  const runs = cmp.runs;
+  const keys = Object.keys(runs[0].categories_bytes);
+  const rows = keys.map((k) => [k.replace(/_/g, ' '), ...runs.map((r) => size(r.categories_bytes[k], units))]);
+  rows.push(['sum of categories', ...runs.map((r) => size(r.total_bytes, units))]);
+  rows.push(['peak', ...runs.map((r) => size(r.peak_bytes, units))]);
+  const t = el('table', {id: 'compare-table'});
+  table(t, ['', ...runs.map((r) => r.precision.name)], rows);
+  const max = Math.max(...runs.map((r) => r.peak_bytes)) || 1;
+  const bars = el('div', {class: 'policy-bars'});
+  for (const r of runs) {
+    const b = el('div', {class: 'pbar', 'data-bytes': String(r.peak_bytes),
+                         'data-policy': r.precision.name});
+    b.style.width = `${(100 * r.peak_bytes) / max}%`;
+    bars.append(el('div', {class: 'prow'}, el('span', {class: 'pname', text: r.precision.name}),
+                   el('div', {class: 'ptrack'}, b), el('span', {text: size(r.peak_bytes, units)})));
+  }
+  document.getElementById('compare').replaceChildren(bars, t);
+}
+
+function showError(text) {
+  const e = document.getElementById('error');
+  e.textContent = text.replace(/\n$/, '');
+  e.hidden = false;
+  document.getElementById('output').hidden = true;
+}
+
+// ---- One run ----
+
+function run() {
+  const v = values();
+  const units = document.getElementById('units').value;
+  const hash = hashOf(v, units);
+  history.replaceState(null, '', `#${hash}`);
+  document.getElementById('share').href = `#${hash}`;
+  const args = argumentsOf(v);
+  // The picture needs a whole run (a batch and a sequence): without one, the estimate alone.
+  const withPlot = cli([...args, '--format', 'json', '--plot', PLOT]);
+  const est = withPlot.code === 2 ? cli([...args, '--format', 'json']) : withPlot;
+  document.getElementById('command').textContent =
+      ['memest', ...args].map(shellWord).join(' ');
+  document.body.dataset.runs = String(Number(document.body.dataset.runs || 0) + 1);
+  if (est.code !== 0 && est.code !== 1) {  // 1: a check failed (over budget); still a result
+    showError(est.err);
+    return;
+  }
+  document.getElementById('error').hidden = true;
+  const e = JSON.parse(est.out);
+  drawSummary(e, units);
+  drawBar(e, units);
+  const live = e.peak ? e.peak.live : [];
+  table(document.getElementById('live'), ['tensor', 'part', 'count', units],
+        live.map((t) => [t.name, t.part, t.count, size(t.bytes, units)]), live.map((t) => t.bytes));
+  table(document.getElementById('categories'), ['category', 'dtype', 'bytes/element', units, 'basis'],
+        Object.values(e.categories).map((c) => [c.label, c.dtype || '', c.bytes_per_element,
+                                                 size(c.bytes, units), c.basis]),
+        Object.values(e.categories).map((c) => c.bytes));
+  if (withPlot === est) {
+    const svg = memest.FS.readFile(PLOT, {encoding: 'utf8'});
+    const img = el('img', {alt: 'live memory over the training step',
+                           src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(svg)}`});
+    document.getElementById('timeline').replaceChildren(img);
+  } else {
+    const why = el('p', {class: 'note', id: 'timeline-error', text: withPlot.err.replace(/\n$/, '')});
+    document.getElementById('timeline').replaceChildren(why);
+  }
+  // compare takes the policies to set side by side instead of one precision.
+  const cmpArgs = argumentsOf(Object.fromEntries(
+      Object.entries(v).filter(([k]) => k !== 'precision' && k !== 'amp')));
+  const chosen = v.precision || (v.amp ? 'amp' : null);
+  const policies = [...new Set([...DEFAULT_POLICIES, ...(chosen ? [chosen] : [])])];
+  const cmp = cli(['compare', ...cmpArgs, '--policies', policies.join(','), '--format', 'json']);
+  const ce = document.getElementById('compare-error');
+  ce.hidden = cmp.code === 0;
+  ce.textContent = cmp.code === 0 ? '' : cmp.err.replace(/\n$/, '');
+  if (cmp.code === 0) drawCompare(JSON.parse(cmp.out), units);
+  else document.getElementById('compare').replaceChildren();
+  document.getElementById('output').hidden = false;
+}
+
+function restore() {
+  const p = new URLSearchParams(location.hash.slice(1));
+  const v = Object.fromEntries(p);
+  document.getElementById('units').value = v.units in UNITS ? v.units : 'GB';
+  delete v.units;
+  setValues(v);
+  if (options.some((o) => o.name in v && !COMMON.includes(o.id))) {
+    document.getElementById('more').open = true;
+  }
+  if (Object.keys(v).length) run();
+}
+
+createMemest().then((m) => {
+  memest = m;
+  const schema = cli(['schema']);
+  buildForm(JSON.parse(schema.out));
+  const form = document.getElementById('run');
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    run();
+  });
+  document.getElementById('units').addEventListener('change', () => {
+    if (location.hash.length > 1) run();
+  });
+  document.getElementById('reset').addEventListener('click', () => {
+    setValues({});
+    history.replaceState(null, '', location.pathname);
+    document.getElementById('output').hidden = true;
+    document.getElementById('error').hidden = true;
+  });
+  window.addEventListener('hashchange', restore);
+  document.getElementById('loading').remove();
+  document.getElementById('estimate').disabled = false;
+  if (location.hash.length > 1) restore();
+  document.body.dataset.ready = '1';
+});

@@ -1,0 +1,46 @@
+// The web page's entry point: memest's command line run in-process (memest::cli::run) with the
+// arguments the page built from its form, so every answer, default and message is the CLI's.
+// The page (web/app.js) calls memest_run with the arguments as a JSON array of strings and gets
+// back {"code": exit code, "out": what the CLI printed, "err": its error lines}.
+#include "cli/cli.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <emscripten/emscripten.h>
+#include <exception>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string run_words(const Json& words) {
+  std::vector<std::string> args = {"memest"};
+  for (const auto& w : words) args.push_back(w.get<std::string>());
+  std::vector<const char*> argv;
+  argv.reserve(args.size());
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = memest::cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+  const Json result = {{"code", code}, {"out", out.str()}, {"err", err.str()}};
+  return result.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace
+
+/// Runs `memest <args...>`: `args_json` is a JSON array of strings. The result stays valid until
+/// the next call.
+extern "C" EMSCRIPTEN_KEEPALIVE const char* memest_run(const char* args_json) {
+  static std::string result;
+  try {
+    result = run_words(Json::parse(args_json));
+  } catch (const std::exception& e) {  // the page passed something other than strings
+    const Json bug = {{"code", memest::cli::kExitBug},
+                      {"out", ""},
+                      {"err", std::string("memest: internal error: ") + e.what() + "\n"}};
+    result = bug.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  return result.c_str();
+}
