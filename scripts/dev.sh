@@ -60,9 +60,10 @@ case "${1:-}" in
     # the dev build's binary (tests/web/page_test.js; screenshot in build/web/page.png).
     cmake --workflow --preset web
     node tests/web/page_test.js
-    # libFuzzer + ASan + UBSan, 5 s per target: a smoke run that keeps the targets building and
-    # replays the corpus; a real run is `bash scripts/fuzz.sh` (docs/hardening.md).
-    bash scripts/fuzz.sh 5
+    # libFuzzer + ASan + UBSan, 5 s per target, on the asan build's targets: a smoke run that
+    # keeps the targets building and replays the corpus; a real run is `bash scripts/fuzz.sh`
+    # (its own optimised build, docs/hardening.md).
+    MEMEST_FUZZ_PRESET=asan bash scripts/fuzz.sh 5
     ;;
   *)
     echo "usage: bash scripts/dev.sh demo|test" >&2

@@ -4,6 +4,9 @@
 # run finds is kept: new inputs in build/fuzz/corpus/<target>, a crash as
 # build/fuzz/artifacts/<target>-crash-<hash> (replay: build/fuzz/tests/fuzz/fuzz_<target> FILE).
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]   targets: hf_config run_config units cli
+# MEMEST_FUZZ_PRESET=asan takes the targets of the asan build instead (a debug build, slower per
+# input; the test command's smoke run uses it so that one sanitized build serves both), and
+# keeps what it finds under build/asan/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,11 +15,13 @@ seconds="${1:-600}"
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(hf_config run_config units cli)
 
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "${MEMEST_JOBS:-2}"
-rm -rf build/fuzz/seeds
-python3 tests/fuzz/seeds.py build/fuzz/seeds
-mkdir -p build/fuzz/artifacts
+preset="${MEMEST_FUZZ_PRESET:-fuzz}"
+out="build/$preset"
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "${MEMEST_JOBS:-2}"
+rm -rf "$out/seeds"
+python3 tests/fuzz/seeds.py "$out/seeds"
+mkdir -p "$out/artifacts"
 
 for t in "${targets[@]}"; do
   case "$t" in
@@ -24,14 +29,14 @@ for t in "${targets[@]}"; do
     cli) max_len=2048 dict=() ;;
     *) max_len=65536 dict=(-dict=tests/fuzz/json.dict) ;;
   esac
-  mkdir -p "build/fuzz/corpus/$t"
-  log="build/fuzz/$t.log"
+  mkdir -p "$out/corpus/$t"
+  log="$out/$t.log"
   # -timeout: an input that takes 10 s is a hang; -rss_limit_mb: one that needs 2 GB a leak.
-  if ! "build/fuzz/tests/fuzz/fuzz_$t" "build/fuzz/corpus/$t" "build/fuzz/seeds/$t" "${dict[@]}" \
+  if ! "$out/tests/fuzz/fuzz_$t" "$out/corpus/$t" "$out/seeds/$t" "${dict[@]}" \
       -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="build/fuzz/artifacts/$t-" >"$log" 2>&1; then
+      -print_final_stats=1 -artifact_prefix="$out/artifacts/$t-" >"$log" 2>&1; then
     tail -n 60 "$log" >&2
-    echo "fuzz_$t: a finding (input in build/fuzz/artifacts/, log in $log)" >&2
+    echo "fuzz_$t: a finding (input in $out/artifacts/, log in $log)" >&2
     exit 1
   fi
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
