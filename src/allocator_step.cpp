@@ -118,6 +118,11 @@ void tensor_blocks(const RunSpec& run, const Step& step, Part part, const Tensor
   }
 }
 
+// A group with one share per layer: a "layers.*" name and a count that is a multiple of L.
+bool per_layer(const TensorGroup& g, u64 L) {
+  return L > 1 && g.name.find('*') != std::string::npos && g.count % L == 0;
+}
+
 // The blocks of a whole per-parameter part and of one layer's share of it.
 struct PartBlocks {
   std::vector<u64> all, layer;
@@ -131,9 +136,8 @@ PartBlocks part_blocks(const RunSpec& run, const Step& step, Part part, u64 L) {
   for (const TensorGroup& g : inv.groups) {
     std::vector<u64> one;
     tensor_blocks(run, step, part, g, trainable, one);
-    const bool per_layer = L > 1 && g.name.find('*') != std::string::npos && g.count % L == 0;
     for (u64 c = 0; c < g.count; ++c) out.all.insert(out.all.end(), one.begin(), one.end());
-    for (u64 c = 0; per_layer && c < g.count / L; ++c)
+    for (u64 c = 0; per_layer(g, L) && c < g.count / L; ++c)
       out.layer.insert(out.layer.end(), one.begin(), one.end());
   }
   out.all_bytes = std::accumulate(out.all.begin(), out.all.end(), u64{0});
@@ -158,6 +162,7 @@ class Replay {
  private:
   void setup();
   void quantise_on_device();
+  Handle build(const TensorGroup& g, bool quantise);
   void stretch(const std::vector<MomentSpec>& walk, bool first, std::string_view name);
   template <typename Keep>
   void moment(const MomentSpec& m, Keep&& keep);
@@ -298,16 +303,13 @@ void Replay::moment(const MomentSpec& m, Keep&& keep) {
 }
 
 // The model's tensors in the order a constructor creates them: a run of per-layer groups
-// ("layers.*" names, a count that is a multiple of L) layer by layer, each group's share of a
-// layer in inventory order; every other group where it stands. Each entry is one tensor.
+// (per_layer) layer by layer, each group's share of a layer in inventory order; every other
+// group where it stands. Each entry is one tensor.
 std::vector<const TensorGroup*> construction_order(const Inventory& inv, u64 L) {
   std::vector<const TensorGroup*> out;
-  const auto per_layer = [&](const TensorGroup& g) {
-    return L > 1 && g.name.find('*') != std::string::npos && g.count % L == 0;
-  };
   for (std::size_t i = 0; i < inv.groups.size();) {
     std::size_t end = i;
-    while (end < inv.groups.size() && per_layer(inv.groups[end])) ++end;
+    while (end < inv.groups.size() && per_layer(inv.groups[end], L)) ++end;
     for (u64 layer = 0; layer < L && end > i; ++layer) {
       for (std::size_t k = i; k < end; ++k)
         out.insert(out.end(), inv.groups[k].count / L, &inv.groups[k]);
@@ -322,35 +324,50 @@ std::vector<const TensorGroup*> construction_order(const Inventory& inv, u64 L) 
   return out;
 }
 
-// QLoRA built on the device (--qlora-init): the model's tensors in construction order, each
-// base weight created in 16 bits and quantised (src/nf4_init.cpp), the others allocated as
-// they are. What is built stays until the loading below allocates the same tensors again:
-// the segments the quantisation took stay cached.
-void Replay::quantise_on_device() {
-  now_ = {"set-up", "base weights quantised to NF4"};
-  std::vector<Handle> built;
-  for (const TensorGroup* g : construction_order(walk_inventory(run_), L_)) {
-    const u64 n = g->tensor_elements();
-    if (g->storage != Dtype::nf4) {
-      std::vector<u64> blocks;
-      tensor_blocks(run_, step_, Part::params, *g, 0, blocks);
-      for (const u64 b : blocks) built.push_back(a_.malloc(b));
-      note();
+// One tensor of group `g` built on the device: a QLoRA base weight created in 16 bits and
+// quantised (src/nf4_init.cpp) when `quantise`, else allocated as it is stored.
+Handle Replay::build(const TensorGroup& g, bool quantise) {
+  if (!quantise || g.storage != Dtype::nf4) {
+    std::vector<u64> blocks;
+    tensor_blocks(run_, step_, Part::params, g, 0, blocks);
+    const Handle h = blocks.empty() ? CachingAllocator::kNone : a_.malloc(blocks.front());
+    note();
+    return h;
+  }
+  const u64 n = g.tensor_elements();
+  const Handle weight = a_.malloc(width(run_.precision.param) * n);
+  std::vector<Handle> slot(kNf4Slots, CachingAllocator::kNone);
+  for (const AllocEvent& ev : nf4_quantisation(n, run_.training.qlora_init)) {
+    if (ev.bytes == 0) {
+      a_.free(slot[ev.slot]);
       continue;
     }
-    const Handle weight = a_.malloc(width(run_.precision.param) * n);
-    std::vector<Handle> slot(kNf4Slots, CachingAllocator::kNone);
-    for (const AllocEvent& ev : nf4_quantisation(n, run_.training.qlora_init)) {
-      if (ev.bytes == 0) {
-        a_.free(slot[ev.slot]);
-        continue;
-      }
-      slot[ev.slot] = a_.malloc(ev.bytes);
-      note();
-    }
-    built.push_back(slot[kNf4Data]);
-    a_.free(weight);
+    slot[ev.slot] = a_.malloc(ev.bytes);
+    note();
   }
+  a_.free(weight);
+  return slot[kNf4Data];
+}
+
+// QLoRA built on the device (--qlora-init) as torchtune's builders do (lora_llama2 in
+// torchtune/models/llama2/_component_builders.py, 0914d5cfb and 1814feb17): one decoder layer
+// is built, each base weight quantised as its LoRALinear is created; then TransformerDecoder
+// deep-copies that layer num_layers times (_get_clones in torchtune/modules/transformer.py), so
+// the copies hold NF4 data and quantise nothing; the first layer goes when the builder returns.
+// A group outside the layers (or a model of one layer) is quantised where it stands. What was
+// built stays until the loading below allocates the same tensors again: its segments stay
+// cached.
+void Replay::quantise_on_device() {
+  now_ = {"set-up", "base weights quantised to NF4"};
+  const Inventory& inv = walk_inventory(run_);
+  std::vector<Handle> first_layer, built;
+  for (const TensorGroup& g : inv.groups) {
+    for (u64 c = 0; per_layer(g, L_) && c < g.count / L_; ++c)
+      first_layer.push_back(build(g, true));
+  }
+  for (const TensorGroup* g : construction_order(inv, L_))
+    built.push_back(build(*g, !per_layer(*g, L_)));
+  for (auto it = first_layer.rbegin(); it != first_layer.rend(); ++it) a_.free(*it);
   for (auto it = built.rbegin(); it != built.rend(); ++it) a_.free(*it);
 }
 

@@ -239,25 +239,21 @@ TEST_CASE("issue 10: --qlora-init replays torchao's NF4 quantisation as the mode
   const auto whole = replay("whole"), chunked = replay("chunked"), none = replay("none");
   // torchao 0.1 on one 11008 x 4096 weight (n elements, bf16): the weight, its scaled copy, the
   // n x 16 differences and their abs (autograd keeps the first), min's bf16 values and int64
-  // indices: 2n + 2n + 32n + 32n + 2n + 8n. The worst is the last layer's last MLP weight,
-  // with everything built before it: the embedding, 31 layers (four 4096 x 4096 and three
-  // 11008 x 4096 weights packed two codes per byte, two bf16 norms) and that layer's first six.
+  // indices: 2n + 2n + 32n + 32n + 2n + 8n. torchtune quantises the first layer only (the
+  // others are its copies): the worst is its last MLP weight, after its four 4096 x 4096 and
+  // two 11008 x 4096 weights packed two codes per byte. Those segments stay cached.
   const std::uint64_t q = 4096ULL * 4096, m = 11008ULL * 4096;
-  const std::uint64_t built =
-      2ULL * 32000 * 4096 + 31 * (4 * q / 2 + 3 * m / 2 + 2 * 2 * 4096) + 4 * q / 2 + 2 * m / 2;
-  REQUIRE(whole["allocated_at"]["stretch"] == "set-up");
-  REQUIRE(whole["allocated_at"]["moment"] == "base weights quantised to NF4");
-  REQUIRE(bytes(whole["allocated_bytes"]) >= built + 78 * m);
-  // A cached block is handed out whole when splitting it would leave 1 MiB or less.
-  REQUIRE(bytes(whole["allocated_bytes"]) <= built + 78 * m + 7 * 32 * (1ULL << 20));
-  // What quantising reserved stays cached into training.
-  REQUIRE(bytes(whole["setup_reserved_bytes"]) >= built + 78 * m);
+  const std::uint64_t worst = 78 * m + 4 * q / 2 + 2 * m / 2;
+  REQUIRE(bytes(whole["setup_reserved_bytes"]) >= worst);
+  REQUIRE(bytes(whole["allocated_bytes"]) >= worst);
   REQUIRE(bytes(whole["reserved_bytes"]) >= bytes(whole["setup_reserved_bytes"]));
-  // torchao >= 0.2 holds the differences of 2^20 elements at a time; weights that arrive
-  // quantised hold none.
-  REQUIRE(bytes(chunked["setup_reserved_bytes"]) + 2 * 32 * m <
-          bytes(whole["setup_reserved_bytes"]));
-  REQUIRE(bytes(none["setup_reserved_bytes"]) < bytes(chunked["setup_reserved_bytes"]));
+  // Quantising one layer, not 32: set-up reserves less than a second such weight would add.
+  REQUIRE(bytes(whole["setup_reserved_bytes"]) < worst + 78 * m);
+  // torchao >= 0.2 holds the differences of 2^20 elements at a time, and the copies of the
+  // layer reuse most of what the one whole weight reserved; weights that arrive quantised hold
+  // none of it.
+  REQUIRE(bytes(chunked["setup_reserved_bytes"]) < bytes(whole["setup_reserved_bytes"]));
+  REQUIRE(bytes(none["setup_reserved_bytes"]) <= bytes(chunked["setup_reserved_bytes"]));
 }
 
 TEST_CASE("issue 9: Transformer Engine's layers keep a cuBLAS workspace of their own",
