@@ -312,13 +312,13 @@ std::vector<const TensorGroup*> construction_order(const Inventory& inv, u64 L) 
     while (end < inv.groups.size() && per_layer(inv.groups[end], L)) ++end;
     for (u64 layer = 0; layer < L && end > i; ++layer) {
       for (std::size_t k = i; k < end; ++k)
-        out.insert(out.end(), inv.groups[k].count / L, &inv.groups[k]);
+        out.insert(out.end(), static_cast<std::size_t>(inv.groups[k].count / L), &inv.groups[k]);
     }
     if (end > i) {
       i = end;
       continue;
     }
-    out.insert(out.end(), inv.groups[i].count, &inv.groups[i]);
+    out.insert(out.end(), static_cast<std::size_t>(inv.groups[i].count), &inv.groups[i]);
     ++i;
   }
   return out;

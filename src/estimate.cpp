@@ -448,7 +448,8 @@ Estimate estimate(const RunSpec& run, const EstimateOptions& options) {
   for (const RunSpec& r : stage_runs(run)) {
     Estimate e = estimate_device(r, options);
     stages.push_back(summary_of(r.rank, e));
-    if (!worst || stages.back().needed > stages[worst->worst_stage].needed) {
+    if (!worst ||
+        stages.back().needed > stages[static_cast<std::size_t>(worst->worst_stage)].needed) {
       e.worst_stage = r.rank.stage;
       worst = std::move(e);
     }

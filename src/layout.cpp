@@ -313,7 +313,7 @@ std::vector<RunSpec> stage_runs(const RunSpec& run) {
   const Inventory canonical = run.model.inventory.shapes_known ? Inventory{} : build_inventory(a);
   const Inventory& inv = run.model.inventory.shapes_known ? run.model.inventory : canonical;
   std::vector<RunSpec> out;
-  out.reserve(run.parallel.pipeline);
+  out.reserve(static_cast<std::size_t>(run.parallel.pipeline));
   for (u64 stage = 0; stage < run.parallel.pipeline; ++stage) {
     RunSpec r = run;
     r.rank = rank_of(run, a, stage);

@@ -281,7 +281,7 @@ std::uint64_t sweep_size(const SweepGrid& grid) {
 std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
                             const std::optional<Budget>& budget) {
   std::vector<SweepRow> rows;
-  rows.reserve(sweep_size(grid));
+  rows.reserve(static_cast<std::size_t>(sweep_size(grid)));
   sweep(run, grid, budget, [&](const SweepRow& row) { rows.push_back(row); });
   return rows;
 }
