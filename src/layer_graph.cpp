@@ -467,6 +467,9 @@ class Saver {
     switch (in_.loss) {
       case Loss::hf:
         break;
+      case Loss::hf_upcast:
+        name = "log_softmax of the shifted fp32 logits (fp32 N x V)";
+        break;
       case Loss::vocab_parallel:
         name = "softmax: exp of the fp32 logits, in place (fp32 N x V)";
         break;

@@ -134,8 +134,13 @@ std::vector<RunOptionInfo> build_table() {
       text("--loss", "training", "loss", "NAME",
            "Loss over the vocabulary: " + names(loss_names()) +
                " (default hf: transformers'; vocab-parallel: Megatron-LM's; chunked: torchtune's "
-               "CEWithChunkedOutputLoss; chunked-tokens: LitGPT's chunked_cross_entropy)",
+               "CEWithChunkedOutputLoss; chunked-tokens: LitGPT's chunked_cross_entropy; "
+               "hf-upcast: transformers before 4.45, fp32 logits returned and a shifted copy)",
            &R::loss),
+      boolean("--loop-keeps-output", "training", "loop_keeps_output",
+              "The training loop holds the model's output (output = model(...)) from one "
+              "forward to the next: its logits live through backward and the next forward",
+              &R::loop_keeps_output),
       text("--loss-chunk", "training", "loss_chunk", "N",
            "--loss chunked: chunks of the sequence (default 8); chunked-tokens: positions per "
            "chunk (default 128)",

@@ -11,8 +11,8 @@ constexpr std::array<std::string_view, 3> kAttentionNames = {"eager", "sdpa", "f
 constexpr std::array<std::string_view, 4> kRecomputeNames = {"none", "selective", "full", "op"};
 constexpr std::array<std::string_view, 2> kDeviceNames = {"cuda", "cpu"};
 constexpr std::array<std::string_view, 2> kAllocatorNames = {"none", "cuda"};
-constexpr std::array<std::string_view, 4> kLossNames = {"hf", "vocab-parallel", "chunked",
-                                                        "chunked-tokens"};
+constexpr std::array<std::string_view, 5> kLossNames = {"hf", "vocab-parallel", "chunked",
+                                                        "chunked-tokens", "hf-upcast"};
 constexpr std::array<std::string_view, 3> kQloraInitNames = {"none", "whole", "chunked"};
 constexpr std::array<std::string_view, 2> kTransformerImplNames = {"local", "transformer_engine"};
 

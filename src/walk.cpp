@@ -71,6 +71,11 @@ class Walker {
   // Autocast copies of one layer's weights, split by the backward op that releases them.
   std::uint32_t cast_down_ = 0, cast_mlp_ = 0, cast_o_ = 0, cast_rest_ = 0;
   std::uint32_t loss_ = 0, seed_ = 0, rng_ = 0, grad_out_ = 0;
+  // --loop-keeps-output: the model output's logits the training loop holds (held_), from the
+  // assignment after forward to the next forward's return; `steady_` and `forward_` say whether
+  // the moment being built has the previous step's.
+  std::uint32_t held_ = 0;
+  bool steady_ = false, forward_ = false;
   // What the current layer's attention holds besides its saved tensors.
   std::uint32_t bias_cache_ = 0, qkv_casts_ = 0, norm32_ = 0, qkv32_ = 0, qrot_ = 0, fused_qkv_ = 0;
   bool copy_grads_ = false;
@@ -98,6 +103,7 @@ class Walker {
   }
   void begin(std::string_view name, std::string_view phase, std::int32_t layer = -1) {
     in_optimizer_ = phase == "optimizer";
+    forward_ = phase == "forward";
     out_->push_back({name, phase, static_cast<std::uint32_t>(st_.entries.size()), 0, layer});
     if (phase == "forward" || phase == "backward") {
       if (fsdp_) {
@@ -153,6 +159,7 @@ class Walker {
   }
   // What exists when the step starts (§2.2), with or without the states and gradients.
   void baseline(bool with_states, bool with_grads) {
+    if (in_.keeps_output && in_.lm_head && (steady_ || !forward_)) add(held_);
     add(params_);
     add(master_);
     if (with_states) add(states_, 1, true);
@@ -302,6 +309,9 @@ void Walker::statics(const Inventory& inv0) {
   cast_rest_ = constant("autocast copies of the attention input projections", Part::param_casts,
                         ew * (lp_.l_mm - lp_.l_mm_mlp - lp_.l_mm_o));
   loss_ = constant("loss (0-d fp32)", Part::other, 4);
+  held_ = add_tensor(st_, "logits of the model's output, held by the training loop", Part::other,
+                     Scope::state, Slot::none, in_.loss == Loss::hf_upcast ? 4 : in_.ec,
+                     shape({sym::N, D_.V}));
   seed_ = constant("backward seed (ones_like of the loss)", Part::other, 4);
   // torch.utils.checkpoint keeps the CPU RNG state per layer; on CUDA it lives on the host.
   rng_ = temp("checkpoint CPU RNG states", Part::other, kRngStateBytes,
@@ -419,6 +429,7 @@ void Walker::attention_tensors() {
 
 void Walker::walk(bool steady) {
   out_ = steady ? &st_.steady : &st_.first;
+  steady_ = steady;
   forward_end(steady);
   forward_attention(steady, in_.L - 1);
   backward_start(steady);
@@ -432,6 +443,7 @@ void Walker::walk(bool steady) {
 void Walker::timeline() {
   out_ = &st_.timeline;
   timeline_ = true;
+  steady_ = true;
   for (u64 j = 0; j < in_.L; ++j) forward_attention(true, j);
   forward_end(true);
   backward_start(true);
@@ -460,10 +472,17 @@ void Walker::forward_end(bool steady) {
   if (in_.lm_head) {
     // A compiled chunked loss keeps the chunks themselves: they are among the saved tensors.
     const bool compiled_loss = in_.compile && in_.loss == Loss::chunked;
-    if ((in_.ec != 4 || in_.loss == Loss::chunked_tokens) && !compiled_loss) add(logits());
+    const bool upcast = in_.loss == Loss::hf_upcast;
+    if ((in_.ec != 4 || in_.loss == Loss::chunked_tokens) && !compiled_loss && !upcast)
+      add(logits());
     // Megatron's loss turns its fp32 copy into the saved softmax in place; torchtune's upcasts
-    // one chunk at a time.
+    // one chunk at a time; transformers before 4.45 returns the fp32 logits and shifts a copy.
     if (in_.loss == Loss::hf) add(temp("logits.float()", Part::other, 4, shape({sym::N, V})));
+    if (upcast) {
+      add(temp("logits (fp32: logits.float() in forward, the model's output)", Part::other, 4,
+               shape({sym::N, V})));
+      add(temp("shifted logits (fp32, .contiguous() copy)", Part::other, 4, shape({sym::N, V})));
+    }
     if (in_.loss == Loss::chunked && in_.ec != 4 && !compiled_loss) {  // fused when compiled
       add(temp("the last chunk's fp32 upcast (logits.float())", Part::other, 4,
                shape({sym::N, vocab_chunk()})));
@@ -670,7 +689,7 @@ void Walker::backward_start(bool steady) {
     casts = ck() ? (in_.lm_head ? in_.ew * in_.V * in_.h : 0) : in_.ew * lp_.mm_all + tied_copy;
   }
   add(constant("autocast weight copies saved for backward", Part::param_casts, casts));
-  if (in_.lm_head && in_.loss == Loss::hf) {
+  if (in_.lm_head && (in_.loss == Loss::hf || in_.loss == Loss::hf_upcast)) {
     add(temp("gradient of the log-probs (fp32)", Part::other, 4, shape({sym::N, V})));
     add(temp("gradient of the logits (fp32)", Part::other, 4, shape({sym::N, V})));
   } else if (in_.lm_head && in_.loss == Loss::chunked && in_.compile) {

@@ -153,3 +153,39 @@ TEST_CASE("techniques refuse what they cannot do, naming the flag", "[techniques
   r = run_cli({"--params", "7B", "--precision", "mixed", "--optimizer-in-backward"});
   REQUIRE(r.code == 2);
 }
+
+TEST_CASE("transformers before 4.45 return fp32 logits; a loop that keeps its output holds them",
+          "[techniques]") {
+  // LlamaForCausalLM.forward before 4.45: `logits = logits.float()` is the model's output and
+  // the loss takes `logits[..., :-1, :].contiguous()`: at the loss an fp32 output and an fp32
+  // shifted copy where the recent loss has the bf16 output and its fp32 upcast (+2 N V bytes).
+  const std::uint64_t N = 2 * 1024;
+  const auto estimate_with = [](Loss loss, bool keep) {
+    RunSpec r = llama1b(2, 1024);
+    r.training.loss = loss;
+    r.training.loop_keeps_output = keep;
+    return estimate(r);
+  };
+  const Estimate hf = estimate_with(Loss::hf, false);
+  const Estimate upcast = estimate_with(Loss::hf_upcast, false);
+  const Estimate kept = estimate_with(Loss::hf_upcast, true);
+  const auto at = [](const Estimate& e, std::string_view name) { return moment(*e.peak, name); };
+  const auto other = [&](const Estimate& e, std::string_view name) {
+    return part(at(e, name), Part::other);
+  };
+  REQUIRE(other(upcast, "forward_end") == other(hf, "forward_end") + 2 * N * V);
+  // The Trainer drops the output before backward: backward starts as with the recent loss.
+  REQUIRE(at(upcast, "backward_start").bytes == at(hf, "backward_start").bytes);
+  // A loop that writes `output = model(...)` holds the fp32 logits from there to the next
+  // forward's return: through backward and the optimizer, and (the previous step's) through
+  // the next forward, at the loss beside the new ones.
+  for (const char* name : {"forward_end", "forward_attention_last_layer", "backward_start",
+                           "backward_end", "optimizer"}) {
+    INFO(name);
+    REQUIRE(at(kept, name).bytes == at(upcast, name).bytes + 4 * N * V);
+  }
+  // The first step holds its own output from the loss on (its peak, at the optimizer, grows
+  // by one fp32 N x V).
+  REQUIRE(kept.peak->first_step_moment == upcast.peak->first_step_moment);
+  REQUIRE(kept.peak->first_step_bytes == upcast.peak->first_step_bytes + 4 * N * V);
+}

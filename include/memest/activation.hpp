@@ -76,6 +76,7 @@ struct ActivationInputs {
   bool compile = false;  ///< torch.compile of each layer (src/techniques.cpp)
   Loss loss = Loss::hf;
   std::uint64_t loss_chunk = 0;  ///< chunks (chunked) or positions per chunk (chunked-tokens)
+  bool keeps_output = false;     ///< the training loop holds the model's output (its logits)
   GradFlow grads;
   // One device of a split run (include/memest/layout.hpp): the dimensions above are its share.
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank

@@ -41,8 +41,11 @@ enum class Allocator { none, cuda };
 /// chunks of the sequence, 8 by default, each upcast to fp32 on its own, the logits deleted before
 /// backward); chunked-tokens is LitGPT's lm_head_chunk_size with chunked_cross_entropy (chunks of
 /// loss_chunk positions, 128 by default, the log-softmax in the logits' dtype, the logits kept by
-/// the training loop through backward). docs/activations.md, "The loss".
-enum class Loss { hf, vocab_parallel, chunked, chunked_tokens };
+/// the training loop through backward); hf-upcast is transformers' causal LMs before 4.45
+/// (LlamaForCausalLM.forward: `logits = logits.float()`, returned as the model's output, then
+/// `logits[..., :-1, :].contiguous()` for the loss: an fp32 N x V output and an fp32 shifted
+/// copy). docs/activations.md, "The loss".
+enum class Loss { hf, vocab_parallel, chunked, chunked_tokens, hf_upcast };
 /// Where QLoRA's base weights become NF4: none (they arrive quantised: nothing on the device
 /// before the first step); whole (each weight built in 16 bits on the device as the model is
 /// constructed and quantised at once: torchao 0.1's NF4Tensor.from_tensor, as torchtune's
@@ -99,6 +102,9 @@ struct TrainingSpec {
   /// chunked: chunks of the sequence (0: torchtune's 8); chunked-tokens: positions per chunk
   /// (0: LitGPT's 128).
   std::uint64_t loss_chunk = 0;
+  /// The training loop holds the model's output (`output = model(...)`) from one forward to
+  /// the next: its logits live through backward and the next step's forward (--loop-keeps-output).
+  bool loop_keeps_output = false;
   /// Dropout on the LoRA branch's input (PEFT's lora_dropout; 0 is PEFT's and torchtune's
   /// default, LitGPT's finetune/lora.py uses 0.05, Answer.AI's fsdp_qlora 0.1).
   double lora_dropout = 0;

@@ -140,8 +140,8 @@ def test_random_runs_agree_with_the_cli():
         return code in (0, 1) and got == json.loads(out), kw, "valid"
 
     results = []
-    with ThreadPoolExecutor(max_workers=2) as pool:  # until 200 whole runs (or 500 drawn)
-        while sum(kind == "valid" for *_, kind in results) < 200 and len(results) < 500:
+    with ThreadPoolExecutor(max_workers=2) as pool:  # until 200 whole runs (or 700 drawn)
+        while sum(kind == "valid" for *_, kind in results) < 200 and len(results) < 700:
             results += pool.map(one, [random_run(rng) for _ in range(50)])
     bad = [kw for ok, kw, _ in results if not ok]
     assert not bad, bad[:3]
