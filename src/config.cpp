@@ -51,9 +51,14 @@ std::uint64_t parse_context(std::string_view v) {
   try {
     return parse_size_or_zero(v);
   } catch (const Error& e) {
+    // The size's message with the contexts in its "(expected ...)": one line, one parenthetical.
     std::vector<std::string_view> names;
     for (const auto& c : cuda_context_presets()) names.push_back(c.name);
-    throw Error(fmt::format("{} (or a stated context: {})", e.what(), fmt::join(names, ", ")));
+    std::string why = e.what();
+    const bool closed = why.ends_with(')');
+    if (closed) why.pop_back();
+    throw Error(fmt::format("{}, or a stated context: {}{}", why, fmt::join(names, ", "),
+                            closed ? ")" : ""));
   }
 }
 

@@ -171,7 +171,7 @@ TEST_CASE("issue 10: nvidia-smi is reserved plus a stated context", "[allocator]
   const auto bad = run_cli({"--params", "1B", "--context-reserve", "v100"});
   REQUIRE(bad.code == 2);
   REQUIRE_THAT(bad.err, Catch::Contains("--context-reserve") &&
-                            Catch::Contains("(or a stated context: v100-cuda11.2)"));
+                            Catch::EndsWith("4096B, or a stated context: v100-cuda11.2)\n"));
 }
 
 TEST_CASE("issue 10: the cuBLAS workspace follows the GPU (32 MiB on sm90)", "[allocator][cli]") {
