@@ -179,13 +179,11 @@ Args arguments(const std::string& command, const std::string& format, const py::
 /// Runs the CLI; its exit code 2 becomes memest.Error with the message it printed (without the
 /// "memest: error: " prefix), 3 a RuntimeError. 0 and 1 (a check failed) return the output.
 std::string run_cli(const Args& args) {
-  std::vector<const char*> argv;
-  for (const auto& a : args.argv()) argv.push_back(a.c_str());
   std::ostringstream out, err;
   int code = 0;
   {
     py::gil_scoped_release unlocked;
-    code = memest::cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+    code = memest::cli::run(args.argv(), out, err);
   }
   if (code == memest::cli::kExitOk || code == memest::cli::kExitCheckFailed) return out.str();
   std::string message = err.str();

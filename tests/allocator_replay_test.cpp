@@ -17,6 +17,16 @@ using memest::test::run_of;
 namespace {
 constexpr std::uint64_t KiB = 1ULL << 10;
 constexpr std::uint64_t MiB = 1ULL << 20;
+
+// peak.allocator of gpt2 at batch 1, sequence 128, replayed, with `extra` flags.
+nlohmann::json gpt2_allocator(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"--model", "gpt2",        "--batch", "1",        "--seq",
+                                   "128",     "--allocator", "cuda",    "--format", "json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = run_cli(args);
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out)["peak"]["allocator"];
+}
 }  // namespace
 
 TEST_CASE("replay: sizes round to 512 B and segments by pool", "[allocator]") {
@@ -175,14 +185,8 @@ TEST_CASE("issue 10: nvidia-smi is reserved plus a stated context", "[allocator]
 }
 
 TEST_CASE("issue 10: the cuBLAS workspace follows the GPU (32 MiB on sm90)", "[allocator][cli]") {
-  const auto workspace = [](std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--model", "gpt2",        "--batch", "1",        "--seq",
-                                     "128",     "--allocator", "cuda",    "--format", "json"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = run_cli(args);
-    REQUIRE(r.code == 0);
-    return nlohmann::json::parse(r.out)["peak"]["allocator"]["cublas_workspace_bytes"]
-        .get<std::uint64_t>();
+  const auto workspace = [](const std::vector<std::string>& extra) {
+    return gpt2_allocator(extra)["cublas_workspace_bytes"].get<std::uint64_t>();
   };
   REQUIRE(workspace({}) == 8'519'680);  // ":4096:2:16:8"
   REQUIRE(workspace({"--gpu", "a100-80gb"}) == 8'519'680);
@@ -258,14 +262,7 @@ TEST_CASE("issue 10: --qlora-init replays torchao's NF4 quantisation as the mode
 
 TEST_CASE("issue 9: Transformer Engine's layers keep a cuBLAS workspace of their own",
           "[allocator][cli]") {
-  const auto te = [](std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--model", "gpt2",        "--batch", "1",        "--seq",
-                                     "128",     "--allocator", "cuda",    "--format", "json"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = run_cli(args);
-    REQUIRE(r.code == 0);
-    return nlohmann::json::parse(r.out)["peak"]["allocator"];
-  };
+  const auto te = gpt2_allocator;
   // transformer_engine/pytorch/cpp_extensions/gemm.py: 32 MiB + 1 KiB from sm90 on, else 4 MiB.
   const auto h100 = te({"--transformer-impl", "transformer_engine", "--gpu", "h100-80gb"});
   REQUIRE(h100["te_workspace_bytes"] == 33'555'456);

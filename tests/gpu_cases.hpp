@@ -50,12 +50,13 @@ inline std::uint64_t estimated(const Run& run, const json& j) {
   if (run.reads == "nvidia-smi") return peak.at("nvidia_smi_bytes").get<std::uint64_t>();
   if (run.reads != "allocated" && run.reads != "active")
     throw std::runtime_error(run.id + ": unknown metric " + run.reads);
-  // A split run measured on its last rank: the last pipeline stage.
-  const json& a =
-      j["stages"].empty() ? peak["allocated_bytes"] : j["stages"].back()["allocated_bytes"];
-  if (!j["stages"].empty() && a.is_null())
-    return j["stages"].back()["peak_bytes"].get<std::uint64_t>();
-  return a.is_null() ? peak["bytes"].get<std::uint64_t>() : a.get<std::uint64_t>();
+  // A split run measured on its last rank: the last pipeline stage. The replay's allocated
+  // bytes with --allocator cuda, else the live peak.
+  const json& stages = j["stages"];
+  const json& on = stages.empty() ? peak : stages.back();
+  const json& allocated = on["allocated_bytes"];
+  if (!allocated.is_null()) return allocated.get<std::uint64_t>();
+  return on[stages.empty() ? "bytes" : "peak_bytes"].get<std::uint64_t>();
 }
 
 /// memest's JSON document for the run (its own flags plus --format json).

@@ -57,10 +57,8 @@ struct CliResult {
 
 inline CliResult run_cli(std::vector<std::string> args) {
   args.insert(args.begin(), "memest");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
-  int code = memest::cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+  const int code = memest::cli::run(args, out, err);
   return {code, out.str(), err.str()};
 }
 

@@ -74,10 +74,8 @@ inline std::vector<std::string> case_args(const json& c, const std::string& conf
 /// The CLI run in-process on `args` (argv, "memest" first): its JSON output; a run that does not
 /// exit 0 throws, naming `what`.
 inline json cli_json(const std::vector<std::string>& args, const std::string& what) {
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
-  const int code = cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+  const int code = cli::run(args, out, err);
   if (code != 0) throw std::runtime_error(fmt::format("{}: exit {}: {}", what, code, err.str()));
   return json::parse(out.str());
 }

@@ -19,11 +19,8 @@ using Json = nlohmann::ordered_json;
 std::string run_words(const Json& words) {
   std::vector<std::string> args = {"memest"};
   for (const auto& w : words) args.push_back(w.get<std::string>());
-  std::vector<const char*> argv;
-  argv.reserve(args.size());
-  for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
-  const int code = memest::cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+  const int code = memest::cli::run(args, out, err);
   const Json result = {{"code", code}, {"out", out.str()}, {"err", err.str()}};
   return result.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

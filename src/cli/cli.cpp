@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 namespace memest::cli {
 namespace {
@@ -435,6 +436,13 @@ bool use_color(const std::ostream& out) {
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   return run(argc, argv, out, err, true);
+}
+
+int run(std::span<const std::string> words, std::ostream& out, std::ostream& err) {
+  std::vector<const char*> argv;
+  argv.reserve(words.size());
+  for (const auto& w : words) argv.push_back(w.c_str());
+  return run(static_cast<int>(argv.size()), argv.data(), out, err);
 }
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool plain_path) {

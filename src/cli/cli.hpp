@@ -1,6 +1,8 @@
 #pragma once
 
 #include <ostream>
+#include <span>
+#include <string>
 
 namespace memest::cli {
 
@@ -12,6 +14,10 @@ inline constexpr int kExitBug = 3;           ///< an internal error: please repo
 
 /// Runs memest with these arguments, printing to `out` and `err`; returns the exit code.
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
+/// The same with the arguments as strings, "memest" first (what the Python module, the web
+/// page and the tests pass).
+int run(std::span<const std::string> words, std::ostream& out, std::ostream& err);
 
 /// The same; `plain_path` false sends even a plain estimate through CLI11 instead of the short
 /// path for `--name value` arguments, so tests can check that both give the same answer.
