@@ -37,27 +37,35 @@ CachingAllocator::Handle CachingAllocator::new_block(const Block& b) {
   return static_cast<Handle>(blocks_.size() - 1);
 }
 
-// get_free_block: the smallest cached block of the pool that holds `size` (ties: the lowest
-// address); an oversize block (>= max_split_size) serves only a request within 20 MiB of it.
-CachingAllocator::Handle CachingAllocator::take_free_block(u64 size, bool small) {
+// A free block back in its pool.
+void CachingAllocator::cache(Handle h) {
+  const Block& b = blocks_[h];
+  pool(b.small).insert({b.stream, b.size, b.ptr, h});
+}
+
+// get_free_block: the smallest cached block of the stream's pool that holds `size` (ties: the
+// lowest address); an oversize block (>= max_split_size) serves only a request within 20 MiB.
+CachingAllocator::Handle CachingAllocator::take_free_block(u64 size, bool small,
+                                                           std::uint8_t stream) {
   FreeSet& p = pool(small);
-  const auto it = p.lower_bound({size, 0, 0});
-  if (it == p.end()) return kNone;
-  const u64 found = std::get<0>(*it);
+  const auto it = p.lower_bound({stream, size, 0, 0});
+  if (it == p.end() || std::get<0>(*it) != stream) return kNone;
+  const u64 found = std::get<1>(*it);
   if (size < max_split_ && found >= max_split_) return kNone;
   if (size >= max_split_ && found >= size + kLargeBuffer) return kNone;
-  const Handle h = std::get<2>(*it);
+  const Handle h = std::get<3>(*it);
   p.erase(it);
   return h;
 }
 
 // alloc_block: a new segment from cudaMalloc, held until empty_cache().
-CachingAllocator::Handle CachingAllocator::new_segment(u64 size, bool small) {
+CachingAllocator::Handle CachingAllocator::new_segment(u64 size, bool small, std::uint8_t stream) {
   const u64 bytes = caching_segment_size(size);
   Block b;
   b.ptr = next_ptr_;
   b.size = bytes;
   b.small = small;
+  b.stream = stream;
   next_ptr_ = checked_add(next_ptr_, bytes);
   reserved_ = checked_add(reserved_, bytes);
   ++segments_;
@@ -70,21 +78,22 @@ void CachingAllocator::split(Handle h, u64 size) {
   rest.ptr = blocks_[h].ptr + size;
   rest.size = blocks_[h].size - size;
   rest.small = blocks_[h].small;
+  rest.stream = blocks_[h].stream;
   rest.prev = h;
   rest.next = blocks_[h].next;
   const Handle r = new_block(rest);
   if (blocks_[r].next != kNone) blocks_[blocks_[r].next].prev = r;
   blocks_[h].next = r;
   blocks_[h].size = size;
-  pool(blocks_[r].small).insert({blocks_[r].size, blocks_[r].ptr, r});
+  cache(r);
 }
 
-CachingAllocator::Handle CachingAllocator::malloc(u64 bytes) {
+CachingAllocator::Handle CachingAllocator::malloc(u64 bytes, std::uint8_t stream) {
   if (bytes == 0) return kNone;
   const u64 size = caching_round_size(bytes);
   const bool small = size <= kSmallSize;
-  Handle h = take_free_block(size, small);
-  if (h == kNone) h = new_segment(size, small);
+  Handle h = take_free_block(size, small, stream);
+  if (h == kNone) h = new_segment(size, small, stream);
   const u64 remaining = blocks_[h].size - size;
   // should_split
   const bool split_it =
@@ -100,7 +109,7 @@ void CachingAllocator::merge(Handle dst, Handle src) {
   if (src == kNone || blocks_[src].allocated) return;
   Block& d = blocks_[dst];
   const Block s = blocks_[src];
-  pool(s.small).erase({s.size, s.ptr, src});
+  pool(s.small).erase({s.stream, s.size, s.ptr, src});
   if (d.prev == src) {
     d.ptr = s.ptr;
     d.prev = s.prev;
@@ -123,7 +132,7 @@ void CachingAllocator::free(Handle h) {
   allocated_ -= b.size;
   merge(h, blocks_[h].prev);
   merge(h, blocks_[h].next);
-  pool(blocks_[h].small).insert({blocks_[h].size, blocks_[h].ptr, h});
+  cache(h);
 }
 
 }  // namespace memest

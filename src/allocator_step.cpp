@@ -12,6 +12,7 @@
 // replayed one after the other.
 #include "allocator_step.hpp"
 
+#include "fsdp_init.hpp"
 #include "nf4_init.hpp"
 #include "step_build.hpp"
 
@@ -23,6 +24,7 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <utility>
 
 namespace memest::detail {
 namespace {
@@ -162,6 +164,8 @@ class Replay {
  private:
   void setup();
   void quantise_on_device();
+  void construct_fsdp_units(const MomentSpec& loaded);
+  void adopt_shards(const MomentSpec& loaded, std::vector<Handle> shards, std::vector<u64> sizes);
   Handle build(const TensorGroup& g, bool quantise);
   void stretch(const std::vector<MomentSpec>& walk, bool first, std::string_view name);
   template <typename Keep>
@@ -236,8 +240,9 @@ void Replay::note() {
 
 void Replay::alloc(std::uint32_t t) {
   std::vector<Handle> hs;
+  const auto stream = static_cast<std::uint8_t>(step_.tensors[t].stream);
   for (const u64 bytes : blocks_[t]) {
-    hs.push_back(a_.malloc(bytes));
+    hs.push_back(a_.malloc(bytes, stream));
     note();
   }
   live_[t].push_back(std::move(hs));
@@ -371,6 +376,51 @@ void Replay::quantise_on_device() {
   for (auto it = built.rbegin(); it != built.rend(); ++it) a_.free(*it);
 }
 
+// FSDP1's constructor from the host (--fsdp-sync-module-states, src/fsdp_init.cpp): flat
+// parameter after flat parameter, what it allocates and frees; the shards it keeps are the
+// parameters of the loaded model.
+void Replay::construct_fsdp_units(const MomentSpec& loaded) {
+  now_ = {"set-up", "FSDP units moved to the device, broadcast, flattened and sharded"};
+  std::vector<Handle> shards;
+  std::vector<u64> sizes;
+  for (const FsdpFlatParam& f : fsdp1_flat_params_of(run_)) {
+    std::vector<Handle> slot(4 + f.tensors.size(), CachingAllocator::kNone);
+    for (const AllocEvent& ev : fsdp1_unit_construction(f)) {
+      if (ev.bytes == 0) {
+        a_.free(std::exchange(slot[ev.slot], CachingAllocator::kNone));
+        continue;
+      }
+      slot[ev.slot] = a_.malloc(ev.bytes);
+      note();
+    }
+    shards.push_back(slot[kFsdpShard]);
+    sizes.push_back(f.shard_bytes);
+  }
+  adopt_shards(loaded, std::move(shards), std::move(sizes));
+}
+
+// The loaded moment's parameters take the constructor's shards as their blocks, one per flat
+// parameter, when they hold the same bytes; otherwise the shards are freed and the parameters
+// allocated as the walk has them.
+void Replay::adopt_shards(const MomentSpec& loaded, std::vector<Handle> shards,
+                          std::vector<u64> sizes) {
+  const u64 total = std::accumulate(sizes.begin(), sizes.end(), u64{0});
+  for (std::uint32_t i = loaded.begin; i < loaded.end; ++i) {
+    const Entry& e = step_.entries[i];
+    const Tensor& t = step_.tensors[e.tensor];
+    if (t.scope != Scope::state || t.part != Part::params) continue;
+    const std::vector<u64>& b = blocks_of(e.tensor, e);
+    const bool one = e.ranks > 1 || e.count == 1;
+    if (!one || std::accumulate(b.begin(), b.end(), u64{0}) != total || !live_[e.tensor].empty())
+      break;
+    blocks_[e.tensor] = std::move(sizes);
+    live_[e.tensor].push_back(std::move(shards));
+    touched_.push_back(e.tensor);
+    return;
+  }
+  for (auto it = shards.rbegin(); it != shards.rend(); ++it) a_.free(*it);
+}
+
 // Model loading: the parameters (one block per tensor, in parameters() order), the master
 // weights of an implementation that keeps them, the buffers.
 void Replay::setup() {
@@ -388,8 +438,9 @@ void Replay::setup() {
       note();
     }
   }
-  now_ = {"set-up", "model loaded"};
   const MomentSpec& m = walk[in_time_order(walk).front()];
+  if (run_.parallel.fsdp_sync_module_states) construct_fsdp_units(m);
+  now_ = {"set-up", "model loaded"};
   moment(m, [&](const Entry& e) {
     const Tensor& t = step_.tensors[e.tensor];
     return t.scope == Scope::state && (t.part == Part::params || t.part == Part::master_params);

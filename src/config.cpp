@@ -279,6 +279,15 @@ void resolve_fsdp(const RunOptions& o, ParallelSpec& p) {
     throw Error(fmt::format("{}: use_orig_params is FSDP1's (expected --fsdp-version 1)",
                             o.fsdp_orig_params->where));
   }
+  p.fsdp_sync_module_states = flag(o.fsdp_sync_module_states);
+  if (p.fsdp_sync_module_states && p.fsdp_version != 1) {
+    throw Error(fmt::format("{}: sync_module_states is FSDP1's (expected --fsdp-version 1)",
+                            o.fsdp_sync_module_states->where));
+  }
+  if (p.fsdp_sync_module_states && flag(o.load_full)) {
+    throw Error(fmt::format("{}: conflicts with {} (two ways of loading the model; give one)",
+                            o.fsdp_sync_module_states->where, o.load_full->where));
+  }
   if (o.fsdp_param_dtype) p.fsdp_param_dtype = parse_setting(*o.fsdp_param_dtype, parse_dtype);
   if (o.fsdp_reduce_dtype) p.fsdp_reduce_dtype = parse_setting(*o.fsdp_reduce_dtype, parse_dtype);
 }
@@ -313,9 +322,10 @@ void resolve_sharding_names(const RunOptions& o, ParallelSpec& p) {
         throw Error(fmt::format("{} \"{}\": applies to FSDP (expected --fsdp MODE as well)",
                                 (*s)->where, (*s)->value));
     }
-    if (flag(o.fsdp_orig_params))
-      throw Error(fmt::format("{}: applies to FSDP (expected --fsdp MODE as well)",
-                              o.fsdp_orig_params->where));
+    for (const FlagSetting* s : {&o.fsdp_orig_params, &o.fsdp_sync_module_states}) {
+      if (flag(*s))
+        throw Error(fmt::format("{}: applies to FSDP (expected --fsdp MODE as well)", (*s)->where));
+    }
   }
   if (flag(o.distributed_optimizer)) {
     const Setting<std::string> s{"on", o.distributed_optimizer->where};

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <numeric>
 
 namespace memest {
 namespace {
@@ -98,7 +99,44 @@ FsdpShards param_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype 
   return s;
 }
 
+// The flat parameter `f` of one unit gains `copies` tensors of group `g`.
+void add_tensors(FsdpFlatParam& f, const TensorGroup& g, u64 copies, Dtype stored) {
+  if (g.tensor_elements() == 0) return;
+  f.tensors.insert(f.tensors.end(), static_cast<std::size_t>(copies),
+                   group_bytes(g, g.tensor_elements(), stored));
+}
+
 }  // namespace
+
+std::vector<FsdpFlatParam> fsdp1_flat_params(const Inventory& inv, std::uint64_t layers,
+                                             std::uint64_t ranks, Dtype stored, bool orig) {
+  detail::Layout lay;
+  lay.L = std::max<u64>(1, layers);
+  const u64 W = std::max<u64>(1, ranks);
+  // [trainable, frozen] of one layer unit, [frozen, trainable] of the root.
+  std::array<FsdpFlatParam, 2> layer{}, root{};
+  for (const auto& g : inv.groups) {
+    const bool trains = orig || (g.trainable && !g.quant_state);
+    if (lay.per_layer(g)) {
+      add_tensors(layer[trains ? 0 : 1], g, g.count / lay.L, stored);
+    } else {
+      add_tensors(root[trains ? 1 : 0], g, g.count, stored);
+    }
+  }
+  std::vector<FsdpFlatParam> out;
+  const auto add = [&](FsdpFlatParam f) {
+    if (f.tensors.empty()) return;
+    const u64 ws = width(stored);
+    const u64 bytes = std::accumulate(f.tensors.begin(), f.tensors.end(), u64{0});
+    f.shard_bytes = ceil_div(ceil_div(bytes, ws), W) * ws;
+    out.push_back(std::move(f));
+  };
+  for (u64 l = 0; l < lay.L; ++l) {
+    for (const FsdpFlatParam& f : layer) add(f);
+  }
+  for (const FsdpFlatParam& f : root) add(f);
+  return out;
+}
 
 FsdpShards fsdp_shards(const Inventory& inventory, std::uint64_t layers, unsigned version,
                        std::uint64_t ranks, Dtype stored, Dtype gathered, bool orig_params) {
@@ -107,10 +145,29 @@ FsdpShards fsdp_shards(const Inventory& inventory, std::uint64_t layers, unsigne
                       : flat_shards(inventory, layers, W, stored, gathered, orig_params);
 }
 
+namespace {
+
+u64 layers_of(const RunSpec& run, const Inventory& inv) {
+  return run.model.arch ? run.model.arch->num_layers
+                        : canonical_architecture(parameter_count(inv)).num_layers;
+}
+
+}  // namespace
+
+std::vector<FsdpFlatParam> fsdp1_flat_params_of(const RunSpec& run) {
+  const Inventory& inv = detail::walk_inventory(run);
+  const auto& p = run.parallel;
+  const bool sharded = p.zero_stage > 0;
+  std::vector<FsdpFlatParam> out =
+      fsdp1_flat_params(inv, layers_of(run, inv), sharded ? p.shard_ranks() : 1,
+                        run.precision.param, p.fsdp_orig_params);
+  for (FsdpFlatParam& f : out) f.sharded = sharded;
+  return out;
+}
+
 FsdpShards fsdp_shards_of(const RunSpec& run) {
   const Inventory& inv = detail::walk_inventory(run);
-  const u64 layers = run.model.arch ? run.model.arch->num_layers
-                                    : canonical_architecture(parameter_count(inv)).num_layers;
+  const u64 layers = layers_of(run, inv);
   const auto& p = run.parallel;
   FsdpShards s = fsdp_shards(inv, layers, p.fsdp_version, p.shard_ranks(), run.precision.param,
                              p.fsdp_param_dtype.value_or(run.precision.param), p.fsdp_orig_params);

@@ -183,6 +183,11 @@ std::vector<RunOptionInfo> build_table() {
               "FSDP1 use_orig_params=True: frozen and trainable parameters in one flat "
               "parameter per unit, whose gradient covers all of it",
               &R::fsdp_orig_params),
+      boolean("--fsdp-sync-module-states", "parallel", "fsdp_sync_module_states",
+              "FSDP1 sync_module_states=True on a model held on the host: unit by unit, its "
+              "parameters are moved to the GPU, broadcast from rank 0, flattened and sharded "
+              "(with --allocator cuda: the set-up stretch of the replay)",
+              &R::fsdp_sync_module_states),
       boolean("--distributed-optimizer", "parallel", "distributed_optimizer",
               "Megatron's distributed optimizer: fp32 main parameters and optimizer states "
               "sharded over the --dp ranks (ZeRO-1)",

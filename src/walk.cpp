@@ -345,6 +345,11 @@ void Walker::fsdp_tensors() {
   fsdp_rs_held_ = in_flight(
       "FSDP2 reduce-scatter input of the unit after (reduce_dtype, held until the next one)",
       Part::other, v2 ? checked_mul(er_, fs_.layer_trainable) : 0);
+  // FSDP1 all-gathers into the unsharded flat parameters under its unshard stream
+  // (_runtime_utils._unshard); FSDP2 allocates the flat all-gather output under its copy-in
+  // stream (foreach_all_gather) and copies it out on the default stream.
+  for (const std::uint32_t t : v2 ? std::vector{fsdp_ag_} : std::vector{fsdp_root_, fsdp_unit_})
+    st_.tensors[t].stream = Stream::fsdp_all_gather;
 }
 
 // The FSDP units all-gathered at a moment. The root is gathered first and kept to the end of
@@ -408,7 +413,11 @@ void Walker::fsdp_post_backward(bool steady, u64 j) {
   end();
   if (er_ != eu_) {
     start();
-    add(in_flight("flat gradient cast to reduce_dtype", Part::other, er_ * n));
+    // Cast under the post-backward stream (_post_backward_hook).
+    const std::uint32_t cast =
+        in_flight("flat gradient cast to reduce_dtype", Part::other, er_ * n);
+    st_.tensors[cast].stream = Stream::fsdp_post_backward;
+    add(cast);
     end();
   }
 }

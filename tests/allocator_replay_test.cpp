@@ -97,6 +97,19 @@ TEST_CASE("replay: fragmentation makes reserved exceed what is live", "[allocato
   REQUIRE(a.reserved() == 40 * MiB);
 }
 
+TEST_CASE("replay: a block cached on one stream serves only that stream", "[allocator]") {
+  CachingAllocator a;
+  // 12 MiB freed on stream 1 stays in stream 1's pool: the default stream's 12 MiB request
+  // gets a segment of its own, stream 1's next one takes the cached block.
+  a.free(a.malloc(12 * MiB, 1));
+  a.malloc(12 * MiB, 0);
+  REQUIRE(a.reserved() == 24 * MiB);
+  a.malloc(12 * MiB, 1);
+  REQUIRE(a.reserved() == 24 * MiB);
+  REQUIRE(a.segments() == 2);
+  REQUIRE(a.allocated() == 24 * MiB);
+}
+
 TEST_CASE("replay: freed neighbours in a segment merge", "[allocator]") {
   CachingAllocator a;
   // Two 3 MiB blocks and a 14 MiB remainder in one 20 MiB segment; freeing both merges the
@@ -278,4 +291,32 @@ TEST_CASE("issue 9: Transformer Engine's layers keep a cuBLAS workspace of their
   REQUIRE(bad.err ==
           "memest: error: --transformer-impl: unknown transformer implementation \"te\" "
           "(expected one of: local, transformer_engine)\n");
+}
+
+// fsdp_qlora's loading (train.py @50efa1e): rank 0 holds the model on the host and FSDP1 builds
+// each unit on the GPU. Llama-2-7B in bf16 over 2 ranks: a layer's frozen weights are
+// 4 x 4096^2 + 3 x 11008 x 4096 elements, 404,750,336 B. While its shard is cloned, the
+// layer's original tensors, its flat parameter and the shard are live beside the earlier
+// layers' shards: set-up reserves at least the shards and two whole layers. The step is the
+// same; FSDP1's unshard stream keeps the all-gathered units out of the compute stream's cache.
+TEST_CASE("issue 10: --fsdp-sync-module-states builds FSDP1's units from the host",
+          "[allocator][cli]") {
+  const auto peak = [](bool sync) {
+    std::vector<std::string> args = {
+        "--model", "llama-2-7b",  "--precision", "bf16",        "--batch",  "1",      "--seq",
+        "512",     "--lora-rank", "64",          "--recompute", "full",     "--fsdp", "full",
+        "--dp",    "2",           "--allocator", "cuda",        "--format", "json"};
+    if (sync) args.push_back("--fsdp-sync-module-states");
+    const auto r = run_cli(args);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto plain = peak(false), sync = peak(true);
+  const auto bytes = [](const nlohmann::json& j) { return j.get<std::uint64_t>(); };
+  const std::uint64_t layer = 2 * (4 * 4096ULL * 4096 + 3 * 11008ULL * 4096);
+  const std::uint64_t shards = bytes(plain["categories"]["params"]["bytes"]);
+  REQUIRE(bytes(plain["peak"]["allocator"]["setup_reserved_bytes"]) < shards + layer);
+  REQUIRE(bytes(sync["peak"]["allocator"]["setup_reserved_bytes"]) >= shards + 2 * layer);
+  REQUIRE(sync["peak"]["bytes"] == plain["peak"]["bytes"]);
+  REQUIRE(bytes(sync["peak"]["reserved_bytes"]) > bytes(plain["peak"]["reserved_bytes"]));
 }

@@ -99,6 +99,27 @@ TEST_CASE("FSDP1 use_orig_params=True keeps gradients for a unit's frozen parame
   CHECK(orig.param_bytes == apart.param_bytes);
 }
 
+// FSDP1's constructor builds the same flat parameters, innermost unit first. With the layer
+// weights frozen: layer 0's trainable bias (2 elements, 1 per rank of 4) and frozen weight (15,
+// 4 per rank), layer 1's, then the root's trainable embedding and norm (30 + 3, 9 per rank):
+// 4 + 16 + 4 + 16 + 36 = 76 B in fp32, fsdp_shards' param_bytes. With use_orig_params=True a
+// layer is one flat parameter of 17 elements, 5 per rank.
+TEST_CASE("FSDP1's flat parameters, unit by unit, hold the shards fsdp_shards counts", "[fsdp]") {
+  Inventory inv = tiny();
+  inv.groups[1].trainable = false;
+  const auto flats = fsdp1_flat_params(inv, 2, 4, Dtype::fp32, false);
+  std::vector<std::uint64_t> shard_bytes;
+  for (const auto& f : flats) shard_bytes.push_back(f.shard_bytes);
+  CHECK(shard_bytes == std::vector<std::uint64_t>{4, 16, 4, 16, 36});
+  CHECK(fsdp_shards(inv, 2, 1, 4, Dtype::fp32, Dtype::fp32).param_bytes == 76);
+  REQUIRE(flats.size() == 5);
+  CHECK(flats[4].tensors == std::vector<std::uint64_t>{120, 12});
+  const auto orig = fsdp1_flat_params(inv, 2, 4, Dtype::fp32, true);
+  REQUIRE(orig.size() == 3);
+  CHECK(orig[0].shard_bytes == 20);
+  CHECK(orig[0].tensors == std::vector<std::uint64_t>{60, 8});
+}
+
 // With BACKWARD_PRE the last layer's pre-backward hook prefetches the layer before it: two
 // layer units are gathered in the last layer's backward, besides the root. FSDP2 holds the
 // prefetched one as its flat all-gather output until that layer starts.
@@ -168,6 +189,15 @@ TEST_CASE("FSDP flags: bad input is one clear line", "[fsdp]") {
   CHECK(
       err({"--dp", "8", "--fsdp", "full", "--fsdp-group", "4"}) ==
       "memest: error: --fsdp-group \"4\": a shard group applies to --fsdp hybrid, not \"full\"\n");
+  CHECK(err({"--dp", "8", "--fsdp", "full", "--fsdp-version", "2", "--fsdp-sync-module-states"}) ==
+        "memest: error: --fsdp-sync-module-states: sync_module_states is FSDP1's (expected "
+        "--fsdp-version 1)\n");
+  CHECK(err({"--dp", "8", "--fsdp-sync-module-states"}) ==
+        "memest: error: --fsdp-sync-module-states: applies to FSDP (expected --fsdp MODE as "
+        "well)\n");
+  CHECK(err({"--dp", "8", "--fsdp", "full", "--fsdp-sync-module-states", "--load-full"}) ==
+        "memest: error: --fsdp-sync-module-states: conflicts with --load-full (two ways of "
+        "loading the model; give one)\n");
 }
 
 // fsdp_qlora's LoRA row with its published peak allocated (tests/data/gpu/SOURCES.md), run with

@@ -37,13 +37,15 @@ std::uint64_t caching_round_size(std::uint64_t bytes);
 std::uint64_t caching_segment_size(std::uint64_t size);
 
 /// A replay of PyTorch's CUDA caching allocator (DeviceCachingAllocator in
-/// c10/cuda/CUDACachingAllocator.cpp) on one stream, without expandable segments, garbage
+/// c10/cuda/CUDACachingAllocator.cpp), without expandable segments, garbage
 /// collection or empty_cache(): cached blocks are never released, so reserved bytes only grow.
 /// malloc takes the best-fitting cached free block of its pool (smallest size, then lowest
 /// address: BlockComparatorSize), splits it when should_split() says so (small pool: a
 /// remainder of at least 512 B; large pool: a request under max_split_size and a remainder
 /// over 1 MiB), or cudaMallocs a new segment of caching_segment_size(); free returns the block
-/// to its pool and merges it with free neighbours of its segment (try_merge_blocks). Device
+/// to its pool and merges it with free neighbours of its segment (try_merge_blocks). Each
+/// segment belongs to the stream that allocated it: a cached block serves only a request on
+/// the same stream (BlockComparatorSize orders the pools by stream first). Device
 /// memory is unbounded: the retry that frees cached blocks when cudaMalloc fails is not
 /// modelled, so near the device's capacity the real reserved figure can be lower.
 class CachingAllocator {
@@ -53,8 +55,8 @@ class CachingAllocator {
   explicit CachingAllocator(
       std::uint64_t max_split_size = std::numeric_limits<std::uint64_t>::max());
 
-  /// Allocates `bytes` (0 allocates nothing and returns kNone).
-  Handle malloc(std::uint64_t bytes);
+  /// Allocates `bytes` on `stream` (0 allocates nothing and returns kNone).
+  Handle malloc(std::uint64_t bytes, std::uint8_t stream = 0);
   /// Frees a block malloc returned (kNone is ignored).
   void free(Handle h);
 
@@ -71,13 +73,16 @@ class CachingAllocator {
     std::uint64_t ptr = 0, size = 0;
     Handle prev = kNone, next = kNone;
     bool allocated = false, small = false;
+    std::uint8_t stream = 0;
   };
-  using FreeSet = std::set<std::tuple<std::uint64_t, std::uint64_t, Handle>>;  // size, ptr
+  // stream, size, ptr
+  using FreeSet = std::set<std::tuple<std::uint8_t, std::uint64_t, std::uint64_t, Handle>>;
 
   Handle new_block(const Block& b);
   FreeSet& pool(bool small) { return small ? small_free_ : large_free_; }
-  Handle take_free_block(std::uint64_t size, bool small);
-  Handle new_segment(std::uint64_t size, bool small);
+  Handle take_free_block(std::uint64_t size, bool small, std::uint8_t stream);
+  Handle new_segment(std::uint64_t size, bool small, std::uint8_t stream);
+  void cache(Handle h);
   void split(Handle h, std::uint64_t size);
   void merge(Handle dst, Handle src);
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace memest {
 
@@ -37,6 +38,26 @@ struct FsdpShards {
 /// use_orig_params=True, one flat parameter per unit, frozen and trainable together.
 FsdpShards fsdp_shards(const Inventory& inventory, std::uint64_t layers, unsigned version,
                        std::uint64_t ranks, Dtype stored, Dtype gathered, bool orig_params = false);
+
+/// One FSDP1 flat parameter as FSDP's constructor builds it: the bytes of each original
+/// parameter tensor in parameters() order, in their stored dtype, and one rank's padded shard
+/// (NO_SHARD: the flat parameter itself, kept whole).
+struct FsdpFlatParam {
+  std::vector<std::uint64_t> tensors;
+  std::uint64_t shard_bytes = 0;
+  bool sharded = true;
+};
+
+/// FSDP1's flat parameters in the order auto-wrapping builds them, innermost unit first: layer
+/// by layer its trainable flat parameter (the adapters, wrapped as units of their own, are
+/// children of the layer), then its frozen one; then the root's frozen and trainable ones. With
+/// `orig_params` a unit has one. Their shards sum to fsdp_shards' param_bytes.
+std::vector<FsdpFlatParam> fsdp1_flat_params(const Inventory& inventory, std::uint64_t layers,
+                                             std::uint64_t ranks, Dtype stored, bool orig_params);
+
+/// The run's FSDP1 flat parameters: its inventory, layers, shard group and orig_params, as
+/// fsdp_shards_of reads them; whole under NO_SHARD.
+std::vector<FsdpFlatParam> fsdp1_flat_params_of(const RunSpec& run);
 
 /// The run's shards: its inventory (the canonical one for a bare count), its layers, its
 /// ParallelSpec's version, shard group and param_dtype.

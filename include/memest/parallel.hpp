@@ -55,6 +55,10 @@ struct ParallelSpec {
   /// FSDP1's use_orig_params=True: frozen and trainable parameters share a unit's flat
   /// parameter, whose gradient covers all of it.
   bool fsdp_orig_params = false;
+  /// FSDP1's constructor given sync_module_states=True and a device_id on a model held on the
+  /// host (or the meta device): unit by unit, its parameters are moved to the device, broadcast
+  /// from rank 0, flattened and sharded (src/fsdp_init.cpp), which leaves segments cached.
+  bool fsdp_sync_module_states = false;
 
   /// The ranks the model states are sharded over: the shard group, or every data-parallel rank.
   constexpr std::uint64_t shard_ranks() const { return shard_group ? shard_group : data_parallel; }

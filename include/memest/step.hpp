@@ -77,6 +77,14 @@ enum class Slot : std::uint8_t {
 /// instead of a copy, the padded labels as the saved target).
 enum class Batch : std::uint8_t { any, one, many };
 
+/// The CUDA stream a tensor is allocated on. The caching allocator keeps each stream's cached
+/// blocks apart: a block freed on one stream serves only requests on that stream.
+enum class Stream : std::uint8_t {
+  compute,             ///< the default stream
+  fsdp_all_gather,     ///< FSDP1's unshard stream, FSDP2's all-gather copy-in stream
+  fsdp_post_backward,  ///< FSDP1's post-backward stream (the reduce-scatter's casts)
+};
+
 /// One tensor PyTorch allocates in a training step: its name, size as a shape of symbols, the
 /// bytes per element, the part of memory it belongs to.
 struct Tensor {
@@ -91,6 +99,7 @@ struct Tensor {
   /// A layer's tensor the first layer does not save: its input does not require grad (frozen
   /// embeddings) and the tensor is kept only for that input's gradient.
   bool skips_first = false;
+  Stream stream = Stream::compute;
 
   /// The monomial of a size that has one, else -1 (the plan's fast path).
   int mono = -1;
