@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <numeric>
 #include <utility>
 
@@ -166,7 +167,10 @@ class Replay {
   void quantise_on_device();
   void construct_fsdp_units(const MomentSpec& loaded);
   void adopt_shards(const MomentSpec& loaded, std::vector<Handle> shards, std::vector<u64> sizes);
+  void replay_events(const std::vector<AllocEvent>& events, std::vector<Handle>& slot);
+  Handle quantise(const TensorGroup& g, Handle weight);
   Handle build(const TensorGroup& g, bool quantise);
+  Handle clone(const TensorGroup& g, Handle from);
   void stretch(const std::vector<MomentSpec>& walk, bool first, std::string_view name);
   template <typename Keep>
   void moment(const MomentSpec& m, Keep&& keep);
@@ -329,50 +333,89 @@ std::vector<const TensorGroup*> construction_order(const Inventory& inv, u64 L) 
   return out;
 }
 
+// A sequence of allocations and frees into `slot`.
+void Replay::replay_events(const std::vector<AllocEvent>& events, std::vector<Handle>& slot) {
+  for (const AllocEvent& ev : events) {
+    if (ev.bytes == 0) {
+      a_.free(std::exchange(slot[ev.slot], CachingAllocator::kNone));
+      continue;
+    }
+    slot[ev.slot] = a_.malloc(ev.bytes);
+    note();
+  }
+}
+
+// A bf16 weight of group `g` on the device quantised to NF4 (src/nf4_init.cpp) and freed; the
+// NF4 data is returned.
+Handle Replay::quantise(const TensorGroup& g, Handle weight) {
+  std::vector<Handle> slot(kNf4Slots, CachingAllocator::kNone);
+  replay_events(nf4_quantisation(g.tensor_elements(), run_.training.qlora_init), slot);
+  a_.free(weight);
+  return slot[kNf4Data];
+}
+
 // One tensor of group `g` built on the device: a QLoRA base weight created in 16 bits and
-// quantised (src/nf4_init.cpp) when `quantise`, else allocated as it is stored.
-Handle Replay::build(const TensorGroup& g, bool quantise) {
-  if (!quantise || g.storage != Dtype::nf4) {
+// quantised when `quantise_it`, else allocated as it is stored.
+Handle Replay::build(const TensorGroup& g, bool quantise_it) {
+  if (!quantise_it || g.storage != Dtype::nf4) {
     std::vector<u64> blocks;
     tensor_blocks(run_, step_, Part::params, g, 0, blocks);
     const Handle h = blocks.empty() ? CachingAllocator::kNone : a_.malloc(blocks.front());
     note();
     return h;
   }
-  const u64 n = g.tensor_elements();
-  const Handle weight = a_.malloc(width(run_.precision.param) * n);
+  const Handle weight = a_.malloc(width(run_.precision.param) * g.tensor_elements());
+  note();
+  return quantise(g, weight);
+}
+
+// A deep copy of tensor `from` of group `g`: torchtune's clone of an NF4Tensor dequantises it
+// and quantises the result again (_register_nf4_dispatch_ops.py, 0914d5cfb to 1814feb17); any
+// other tensor is copied as stored.
+Handle Replay::clone(const TensorGroup& g, Handle from) {
+  if (g.storage != Dtype::nf4 || from == CachingAllocator::kNone) return build(g, false);
   std::vector<Handle> slot(kNf4Slots, CachingAllocator::kNone);
-  for (const AllocEvent& ev : nf4_quantisation(n, run_.training.qlora_init)) {
-    if (ev.bytes == 0) {
-      a_.free(slot[ev.slot]);
-      continue;
-    }
-    slot[ev.slot] = a_.malloc(ev.bytes);
-    note();
-  }
-  a_.free(weight);
-  return slot[kNf4Data];
+  replay_events(nf4_dequantisation(g.tensor_elements()), slot);
+  return quantise(g, slot[kNf4Original]);
 }
 
 // QLoRA built on the device (--qlora-init) as torchtune's builders do (lora_llama2 in
 // torchtune/models/llama2/_component_builders.py, 0914d5cfb and 1814feb17): one decoder layer
-// is built, each base weight quantised as its LoRALinear is created; then TransformerDecoder
-// deep-copies that layer num_layers times (_get_clones in torchtune/modules/transformer.py), so
-// the copies hold NF4 data and quantise nothing; the first layer goes when the builder returns.
-// A group outside the layers (or a model of one layer) is quantised where it stands. What was
-// built stays until the loading below allocates the same tensors again: its segments stay
-// cached.
+// is built, each base weight quantised as its LoRALinear is created; the rest of the model is
+// built where it stands; TransformerDecoder deep-copies that layer num_layers times
+// (_get_clones); the first layer goes when the builder returns. Then load_state_dict copies
+// each base weight in from the host: it is moved to the device and quantised there (torchtune's
+// inplace_copy for torchao < 0.2, 0914d5cfb; torchao's NF4Tensor.copy_ from 0ed30902e), and the
+// new NF4 data replaces the old. What was built stays until the loading below allocates the
+// same tensors again: its segments stay cached.
 void Replay::quantise_on_device() {
   now_ = {"set-up", "base weights quantised to NF4"};
   const Inventory& inv = walk_inventory(run_);
-  std::vector<Handle> first_layer, built;
+  std::map<const TensorGroup*, std::vector<Handle>> first_layer;
   for (const TensorGroup& g : inv.groups) {
     for (u64 c = 0; per_layer(g, L_) && c < g.count / L_; ++c)
-      first_layer.push_back(build(g, true));
+      first_layer[&g].push_back(build(g, true));
   }
-  for (const TensorGroup* g : construction_order(inv, L_))
-    built.push_back(build(*g, !per_layer(*g, L_)));
-  for (auto it = first_layer.rbegin(); it != first_layer.rend(); ++it) a_.free(*it);
+  const std::vector<const TensorGroup*> order = construction_order(inv, L_);
+  std::vector<Handle> built;
+  std::map<const TensorGroup*, u64> copies;
+  for (const TensorGroup* g : order) {
+    if (!per_layer(*g, L_)) {
+      built.push_back(build(*g, true));
+      continue;
+    }
+    const std::vector<Handle>& from = first_layer[g];
+    built.push_back(clone(*g, from[copies[g]++ % from.size()]));
+  }
+  for (auto it = first_layer.rbegin(); it != first_layer.rend(); ++it) {
+    for (auto h = it->second.rbegin(); h != it->second.rend(); ++h) a_.free(*h);
+  }
+  now_ = {"set-up", "checkpoint loaded: base weights quantised again"};
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (order[i]->storage != Dtype::nf4) continue;
+    const Handle old = std::exchange(built[i], build(*order[i], true));
+    a_.free(old);
+  }
   for (auto it = built.rbegin(); it != built.rend(); ++it) a_.free(*it);
 }
 

@@ -4,9 +4,8 @@
 // quantised weight passes through NF4Tensor.from_tensor (torchao/dtypes/nf4tensor.py: v0.1 at
 // a7670be58 quantises the whole weight at once; from v0.2, 6081796bc, 2^20 elements at a time).
 //
-// The weight is a Parameter, so the ops run under autograd: abs() keeps its input for
-// backward, which is why both the difference and its absolute value are live at once.
-// Tensors of one value per 64-element block (the absmax scalers and their indices) are left
+// from_tensor runs under torch.no_grad(): each intermediate goes as soon as nothing refers to
+// it. Tensors of one value per 64-element block (the absmax scalers and their indices) are left
 // out: they are 1/64 of the weight's elements.
 #include "nf4_init.hpp"
 
@@ -24,6 +23,7 @@ constexpr u64 kCodes = 16;
 
 enum Slot : std::uint32_t {
   data,
+  original,
   absmax,
   scaled,
   diff,
@@ -32,9 +32,17 @@ enum Slot : std::uint32_t {
   indices,
   shifted,
   codes,
-  chunk_codes
+  chunk_codes,
+  nibbles,
+  first_codes,
+  second_codes,
+  first_values,
+  second_values,
+  repeated,
+  first_scaled,
+  second_scaled
 };
-static_assert(data == kNf4Data && chunk_codes < kNf4Slots);
+static_assert(data == kNf4Data && original == kNf4Original && second_scaled < kNf4Slots);
 
 struct Sequence {
   std::vector<AllocEvent> events;
@@ -42,17 +50,17 @@ struct Sequence {
   void free(Slot s) { events.push_back({s, 0}); }
 };
 
-// quantize_tensor_nearest on `n` bf16 values: (value.unsqueeze(-1) - nf4).abs() is n x 16
-// bf16 twice over (abs keeps its input), then min(dim=-1) gives bf16 values and int64
-// indices; the values go with the expression, the differences when the function returns.
+// quantize_tensor_nearest on `n` bf16 values: (value.unsqueeze(-1) - nf4) is n x 16 bf16,
+// freed once abs() has its n x 16 result; min(dim=-1) gives bf16 values and int64 indices;
+// the values go with the expression, the absolute differences when the function returns.
 void nearest_code(Sequence& s, u64 n) {
   s.alloc(diff, 2 * kCodes * n);
   s.alloc(diff_abs, 2 * kCodes * n);
+  s.free(diff);
   s.alloc(min_values, 2 * n);
   s.alloc(indices, 8 * n);
   s.free(min_values);
   s.free(diff_abs);
-  s.free(diff);
 }
 
 // torchao 0.1: the int64 indices of every element, packed two per byte:
@@ -104,6 +112,32 @@ std::vector<AllocEvent> nf4_quantisation(u64 n, QloraInit how) {
     whole(s, n);
   }
   s.free(scaled);
+  return s.events;
+}
+
+// get_original_weight (torchao/dtypes/nf4tensor.py, a7670be58): each half of the packed codes
+// (a uint8 shift or mask, then int64), looked up in bf16, scaled by its block's scaler repeated
+// (flatten() of an expand copies it), then stacked into the bf16 weight. Its locals go when it
+// returns.
+std::vector<AllocEvent> nf4_dequantisation(u64 n) {
+  Sequence s;
+  const u64 half = (n + 1) / 2;
+  for (const Slot codes_of_half : {first_codes, second_codes}) {
+    s.alloc(nibbles, half);
+    s.alloc(codes_of_half, 8 * half);
+    s.free(nibbles);
+  }
+  s.alloc(first_values, 2 * half);
+  s.alloc(second_values, 2 * half);
+  for (const Slot scaled_half : {first_scaled, second_scaled}) {
+    s.alloc(repeated, 2 * half);
+    s.alloc(scaled_half, 2 * half);
+    s.free(repeated);
+  }
+  s.alloc(original, 2 * n);
+  for (const Slot local :
+       {first_codes, second_codes, first_values, second_values, first_scaled, second_scaled})
+    s.free(local);
   return s.events;
 }
 

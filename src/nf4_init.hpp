@@ -18,12 +18,18 @@ struct AllocEvent {
 
 /// Slot 0 of nf4_quantisation's sequence: the packed NF4 data, kept by the weight.
 inline constexpr std::uint32_t kNf4Data = 0;
+/// The slot of nf4_dequantisation's result: the weight back in bf16, kept.
+inline constexpr std::uint32_t kNf4Original = 1;
 /// More than the number of slots a sequence uses.
-inline constexpr std::uint32_t kNf4Slots = 16;
+inline constexpr std::uint32_t kNf4Slots = 24;
 
 /// The allocations and frees of torchao's NF4Tensor.from_tensor on a 16-bit weight of
 /// `elements` elements that is already on the device (docs/techniques.md, "QLoRA quantised on
 /// the device"). Every block but kNf4Data is freed by the end. `how` is whole or chunked.
 std::vector<AllocEvent> nf4_quantisation(std::uint64_t elements, QloraInit how);
+
+/// The allocations and frees of torchao's NF4Tensor.get_original_weight on a weight of
+/// `elements` elements: every block but kNf4Original (the bf16 weight) is freed by the end.
+std::vector<AllocEvent> nf4_dequantisation(std::uint64_t elements);
 
 }  // namespace memest::detail
