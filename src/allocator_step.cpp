@@ -164,7 +164,7 @@ class Replay {
 
  private:
   void setup();
-  void quantise_on_device();
+  void build_on_device();
   void construct_fsdp_units(const MomentSpec& loaded);
   void adopt_shards(const MomentSpec& loaded, std::vector<Handle> shards, std::vector<u64> sizes);
   void replay_events(const std::vector<AllocEvent>& events, std::vector<Handle>& slot);
@@ -379,29 +379,33 @@ Handle Replay::clone(const TensorGroup& g, Handle from) {
   return quantise(g, slot[kNf4Original]);
 }
 
-// QLoRA built on the device (--qlora-init) as torchtune's builders do (lora_llama2 in
-// torchtune/models/llama2/_component_builders.py, 0914d5cfb and 1814feb17): one decoder layer
-// is built, each base weight quantised as its LoRALinear is created; the rest of the model is
-// built where it stands; TransformerDecoder deep-copies that layer num_layers times
-// (_get_clones); the first layer goes when the builder returns. Then load_state_dict copies
-// each base weight in from the host: it is moved to the device and quantised there (torchtune's
-// inplace_copy for torchao < 0.2, 0914d5cfb; torchao's NF4Tensor.copy_ from 0ed30902e), and the
-// new NF4 data replaces the old. What was built stays until the loading below allocates the
-// same tensors again: its segments stay cached.
-void Replay::quantise_on_device() {
-  now_ = {"set-up", "base weights quantised to NF4"};
+// The model built on the device (--layer-clones, --qlora-init), as torchtune's builders do:
+// with --layer-clones (lora_llama2 in torchtune/models/llama2/_component_builders.py,
+// 0914d5cfb and 1814feb17) one decoder layer is built, the rest of the model where it stands,
+// and TransformerDecoder deep-copies that layer num_layers times (_get_clones); the first
+// layer goes when the builder returns. Without it every tensor is built where it stands
+// (llama3_2's builders loop over the layers). QLoRA base weights are quantised as their
+// LoRALinear is created or copied; then load_state_dict copies each in from the host: it is
+// moved to the device and quantised there (torchtune's inplace_copy for torchao < 0.2,
+// 0914d5cfb; torchao's NF4Tensor.copy_ from 0ed30902e), and the new NF4 data replaces the
+// old. What was built stays until the loading below allocates the same tensors again: its
+// segments stay cached.
+void Replay::build_on_device() {
+  const bool quant = run_.training.qlora_init != QloraInit::none;
+  const bool clones = run_.training.layer_clones;
+  now_ = {"set-up", quant ? "model built, base weights quantised to NF4" : "model built"};
   const Inventory& inv = walk_inventory(run_);
   std::map<const TensorGroup*, std::vector<Handle>> first_layer;
   for (const TensorGroup& g : inv.groups) {
-    for (u64 c = 0; per_layer(g, L_) && c < g.count / L_; ++c)
-      first_layer[&g].push_back(build(g, true));
+    for (u64 c = 0; clones && per_layer(g, L_) && c < g.count / L_; ++c)
+      first_layer[&g].push_back(build(g, quant));
   }
   const std::vector<const TensorGroup*> order = construction_order(inv, L_);
   std::vector<Handle> built;
   std::map<const TensorGroup*, u64> copies;
   for (const TensorGroup* g : order) {
-    if (!per_layer(*g, L_)) {
-      built.push_back(build(*g, true));
+    if (!clones || !per_layer(*g, L_)) {
+      built.push_back(build(*g, quant));
       continue;
     }
     const std::vector<Handle>& from = first_layer[g];
@@ -411,7 +415,7 @@ void Replay::quantise_on_device() {
     for (auto h = it->second.rbegin(); h != it->second.rend(); ++h) a_.free(*h);
   }
   now_ = {"set-up", "checkpoint loaded: base weights quantised again"};
-  for (std::size_t i = 0; i < order.size(); ++i) {
+  for (std::size_t i = 0; quant && i < order.size(); ++i) {
     if (order[i]->storage != Dtype::nf4) continue;
     const Handle old = std::exchange(built[i], build(*order[i], true));
     a_.free(old);
@@ -469,7 +473,7 @@ void Replay::adopt_shards(const MomentSpec& loaded, std::vector<Handle> shards,
 void Replay::setup() {
   const auto& walk = step_.first.empty() ? step_.steady : step_.first;
   if (walk.empty()) return;
-  if (run_.training.qlora_init != QloraInit::none) quantise_on_device();
+  if (run_.training.qlora_init != QloraInit::none || run_.training.layer_clones) build_on_device();
   // --load-full: every parameter whole, one block per tensor, before the shards are taken.
   std::vector<Handle> whole;
   if (run_.training.load_full) {

@@ -536,6 +536,13 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     if (o.context_reserve) t.context_reserve = parse_setting(*o.context_reserve, parse_context);
   });
   t.load_full = flag(o.load_full);
+  t.layer_clones = flag(o.layer_clones);
+  for (const FlagSetting* s : {&o.load_full, &o.fsdp_sync_module_states}) {
+    if (t.layer_clones && flag(*s)) {
+      throw Error(fmt::format("{}: conflicts with {} (two ways of loading the model; give one)",
+                              o.layer_clones->where, (*s)->where));
+    }
+  }
   // PyTorch's cuBLAS workspace: larger on sm90; none on the CPU. Transformer Engine's own,
   // with its layers: larger from sm90 on.
   problems.attempt([&] {

@@ -61,6 +61,11 @@ std::vector<RunOptionInfo> build_table() {
            "0.1) or chunked (2^20 elements at a time: torchao >= 0.2); with --allocator cuda, "
            "the set-up stretch of the replay",
            &R::qlora_init),
+      boolean("--layer-clones", "model", "layer_clones",
+              "The model is built on the GPU as one decoder layer deep-copied num_layers times, "
+              "that layer then freed (torchtune's Llama-2 builders); with --qlora-init each copy "
+              "is quantised again; with --allocator cuda, the set-up stretch of the replay",
+              &R::layer_clones),
       text("--optimizer", "optimizer", "name", "NAME",
            "Optimizer: " + names(optimizer_names()) + " (default adamw)", &R::optimizer),
       boolean("--nesterov", "optimizer", "nesterov", "sgd-momentum: Nesterov momentum (same state)",

@@ -30,7 +30,7 @@ struct RunOptions {
   TextSetting architecture;  ///< a config.json given inline, as JSON text
   TextSetting freeze;        ///< comma-separated roles to freeze
   TextSetting lora_rank, lora_targets, lora_dropout, qlora_init;
-  FlagSetting qlora, double_quant, qlora_keeps_input;
+  FlagSetting qlora, double_quant, qlora_keeps_input, layer_clones;
   // optimizer
   TextSetting optimizer;       ///< default adamw
   TextSetting optimizer_impl;  ///< foreach (default), single, fused

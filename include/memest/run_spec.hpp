@@ -114,6 +114,9 @@ struct TrainingSpec {
   /// QLoRA: the base weights quantised on the device as the model is built (--qlora-init); with
   /// --allocator cuda the set-up stretch of the replay holds the quantisation's temporaries.
   QloraInit qlora_init = QloraInit::none;
+  /// The model is built on the device as one decoder layer deep-copied num_layers times, that
+  /// layer then freed (torchtune's Llama-2 builders, _get_clones; --layer-clones).
+  bool layer_clones = false;
   std::string stack;  ///< the training stack whose defaults the run took (--stack); empty: none
   /// The optimizer step fused into backward (torchtune optimizer_in_bwd, PyTorch's
   /// register_post_accumulate_grad_hook): each gradient is applied and freed as soon as it is
