@@ -134,6 +134,7 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.compile = t.compile;
   in.loss = t.loss;
   in.keeps_output = t.loop_keeps_output;
+  in.softmax_keeps_input = t.softmax_keeps_input;
   in.loss_chunk = t.loss_chunk ? t.loss_chunk : (t.loss == Loss::chunked ? 8 : 128);
   in.grads.lora_dropout = t.lora_dropout;
   in.grads.nf4_keeps_input = t.nf4_keeps_input;

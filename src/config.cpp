@@ -526,6 +526,7 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
   t.optimizer_in_backward = flag(o.optimizer_in_backward);
   t.compile = flag(o.compile);
   t.loop_keeps_output = flag(o.loop_keeps_output);
+  t.softmax_keeps_input = flag(o.softmax_keeps_input);
   if (o.offload) {  // its errors are reported once, by resolve_parallel
     try {
       t.offload_activations = parse_offload(o.offload->value).activations;

@@ -298,6 +298,10 @@ class Saver {
     const u64 e_sm = llama() || ec == 4 || (in_.amp && in_.cuda) ? 4 : ec;
     add(llama() ? "softmax output (softmax(dtype=float32))" : "softmax output", core, Slot::sm,
         e_sm, S2);
+    if (in_.softmax_keeps_input) {  // _softmax_backward_data(grad, result, dim, self)
+      add("softmax input, the scores in softmax's dtype (PyTorch < 1.11)", core, Slot::sm, e_sm,
+          S2);
+    }
     if (drop) {
       add("attention dropout mask (bool)", core, Slot::dmask, 1, S2);
       add("attention dropout output (attn@V operand)", core, Slot::dropped, ec, S2);
@@ -488,6 +492,10 @@ class Saver {
         break;
     }
     add(name, Scope::head, Slot::none, width, shape({sym::N, D.V}));
+    if (in_.softmax_keeps_input && (in_.loss == Loss::hf || in_.loss == Loss::hf_upcast)) {
+      add("log_softmax input, the fp32 logits (PyTorch < 1.11)", Scope::head, Slot::none, 4,
+          shape({sym::N, D.V}));
+    }
     add("loss target (int64 labels)", Scope::head, Slot::target, 8, shape({sym::N}), Batch::many);
     add("loss target (the padded int64 labels at batch 1)", Scope::head, Slot::target, 8,
         shape({sym::s1}), Batch::one);

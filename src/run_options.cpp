@@ -146,6 +146,10 @@ std::vector<RunOptionInfo> build_table() {
               "The training loop holds the model's output (output = model(...)) from one "
               "forward to the next: its logits live through backward and the next forward",
               &R::loop_keeps_output),
+      boolean("--softmax-keeps-input", "training", "softmax_keeps_input",
+              "PyTorch before 1.11: softmax and log_softmax keep their input for backward "
+              "besides their output (the attention scores, the loss's logits)",
+              &R::softmax_keeps_input),
       text("--loss-chunk", "training", "loss_chunk", "N",
            "--loss chunked: chunks of the sequence (default 8); chunked-tokens: positions per "
            "chunk (default 128)",

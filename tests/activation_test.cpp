@@ -107,6 +107,22 @@ TEST_CASE("dropout masks appear only when the probability is positive", "[activa
   REQUIRE(with.embed - without.embed == Nh);
 }
 
+// PyTorch before 1.11 (pytorch/pytorch#64000): softmax keeps its input, the attention scores,
+// in the dtype it computes in: fp32 here, and fp32 under CUDA autocast too (softmax is on
+// autocast's fp32 list), so 4 b a s^2 more per layer either way. The loss's log_softmax keeps
+// its fp32 input, the N x V logits.
+TEST_CASE("PyTorch < 1.11 (--softmax-keeps-input) keeps the scores and the fp32 logits",
+          "[activation]") {
+  const auto policy = GENERATE(as<std::string>{}, "fp32", "amp");
+  auto r = run_of("gpt2", policy, 2, 128);
+  const auto before = saved(r);
+  r.training.softmax_keeps_input = true;
+  const auto after = saved(r);
+  const std::uint64_t S2 = 2 * 12 * 128 * 128, NV = 2 * 128 * 50257;
+  REQUIRE(after.per_layer - before.per_layer == 4 * S2);
+  REQUIRE(after.head - before.head == 4 * NV);
+}
+
 TEST_CASE("every family gets activations; unmeasured ones are marked approximate", "[activation]") {
   auto [preset, measured] = GENERATE(table<std::string, bool>({{"llama-2-7b", true},
                                                                {"gpt2", true},

@@ -75,8 +75,9 @@ struct ActivationInputs {
   Recompute recompute = Recompute::none;
   bool compile = false;  ///< torch.compile of each layer (src/techniques.cpp)
   Loss loss = Loss::hf;
-  std::uint64_t loss_chunk = 0;  ///< chunks (chunked) or positions per chunk (chunked-tokens)
-  bool keeps_output = false;     ///< the training loop holds the model's output (its logits)
+  std::uint64_t loss_chunk = 0;      ///< chunks (chunked) or positions per chunk (chunked-tokens)
+  bool keeps_output = false;         ///< the training loop holds the model's output (its logits)
+  bool softmax_keeps_input = false;  ///< PyTorch < 1.11: softmax keeps its input as well
   GradFlow grads;
   // One device of a split run (include/memest/layout.hpp): the dimensions above are its share.
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank

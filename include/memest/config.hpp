@@ -44,8 +44,9 @@ struct RunOptions {
   // training
   TextSetting batch, seq, grad_accum, attention, recompute, dropout, zero_grad, device, allocator,
       context_reserve, loss, loss_chunk, stack, transformer_impl;
-  FlagSetting compile;            ///< torch.compile of each layer (docs/techniques.md)
-  FlagSetting loop_keeps_output;  ///< the loop holds the model's output (docs/activations.md)
+  FlagSetting compile;              ///< torch.compile of each layer (docs/techniques.md)
+  FlagSetting loop_keeps_output;    ///< the loop holds the model's output (docs/activations.md)
+  FlagSetting softmax_keeps_input;  ///< PyTorch < 1.11's softmax backward (docs/activations.md)
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,
       virtual_stages, microbatches, context_parallel, expert_parallel, vocab_multiple, fsdp,

@@ -105,6 +105,9 @@ struct TrainingSpec {
   /// The training loop holds the model's output (`output = model(...)`) from one forward to
   /// the next: its logits live through backward and the next step's forward (--loop-keeps-output).
   bool loop_keeps_output = false;
+  /// PyTorch before 1.11: softmax and log_softmax keep their input for backward besides their
+  /// output (pytorch/pytorch#64000, fixed by #65242) (--softmax-keeps-input).
+  bool softmax_keeps_input = false;
   /// Dropout on the LoRA branch's input (PEFT's lora_dropout; 0 is PEFT's and torchtune's
   /// default, LitGPT's finetune/lora.py uses 0.05, Answer.AI's fsdp_qlora 0.1).
   double lora_dropout = 0;
