@@ -13,7 +13,10 @@ test -n "$(ls "$build"/python/memest.*.so 2>/dev/null)" || {
   exit 2
 }
 estimate='import memest; memest.estimate(model="llama-2-7b", batch=1, seq=4096, precision="mixed-bf16")'
+# Every process gets the same environment: a command prefixed with `env VAR=...` would also
+# time the exec of env itself (4 ms here).
+export PYTHONPATH="$build/python"
 hyperfine -N --warmup 5 --runs "$runs" \
   "$py -c pass" \
-  "env PYTHONPATH=$build/python $py -c 'import memest'" \
-  "env PYTHONPATH=$build/python $py -c '$estimate'"
+  "$py -c 'import memest'" \
+  "$py -c '$estimate'"
