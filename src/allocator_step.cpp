@@ -425,7 +425,8 @@ void Replay::build_on_device() {
 
 // FSDP1's constructor from the host (--fsdp-sync-module-states, src/fsdp_init.cpp): flat
 // parameter after flat parameter, what it allocates and frees; the shards it keeps are the
-// parameters of the loaded model.
+// parameters of the loaded model. With CPUOffload(offload_params=True) each shard goes to the
+// host as soon as it is cut (_init_param_handle_from_params: flat_param_to(cpu)).
 void Replay::construct_fsdp_units(const MomentSpec& loaded) {
   now_ = {"set-up", "FSDP units moved to the device, broadcast, flattened and sharded"};
   std::vector<Handle> shards;
@@ -439,6 +440,10 @@ void Replay::construct_fsdp_units(const MomentSpec& loaded) {
       }
       slot[ev.slot] = a_.malloc(ev.bytes);
       note();
+    }
+    if (run_.parallel.offload_params) {
+      a_.free(slot[kFsdpShard]);
+      continue;
     }
     shards.push_back(slot[kFsdpShard]);
     sizes.push_back(f.shard_bytes);

@@ -198,6 +198,15 @@ TEST_CASE("FSDP flags: bad input is one clear line", "[fsdp]") {
   CHECK(err({"--dp", "8", "--fsdp", "full", "--fsdp-sync-module-states", "--load-full"}) ==
         "memest: error: --fsdp-sync-module-states: conflicts with --load-full (two ways of "
         "loading the model; give one)\n");
+  CHECK(err({"--dp", "4", "--pp", "2", "--fsdp", "full", "--fsdp-sync-module-states"}) ==
+        "memest: error: --fsdp-sync-module-states: FSDP1's constructor is replayed for the whole "
+        "model, not a pipeline stage (expected --pp 1)\n");
+  const CliResult bare =
+      run_cli({"--params", "1B", "--dp", "2", "--fsdp", "full", "--fsdp-sync-module-states"});
+  CHECK(bare.code == 2);
+  CHECK(bare.err ==
+        "memest: error: --fsdp-sync-module-states: FSDP1's units need the model's tensors "
+        "(expected --model or --config, not --params)\n");
 }
 
 // fsdp_qlora's LoRA row with its published peak allocated (tests/data/gpu/SOURCES.md), run with
