@@ -57,9 +57,10 @@ std::vector<RunOptionInfo> build_table() {
               &R::qlora_keeps_input),
       text("--qlora-init", "model", "qlora_init", "NAME",
            "QLoRA: where the base weights become NF4: none (they arrive quantised, the default), "
-           "whole (built in 16 bits on the GPU and quantised at once: torchtune with torchao "
-           "0.1) or chunked (2^20 elements at a time: torchao >= 0.2); with --allocator cuda, "
-           "the set-up stretch of the replay",
+           "whole (built in 16 bits on the GPU, quantised at once, and quantised again there as "
+           "the checkpoint loads: torchtune with torchao 0.1) or chunked (the same, 2^20 "
+           "elements at a time: torchao >= 0.5); with --allocator cuda, the set-up stretch of "
+           "the replay",
            &R::qlora_init),
       boolean("--layer-clones", "model", "layer_clones",
               "The model is built on the GPU as one decoder layer deep-copied num_layers times, "
