@@ -23,13 +23,13 @@ inline constexpr std::uint32_t kNf4Original = 1;
 /// More than the number of slots a sequence uses.
 inline constexpr std::uint32_t kNf4Slots = 24;
 
-/// The allocations and frees of torchao's NF4Tensor.from_tensor on a 16-bit weight of
-/// `elements` elements that is already on the device (docs/techniques.md, "QLoRA quantised on
-/// the device"). Every block but kNf4Data is freed by the end. `how` is whole or chunked.
-std::vector<AllocEvent> nf4_quantisation(std::uint64_t elements, QloraInit how);
+/// The allocations and frees of torchao's NF4Tensor.from_tensor on a 16-bit weight of `n`
+/// elements that is already on the device (docs/techniques.md, "QLoRA quantised on the
+/// device"). Every block but kNf4Data is freed by the end. `how` is whole or chunked.
+std::vector<AllocEvent> nf4_quantisation(std::uint64_t n, QloraInit how);
 
-/// The allocations and frees of torchao's NF4Tensor.get_original_weight on a weight of
-/// `elements` elements: every block but kNf4Original (the bf16 weight) is freed by the end.
-std::vector<AllocEvent> nf4_dequantisation(std::uint64_t elements);
+/// The allocations and frees of torchao's NF4Tensor.get_original_weight on a weight of `n`
+/// elements: every block but kNf4Original (the bf16 weight) is freed by the end.
+std::vector<AllocEvent> nf4_dequantisation(std::uint64_t n);
 
 }  // namespace memest::detail
