@@ -299,6 +299,12 @@ void Walker::statics(const Inventory& inv0) {
   head_grads_ = constant("gradients of the head (final norm, lm_head)", Part::grads,
                          eg * (lp_.head_trainable + (tied_grad() ? lm : 0)));
   layer_grads_ = constant("gradients of one layer", Part::grads, eg * lp_.layer_trainable);
+  // FSDP's sharded gradients are the reduce-scatter's output: FSDP1 allocates it under its
+  // post-backward stream (_get_reduce_scatter_tensors), FSDP2 under its reduce-scatter stream
+  // (foreach_reduce: reduce_output, whose views become the gradients).
+  for (const std::uint32_t t : {grads_, head_grads_, layer_grads_}) {
+    if (fsdp_ && sh_.grads) st_.tensors[t].stream = Stream::fsdp_reduce;
+  }
   const u64 ew = in_.amp ? in_.ew : 0;
   const u64 I = in_.moe_layers == in_.L && in_.moe_layers ? in_.I_moe : in_.I;
   const u64 down = std::min(ew * I * in_.h, ew * lp_.l_mm_mlp);
@@ -416,7 +422,7 @@ void Walker::fsdp_post_backward(bool steady, u64 j) {
     // Cast under the post-backward stream (_post_backward_hook).
     const std::uint32_t cast =
         in_flight("flat gradient cast to reduce_dtype", Part::other, er_ * n);
-    st_.tensors[cast].stream = Stream::fsdp_post_backward;
+    st_.tensors[cast].stream = Stream::fsdp_reduce;
     add(cast);
     end();
   }

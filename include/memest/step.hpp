@@ -80,9 +80,11 @@ enum class Batch : std::uint8_t { any, one, many };
 /// The CUDA stream a tensor is allocated on. The caching allocator keeps each stream's cached
 /// blocks apart: a block freed on one stream serves only requests on that stream.
 enum class Stream : std::uint8_t {
-  compute,             ///< the default stream
-  fsdp_all_gather,     ///< FSDP1's unshard stream, FSDP2's all-gather copy-in stream
-  fsdp_post_backward,  ///< FSDP1's post-backward stream (the reduce-scatter's casts)
+  compute,          ///< the default stream
+  fsdp_all_gather,  ///< FSDP1's unshard stream, FSDP2's all-gather copy-in stream
+  /// FSDP1's post-backward stream, FSDP2's reduce-scatter stream: the cast to reduce_dtype
+  /// (FSDP1) and the reduce-scatter's output, which the sharded gradients are.
+  fsdp_reduce,
 };
 
 /// One tensor PyTorch allocates in a training step: its name, size as a shape of symbols, the
