@@ -543,6 +543,10 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
       throw Error(fmt::format("{}: conflicts with {} (two ways of loading the model; give one)",
                               o.layer_clones->where, (*s)->where));
     }
+    if (t.qlora_init != QloraInit::none && flag(*s)) {
+      throw Error(fmt::format("{} {}: conflicts with {} (two ways of loading the model; give one)",
+                              o.qlora_init->where, o.qlora_init->value, (*s)->where));
+    }
   }
   // PyTorch's cuBLAS workspace: larger on sm90; none on the CPU. Transformer Engine's own,
   // with its layers: larger from sm90 on.

@@ -198,6 +198,10 @@ TEST_CASE("FSDP flags: bad input is one clear line", "[fsdp]") {
   CHECK(err({"--dp", "8", "--fsdp", "full", "--fsdp-sync-module-states", "--load-full"}) ==
         "memest: error: --fsdp-sync-module-states: conflicts with --load-full (two ways of "
         "loading the model; give one)\n");
+  CHECK(err({"--dp", "2", "--fsdp", "full", "--lora-rank", "8", "--qlora", "--qlora-init", "whole",
+             "--fsdp-sync-module-states"}) ==
+        "memest: error: --qlora-init whole: conflicts with --fsdp-sync-module-states (two ways of "
+        "loading the model; give one)\n");
   CHECK(err({"--dp", "4", "--pp", "2", "--fsdp", "full", "--fsdp-sync-module-states"}) ==
         "memest: error: --fsdp-sync-module-states: FSDP1's constructor is replayed for the whole "
         "model, not a pipeline stage (expected --pp 1)\n");
