@@ -135,6 +135,7 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.loss = t.loss;
   in.keeps_output = t.loop_keeps_output;
   in.softmax_keeps_input = t.softmax_keeps_input;
+  in.litgpt = t.model_code == ModelCode::litgpt;
   in.loss_chunk = t.loss_chunk ? t.loss_chunk : (t.loss == Loss::chunked ? 8 : 128);
   in.grads.lora_dropout = t.lora_dropout;
   in.grads.nf4_keeps_input = t.nf4_keeps_input;
@@ -159,6 +160,18 @@ bool adapter_site(const TensorGroup& g, std::uint64_t layers, AdapterSite& site)
   site.in = g.cols;
   site.rank = g.rows;
   return true;
+}
+
+// The output features of the LoRA adapter whose lora_A is `a`: its lora_B's rows.
+std::uint64_t lora_b_rows(const Inventory& inv, const TensorGroup& a) {
+  std::string b = a.name;
+  const std::size_t at = b.rfind("lora_A");
+  if (at == std::string::npos) return 0;
+  b.replace(at, 6, "lora_B");
+  for (const TensorGroup& g : inv.groups) {
+    if (g.name == b) return g.rows;
+  }
+  return 0;
 }
 
 // One trainable group of the layers: which inputs its gradient needs.
@@ -199,8 +212,10 @@ void read_grads(const RunSpec& run, const Architecture& arch, ActivationInputs& 
     if (g.name.find('*') != std::string::npos) {
       seen_layers = true;
       AdapterSite site;
-      if (adapter_site(g, layers, site) && f.n_adapters < f.adapters.size())
+      if (adapter_site(g, layers, site) && f.n_adapters < f.adapters.size()) {
+        site.out = lora_b_rows(inv, g);
         f.adapters[f.n_adapters++] = site;
+      }
       if (g.trainable) layer_grad(g, f);
       continue;
     }
@@ -308,6 +323,9 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_
   read_shape(arch, in);
   bool known_act = true;
   in.act = parse_act(arch.activation, known_act);
+  // LitGPT's GptNeoxMLP calls F.gelu(x, approximate=...): one kernel that keeps its input.
+  if (run.training.model_code == ModelCode::litgpt && in.act == ActFn::gelu_new)
+    in.act = ActFn::gelu;
   read_dropout(arch, t, in);
   read_policy(run, in);
   read_grads(run, arch, in);

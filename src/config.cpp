@@ -519,6 +519,7 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     if (o.lora_dropout) t.lora_dropout = parse_setting(*o.lora_dropout, parse_probability);
     t.nf4_keeps_input = flag(o.qlora_keeps_input);
     if (o.qlora_init) t.qlora_init = parse_setting(*o.qlora_init, parse_qlora_init);
+    if (o.model_code) t.model_code = parse_setting(*o.model_code, parse_model_code);
   });
   problems.attempt([&] {
     if (o.stack) t.stack = o.stack->value;

@@ -133,9 +133,11 @@ class Saver {
     const bool qk = which == kQk;
     const Shape full = qk ? counted(n, n_name, {sym::N, D.a, D.d}) : counted(n, n_name, {T, D.h});
     if (llama()) {
+      // LitGPT's RMSNorm (lit_gpt/rmsnorm.py @8641822) computes in the model's dtype.
+      const u64 e = in_.litgpt ? in_.ex : 4;
       if (when(input)) {
-        add(names[0], sc, sl, 4, full);
-        add(names[1], sc, sl, 4, qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {T}));
+        add(in_.litgpt ? litgpt_norm_name(which) : names[0], sc, sl, e, full);
+        add(names[1], sc, sl, e, qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {T}));
       }
       if (when([&](const Flow&) { return weight; })) add(names[2], sc, sl, in_.ex, full);
     } else if (when([&](const Flow& f) { return weight || input(f); })) {
@@ -145,6 +147,19 @@ class Saver {
           qk ? counted(2 * n, "2 stats x norms", {sym::N, D.a}) : counted(2, "2 stats", {T}));
     }
     skip_first_ = false;
+  }
+
+  static std::string_view litgpt_norm_name(Which which) {
+    switch (which) {
+      case kInput:
+        return "input RMSNorm: input, in the model's dtype (LitGPT)";
+      case kPostAttention:
+        return "post-attention RMSNorm: input, in the model's dtype (LitGPT)";
+      case kFinal:
+        return "final RMSNorm: input, in the model's dtype (LitGPT)";
+      default:
+        return "norm input, in the model's dtype (LitGPT)";
+    }
   }
 
   void layer() {
@@ -205,8 +220,10 @@ class Saver {
          "LoRA on down_proj: lora_A output (rank r, lora_B input)"},
     }};
     const GradFlow& g = in_.grads;
+    if (in_.litgpt) litgpt_qkv_adapter();
     for (std::uint8_t i = 0; i < g.n_adapters; ++i) {
       const AdapterSite& a = g.adapters[i];
+      if (in_.litgpt && a.slot == Slot::q_in) continue;
       const std::size_t k = a.slot == Slot::q_in     ? 0
                             : a.slot == Slot::o_in   ? 1
                             : a.slot == Slot::mlp_in ? 2
@@ -226,6 +243,38 @@ class Saver {
       }
       add(kNames[k][3], Scope::layer, a.slot, in_.amp ? in_.ew : in_.ec,
           shape({sym::N, dim("r", a.rank)}));
+    }
+  }
+
+  // LitGPT's LoRAQKVLinear (lit_gpt/lora.py @8641822): the q, k and v adapters share one
+  // dropout and one lora_A, a grouped conv1d is their lora_B, and zero_pad scatters its output
+  // into the fused width with index_copy, whose backward keeps that source (N x the adapted
+  // widths) unless all three are adapted (then zero_pad returns it as it is).
+  void litgpt_qkv_adapter() {
+    const GradFlow& g = in_.grads;
+    u64 rank = 0, out = 0, n = 0, in = 0;
+    for (std::uint8_t i = 0; i < g.n_adapters; ++i) {
+      const AdapterSite& a = g.adapters[i];
+      if (a.slot != Slot::q_in) continue;
+      rank += a.rank;
+      out += a.out;
+      in = a.in;
+      ++n;
+    }
+    if (n == 0) return;
+    const Shape x = shape({sym::N, dim("in", in)});
+    if (g.lora_dropout > 0 && when([](const Flow& f) { return f.n1; })) {
+      add("LoRA on the fused qkv: dropout mask (bool)", Scope::layer, Slot::q_in, 1, x);
+    }
+    skip_first_ = false;
+    if (g.lora_dropout > 0)
+      add("LoRA on the fused qkv: dropped input (lora_A input)", Scope::layer, Slot::q_in, in_.ex,
+          x);
+    add("LoRA on the fused qkv: lora_A output (the conv1d's input)", Scope::layer, Slot::q_in,
+        in_.ec, shape({sym::N, dim("r x adapted", rank)}));
+    if (n < 3) {
+      add("LoRA on the fused qkv: zero_pad's index_copy source (adapted widths)", Scope::layer,
+          Slot::q_in, in_.ec, shape({sym::N, dim("adapted out", out)}));
     }
   }
 
@@ -327,8 +376,14 @@ class Saver {
     add("q (kernel input)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
     add(grouped ? "k (kernel input, not repeated)" : "k (kernel input, repeated)", Scope::layer,
         Slot::k, ec, shape({sym::N, grouped ? D.k : D.a, D.d}));
-    add(grouped ? "v (kernel input, not repeated)" : "v (kernel input, repeated)", Scope::layer,
-        Slot::v, ec, shape({sym::N, grouped ? D.k : D.a, D.dv}));
+    if (in_.litgpt && in_.k == in_.a) {
+      // LitGPT splits one fused qkv output; without GQA, v stays a view of it (no expand copy).
+      add("v, a view of the fused qkv output (LitGPT: all of it kept)", Scope::layer, Slot::v, ec,
+          shape({sym::N, dim("a+2k", in_.a + 2 * in_.k), D.d}));
+    } else {
+      add(grouped ? "v (kernel input, not repeated)" : "v (kernel input, repeated)", Scope::layer,
+          Slot::v, ec, shape({sym::N, grouped ? D.k : D.a, D.dv}));
+    }
     add("log-sum-exp (fp32, one per row)", Scope::layer, Slot::lse, 4,
         shape({sym::b, D.a, flash ? sym::s : sym::s32}));
     add("philox seed and offset (int64)", Scope::layer, Slot::lse, 8, shape({dim("2", 2)}));

@@ -62,6 +62,11 @@ std::vector<RunOptionInfo> build_table() {
            "elements at a time: torchao >= 0.5); with --allocator cuda, the set-up stretch of "
            "the replay",
            &R::qlora_init),
+      text("--model-code", "model", "model_code", "NAME",
+           "Whose modelling code runs the model: hf (transformers', the default) or litgpt "
+           "(LitGPT's: RMSNorm in the model's dtype, one fused qkv linear whose LoRA has one "
+           "dropout, F.gelu)",
+           &R::model_code),
       boolean("--layer-clones", "model", "layer_clones",
               "The model is built on the GPU as one decoder layer deep-copied num_layers times, "
               "that layer then freed (torchtune's Llama-2 builders); with --qlora-init each copy "

@@ -15,6 +15,7 @@ constexpr std::array<std::string_view, 5> kLossNames = {"hf", "vocab-parallel", 
                                                         "chunked-tokens", "hf-upcast"};
 constexpr std::array<std::string_view, 3> kQloraInitNames = {"none", "whole", "chunked"};
 constexpr std::array<std::string_view, 2> kTransformerImplNames = {"local", "transformer_engine"};
+constexpr std::array<std::string_view, 2> kModelCodeNames = {"hf", "litgpt"};
 
 }  // namespace
 
@@ -57,6 +58,10 @@ std::span<const std::string_view> transformer_impl_names() { return kTransformer
 TransformerImpl parse_transformer_impl(std::string_view t) {
   return detail::parse_enum<TransformerImpl>(kTransformerImplNames, t,
                                              "transformer implementation");
+}
+std::span<const std::string_view> model_code_names() { return kModelCodeNames; }
+ModelCode parse_model_code(std::string_view t) {
+  return detail::parse_enum<ModelCode>(kModelCodeNames, t, "model code");
 }
 std::string_view qlora_init_name(QloraInit q) {
   return kQloraInitNames[static_cast<std::size_t>(q)];

@@ -49,6 +49,8 @@ constexpr std::array kTorchtune{
 
 constexpr std::array kLitgpt{
     StackDefault{"--attention", "sdpa", "litgpt lit_gpt/model.py @8641822"},
+    StackDefault{"--model-code", "litgpt",
+                 "litgpt lit_gpt/model.py, rmsnorm.py and lora.py @8641822: its own modules"},
     StackDefault{"--optimizer-impl", "foreach",
                  "litgpt finetune/lora.py @8641822 (AdamW, no flag)"},
     StackDefault{"--zero-grad", "none", "litgpt finetune/lora.py @8641822 (optimizer.zero_grad())"},

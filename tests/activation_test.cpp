@@ -272,6 +272,39 @@ TEST_CASE("bitsandbytes before 0.43.2 keeps every 4-bit linear's input", "[activ
   REQUIRE(saved(r).per_layer - nf4.per_layer == 2 * kNh + 2 * kNI);
 }
 
+// LitGPT's modules (lit_gpt/model.py, rmsnorm.py and lora.py @8641822) against transformers',
+// per layer, for the same LoRA on q, v with dropout (N = h = 4096, flash, Llama-2-7B):
+//   two RMSNorms keep their input and rsqrt in bf16, not fp32: -2 x (2 Nh + 2 N);
+//   one dropout for the fused q/v adapter instead of two (-3 Nh), its lora_A output of rank 2r
+//   (the same bytes as two of rank r), and zero_pad's index_copy source, N x 2h in bf16
+//   (+4 Nh);
+//   v is a view of the fused qkv output, so all of it stays: 6 Nh instead of v's 2 Nh (+4 Nh).
+// In all: Nh - 4 N. The final RMSNorm saves 2 Nh + 2 N less in the head.
+TEST_CASE("LitGPT model code: its norms, fused qkv LoRA and view of v",
+          "[activation][lora]") {
+  auto r = llama_lora(0.05);
+  const auto hf = saved(r);
+  r.training.model_code = ModelCode::litgpt;
+  const auto lit = saved(r);
+  REQUIRE(lit.per_layer - hf.per_layer == kNh - 4 * kN);
+  REQUIRE(hf.head - lit.head == 2 * kNh + 2 * kN);
+}
+
+// phi-1.5 under LitGPT runs F.gelu(approximate="tanh"), which keeps its input only, where
+// transformers' NewGELUActivation keeps four N x I tensors (and three float64 scalars):
+// -6 NI - 24 bytes; LayerNorm is the same; the LoRA and v terms are +Nh and +4Nh as above.
+TEST_CASE("LitGPT model code: phi's F.gelu keeps one N x I tensor", "[activation][lora]") {
+  auto r = run_of("phi-1.5", "bf16", 1, 1044);
+  r.training.attention = Attention::sdpa;
+  r.training.lora_dropout = 0.05;
+  apply_lora(r.model, LoraSpec{8, {"q", "v"}, false, false});
+  const auto hf = saved(r);
+  r.training.model_code = ModelCode::litgpt;
+  const auto lit = saved(r);
+  const std::uint64_t Nh = 1044ULL * 2048, NI = 1044ULL * 8192;
+  REQUIRE(hf.per_layer - lit.per_layer == 6 * NI + 24 - 5 * Nh);
+}
+
 TEST_CASE("a model trained only in its head keeps nothing in its layers", "[activation]") {
   auto r = run_of("llama-2-7b", "bf16", 1, 4096);
   const std::array<Role, 4> frozen = {Role::embedding, Role::attention, Role::mlp, Role::norm};

@@ -28,6 +28,7 @@ enum class ActFn { silu, gelu, gelu_new, relu };
 struct AdapterSite {
   Slot slot = Slot::q_in;
   std::uint64_t in = 0, rank = 0;
+  std::uint64_t out = 0;  ///< the base linear's output features (lora_B's rows)
 };
 
 /// Which parameters get gradients, read from the inventory's trainable flags: a linear whose
@@ -78,6 +79,7 @@ struct ActivationInputs {
   std::uint64_t loss_chunk = 0;      ///< chunks (chunked) or positions per chunk (chunked-tokens)
   bool keeps_output = false;         ///< the training loop holds the model's output (its logits)
   bool softmax_keeps_input = false;  ///< PyTorch < 1.11: softmax keeps its input as well
+  bool litgpt = false;  ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
   GradFlow grads;
   // One device of a split run (include/memest/layout.hpp): the dimensions above are its share.
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank

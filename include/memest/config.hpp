@@ -29,7 +29,7 @@ struct RunOptions {
   TextSetting config;        ///< path to a Hugging Face config.json
   TextSetting architecture;  ///< a config.json given inline, as JSON text
   TextSetting freeze;        ///< comma-separated roles to freeze
-  TextSetting lora_rank, lora_targets, lora_dropout, qlora_init;
+  TextSetting lora_rank, lora_targets, lora_dropout, qlora_init, model_code;
   FlagSetting qlora, double_quant, qlora_keeps_input, layer_clones;
   // optimizer
   TextSetting optimizer;       ///< default adamw

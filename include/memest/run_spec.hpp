@@ -56,6 +56,10 @@ enum class QloraInit { none, whole, chunked };
 /// modules) or transformer_engine (Transformer Engine's, which keep a cuBLAS workspace of their
 /// own: kTeWorkspace).
 enum class TransformerImpl { local, transformer_engine };
+/// Whose modelling code runs the model (--model-code): hf (transformers' modeling_*.py) or
+/// litgpt (LitGPT's lit_gpt/model.py and lora.py, read at 8641822: RMSNorm in the model's
+/// dtype, one fused qkv linear whose LoRA has one dropout, F.gelu; docs/activations.md).
+enum class ModelCode { hf, litgpt };
 
 std::span<const std::string_view> attention_names();
 Attention parse_attention(std::string_view text);
@@ -77,6 +81,8 @@ QloraInit parse_qlora_init(std::string_view text);
 std::string_view qlora_init_name(QloraInit q);
 std::span<const std::string_view> transformer_impl_names();
 TransformerImpl parse_transformer_impl(std::string_view text);
+std::span<const std::string_view> model_code_names();
+ModelCode parse_model_code(std::string_view text);
 
 /// The training loop around the model.
 struct TrainingSpec {
@@ -120,6 +126,7 @@ struct TrainingSpec {
   /// The model is built on the device as one decoder layer deep-copied num_layers times, that
   /// layer then freed (torchtune's Llama-2 builders, _get_clones; --layer-clones).
   bool layer_clones = false;
+  ModelCode model_code = ModelCode::hf;
   std::string stack;  ///< the training stack whose defaults the run took (--stack); empty: none
   /// The optimizer step fused into backward (torchtune optimizer_in_bwd, PyTorch's
   /// register_post_accumulate_grad_hook): each gradient is applied and freed as soon as it is
