@@ -280,6 +280,7 @@ void resolve_fsdp(const RunOptions& o, ParallelSpec& p) {
                             o.fsdp_orig_params->where));
   }
   p.fsdp_sync_module_states = flag(o.fsdp_sync_module_states);
+  p.fsdp_no_sync = flag(o.fsdp_no_sync);
   if (p.fsdp_sync_module_states && p.fsdp_version != 1) {
     throw Error(fmt::format("{}: sync_module_states is FSDP1's (expected --fsdp-version 1)",
                             o.fsdp_sync_module_states->where));
@@ -322,7 +323,8 @@ void resolve_sharding_names(const RunOptions& o, ParallelSpec& p) {
         throw Error(fmt::format("{} \"{}\": applies to FSDP (expected --fsdp MODE as well)",
                                 (*s)->where, (*s)->value));
     }
-    for (const FlagSetting* s : {&o.fsdp_orig_params, &o.fsdp_sync_module_states}) {
+    for (const FlagSetting* s :
+         {&o.fsdp_orig_params, &o.fsdp_sync_module_states, &o.fsdp_no_sync}) {
       if (flag(*s))
         throw Error(fmt::format("{}: applies to FSDP (expected --fsdp MODE as well)", (*s)->where));
     }
@@ -593,6 +595,12 @@ void check_trainable_dtype(const RunSpec& run, const RunOptions& o) {
 
 // The techniques of docs/techniques.md, where they cannot be combined as given.
 void check_techniques(const RunSpec& run, const RunOptions& o) {
+  if (run.parallel.fsdp_no_sync && run.training.grad_accum == 1) {
+    throw Error(fmt::format(
+        "{}: no_sync() spans the micro-batches of an accumulation (expected --grad-accum N with "
+        "N > 1)",
+        o.fsdp_no_sync->where));
+  }
   if (run.training.optimizer_in_backward) {
     const std::string& where = o.optimizer_in_backward->where;
     if (run.training.grad_accum > 1) {

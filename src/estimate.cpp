@@ -123,6 +123,16 @@ std::uint64_t fsdp_share(const Category& c, const FsdpShards& fs, std::uint64_t 
   return *c.bytes;  // not elementwise (factored states): sharded evenly below
 }
 
+// FSDP's no_sync() over an accumulation: every unit's whole flat gradient, unreduced.
+void whole_flat_grads(Category& c, const FsdpShards& fs, std::uint64_t trainable,
+                      std::uint64_t ranks) {
+  c.bytes = checked_mul(fsdp_share(c, fs, trainable), ranks);
+  c.elements = checked_mul(fs.grads, ranks);
+  c.basis +=
+      ", whole on every rank: FSDP's no_sync() keeps each unit's flat gradient through "
+      "the accumulation";
+}
+
 // ZeRO: each rank keeps 1/N of the sharded model states (Rajbhandari et al. 2020, sec. 5).
 void shard_categories(std::vector<Category>& cats, const RunSpec& run) {
   const ParallelSpec& parallel = run.parallel;
@@ -153,6 +163,10 @@ void shard_categories(std::vector<Category>& cats, const RunSpec& run) {
         ((c.key == "grads" || c.key == "grad_accum") && sh.grads) ||
         (c.key == "params" && sh.params);
     if (!sharded || !c.bytes || *c.bytes == 0) continue;
+    if (fsdp && c.key == "grads" && parallel.fsdp_no_sync && run.training.grad_accum > 1) {
+      whole_flat_grads(c, fs, trainable, sh.ranks);
+      continue;
+    }
     const std::uint64_t padded = fsdp ? fsdp_share(c, fs, trainable) : *c.bytes;
     c.bytes = padded == *c.bytes ? shard(*c.bytes, sh.ranks) : padded;
     c.elements = shard(c.elements, sh.ranks);

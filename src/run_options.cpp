@@ -198,6 +198,10 @@ std::vector<RunOptionInfo> build_table() {
               "FSDP1 use_orig_params=True: frozen and trainable parameters in one flat "
               "parameter per unit, whose gradient covers all of it",
               &R::fsdp_orig_params),
+      boolean("--fsdp-no-sync", "parallel", "fsdp_no_sync",
+              "FSDP's no_sync() over the micro-batches of --grad-accum (LitGPT's "
+              "no_backward_sync): each unit keeps its whole unsharded gradient between them",
+              &R::fsdp_no_sync),
       boolean("--fsdp-sync-module-states", "parallel", "fsdp_sync_module_states",
               "FSDP1 sync_module_states=True on a model held on the host: unit by unit, its "
               "parameters are moved to the GPU, broadcast from rank 0, flattened and sharded "

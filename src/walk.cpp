@@ -38,9 +38,15 @@ class Walker {
         D_(in),
         T_(in.sp ? sym::Nt : sym::N),
         offload_(run.training.offload_activations),
-        in_bwd_(run.training.optimizer_in_backward) {}
+        in_bwd_(run.training.optimizer_in_backward) {
+    // FSDP's no_sync(): the micro-batches of an accumulation reduce nothing, so the gradients
+    // stay whole (each unit's flat gradient) between them and no reduce-scatter runs.
+    no_sync_ = fsdp_ && sh_.grads && run.parallel.fsdp_no_sync && run.training.grad_accum > 1;
+    if (no_sync_) sh_.grads = false;
+  }
 
   void statics(const Inventory& inv0);
+  void unsharded_unit_grads(u64 eg, u64& head, u64& layer) const;
   void attention_tensors();
   void walk(bool steady);
   void timeline();
@@ -53,6 +59,7 @@ class Walker {
   Sharding sh_;
   // PyTorch FSDP (src/fsdp.cpp): the units all-gathered and the gradients being reduced.
   bool fsdp_ = false;
+  bool no_sync_ = false;  // FSDP's no_sync(): whole gradients kept across micro-batches
   FsdpShards fs_;
   u64 eu_ = 0, er_ = 0;  // unsharded gradients (param_dtype) and their reduction (reduce_dtype)
   std::uint32_t fsdp_root_ = 0, fsdp_unit_ = 0, fsdp_ag_ = 0, fsdp_rs_held_ = 0;
@@ -264,6 +271,15 @@ class Walker {
   u64 flight_grad_width() const { return fsdp_ ? eu_ : width(run_.precision.grad); }
 };
 
+// Under FSDP's no_sync() the gradients of a layer are its unit's whole flat gradient (over its
+// frozen parameters too with use_orig_params), and the head's the root unit's.
+void Walker::unsharded_unit_grads(u64 eg, u64& head, u64& layer) const {
+  const u64 all = checked_mul(fs_.grads, sh_.ranks);
+  const u64 layers = checked_mul(fs_.layer_trainable, in_.L);
+  layer = checked_mul(eg, fs_.layer_trainable);
+  head = checked_mul(eg, all - std::min(all, layers));
+}
+
 void Walker::statics(const Inventory& inv0) {
   index_saved();
   const auto& p = run_.precision;
@@ -286,7 +302,8 @@ void Walker::statics(const Inventory& inv0) {
                   shape({dim("d/2", in_.rotary ? in_.d / 2 : 0)}));
   grads_ =
       constant("gradients", Part::grads,
-               checked_mul(eg, fsdp_ && sh_.grads ? checked_mul(fs_.grads, sh_.ranks) : trainable));
+               checked_mul(eg, fsdp_ && (sh_.grads || no_sync_) ? checked_mul(fs_.grads, sh_.ranks)
+                                                                : trainable));
   // Allocated with the DDP reducer and kept for the whole run (torch/csrc/distributed/c10d/
   // reducer.cpp: each bucket's flat `gradients` tensor).
   ddp_buckets_ = constant("DDP all-reduce buckets (a second copy of the gradients)", Part::other,
@@ -296,9 +313,11 @@ void Walker::statics(const Inventory& inv0) {
                                       checked_mul(width(*p.master), trainable))
                            : grads_;
   const u64 lm = in_.lm_head ? in_.V * in_.h : 0;
-  head_grads_ = constant("gradients of the head (final norm, lm_head)", Part::grads,
-                         eg * (lp_.head_trainable + (tied_grad() ? lm : 0)));
-  layer_grads_ = constant("gradients of one layer", Part::grads, eg * lp_.layer_trainable);
+  u64 head_bytes = eg * (lp_.head_trainable + (tied_grad() ? lm : 0));
+  u64 layer_bytes = eg * lp_.layer_trainable;
+  if (no_sync_) unsharded_unit_grads(eg, head_bytes, layer_bytes);
+  head_grads_ = constant("gradients of the head (final norm, lm_head)", Part::grads, head_bytes);
+  layer_grads_ = constant("gradients of one layer", Part::grads, layer_bytes);
   // FSDP's sharded gradients are the reduce-scatter's output: FSDP1 allocates it under its
   // post-backward stream (_get_reduce_scatter_tensors), FSDP2 under its reduce-scatter stream
   // (foreach_reduce: reduce_output, whose views become the gradients).

@@ -280,8 +280,7 @@ TEST_CASE("bitsandbytes before 0.43.2 keeps every 4-bit linear's input", "[activ
 //   (+4 Nh);
 //   v is a view of the fused qkv output, so all of it stays: 6 Nh instead of v's 2 Nh (+4 Nh).
 // In all: Nh - 4 N. The final RMSNorm saves 2 Nh + 2 N less in the head.
-TEST_CASE("LitGPT model code: its norms, fused qkv LoRA and view of v",
-          "[activation][lora]") {
+TEST_CASE("LitGPT model code: its norms, fused qkv LoRA and view of v", "[activation][lora]") {
   auto r = llama_lora(0.05);
   const auto hf = saved(r);
   r.training.model_code = ModelCode::litgpt;

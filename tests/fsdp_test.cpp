@@ -167,6 +167,29 @@ TEST_CASE("FSDP of a bare parameter count shards the count itself", "[fsdp]") {
   CHECK(*e.at("grads").bytes == 3'500'000'000);
 }
 
+// FSDP's no_sync() over an accumulation reduces nothing until the last micro-batch: each unit
+// keeps its whole flat gradient, with use_orig_params over its frozen weights too. Over 2 ranks
+// that is twice the shard the synchronised run keeps, and the step's peak holds it whole beside
+// the parameters' shards.
+TEST_CASE("FSDP no_sync keeps each unit's whole flat gradient between micro-batches", "[fsdp]") {
+  std::vector<std::string> base = kLora;
+  base.insert(base.end(), {"--fsdp-orig-params", "--grad-accum", "8", "--format", "json"});
+  auto with_flag = base;
+  with_flag.push_back("--fsdp-no-sync");
+  const auto run = [](const std::vector<std::string>& args) {
+    const CliResult r = run_cli(args);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto synced = run(base), no_sync = run(with_flag);
+  const auto bytes = [](const nlohmann::json& j) { return j.get<std::uint64_t>(); };
+  const std::uint64_t shard = bytes(synced["categories"]["grads"]["bytes"]);
+  const std::uint64_t whole = bytes(no_sync["categories"]["grads"]["bytes"]);
+  CHECK(whole == 2 * shard);
+  CHECK(bytes(no_sync["peak"]["bytes"]) >= bytes(no_sync["categories"]["params"]["bytes"]) + whole);
+  CHECK(bytes(no_sync["peak"]["bytes"]) > bytes(synced["peak"]["bytes"]));
+}
+
 TEST_CASE("FSDP flags: bad input is one clear line", "[fsdp]") {
   const std::vector<std::string> m = {"--model", "llama-2-7b"};
   const auto err = [&](std::vector<std::string> extra) {
@@ -202,6 +225,11 @@ TEST_CASE("FSDP flags: bad input is one clear line", "[fsdp]") {
              "--fsdp-sync-module-states"}) ==
         "memest: error: --qlora-init whole: conflicts with --fsdp-sync-module-states (two ways of "
         "loading the model; give one)\n");
+  CHECK(err({"--dp", "2", "--fsdp", "full", "--fsdp-no-sync"}) ==
+        "memest: error: --fsdp-no-sync: no_sync() spans the micro-batches of an accumulation "
+        "(expected --grad-accum N with N > 1)\n");
+  CHECK(err({"--dp", "2", "--grad-accum", "4", "--fsdp-no-sync"}) ==
+        "memest: error: --fsdp-no-sync: applies to FSDP (expected --fsdp MODE as well)\n");
   CHECK(err({"--dp", "4", "--pp", "2", "--fsdp", "full", "--fsdp-sync-module-states"}) ==
         "memest: error: --fsdp-sync-module-states: FSDP1's constructor is replayed for the whole "
         "model, not a pipeline stage (expected --pp 1)\n");

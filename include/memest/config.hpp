@@ -52,7 +52,7 @@ struct RunOptions {
       virtual_stages, microbatches, context_parallel, expert_parallel, vocab_multiple, fsdp,
       fsdp_version, fsdp_group, fsdp_param_dtype, fsdp_reduce_dtype;
   FlagSetting sequence_parallel, distributed_optimizer, ddp_bucket_view, fsdp_orig_params,
-      fsdp_sync_module_states, load_full;
+      fsdp_sync_module_states, fsdp_no_sync, load_full;
   // hardware
   TextSetting gpu, budget, reserve;
 };

@@ -59,6 +59,10 @@ struct ParallelSpec {
   /// host (or the meta device): unit by unit, its parameters are moved to the device, broadcast
   /// from rank 0, flattened and sharded (src/fsdp_init.cpp), which leaves segments cached.
   bool fsdp_sync_module_states = false;
+  /// FSDP's no_sync() (FSDP2: set_requires_gradient_sync(False)) around the micro-batches of an
+  /// accumulation: nothing is reduce-scattered until the last, so each unit keeps its whole
+  /// unsharded gradient (with use_orig_params, over the frozen parameters too) between them.
+  bool fsdp_no_sync = false;
 
   /// The ranks the model states are sharded over: the shard group, or every data-parallel rank.
   constexpr std::uint64_t shard_ranks() const { return shard_group ? shard_group : data_parallel; }
