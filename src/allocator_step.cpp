@@ -432,15 +432,8 @@ void Replay::construct_fsdp_units(const MomentSpec& loaded) {
   std::vector<Handle> shards;
   std::vector<u64> sizes;
   for (const FsdpFlatParam& f : fsdp1_flat_params_of(run_)) {
-    std::vector<Handle> slot(4 + f.tensors.size(), CachingAllocator::kNone);
-    for (const AllocEvent& ev : fsdp1_unit_construction(f)) {
-      if (ev.bytes == 0) {
-        a_.free(std::exchange(slot[ev.slot], CachingAllocator::kNone));
-        continue;
-      }
-      slot[ev.slot] = a_.malloc(ev.bytes);
-      note();
-    }
+    std::vector<Handle> slot(fsdp1_unit_slots(f), CachingAllocator::kNone);
+    replay_events(fsdp1_unit_construction(f), slot);
     if (run_.parallel.offload_params) {
       a_.free(slot[kFsdpShard]);
       continue;

@@ -285,10 +285,6 @@ void resolve_fsdp(const RunOptions& o, ParallelSpec& p) {
     throw Error(fmt::format("{}: sync_module_states is FSDP1's (expected --fsdp-version 1)",
                             o.fsdp_sync_module_states->where));
   }
-  if (p.fsdp_sync_module_states && flag(o.load_full)) {
-    throw Error(fmt::format("{}: conflicts with {} (two ways of loading the model; give one)",
-                            o.fsdp_sync_module_states->where, o.load_full->where));
-  }
   if (o.fsdp_param_dtype) p.fsdp_param_dtype = parse_setting(*o.fsdp_param_dtype, parse_dtype);
   if (o.fsdp_reduce_dtype) p.fsdp_reduce_dtype = parse_setting(*o.fsdp_reduce_dtype, parse_dtype);
 }
@@ -541,16 +537,6 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
   });
   t.load_full = flag(o.load_full);
   t.layer_clones = flag(o.layer_clones);
-  for (const FlagSetting* s : {&o.load_full, &o.fsdp_sync_module_states}) {
-    if (t.layer_clones && flag(*s)) {
-      throw Error(fmt::format("{}: conflicts with {} (two ways of loading the model; give one)",
-                              o.layer_clones->where, (*s)->where));
-    }
-    if (t.qlora_init != QloraInit::none && flag(*s)) {
-      throw Error(fmt::format("{} {}: conflicts with {} (two ways of loading the model; give one)",
-                              o.qlora_init->where, o.qlora_init->value, (*s)->where));
-    }
-  }
   // PyTorch's cuBLAS workspace: larger on sm90; none on the CPU. Transformer Engine's own,
   // with its layers: larger from sm90 on.
   problems.attempt([&] {
@@ -591,6 +577,24 @@ void check_trainable_dtype(const RunSpec& run, const RunOptions& o) {
       "{}: {} parameters cannot be trained (autograd gives gradients to floating-point tensors "
       "only): store a frozen base in 4 bits with --lora-rank R --qlora, or use fp32, bf16 or fp16",
       where, dtype_name(d)));
+}
+
+// The ways a model reaches the device exclude each other: built on it by torchtune's builders
+// (--qlora-init, --layer-clones, which combine), built unit by unit by FSDP1's constructor from
+// the host (--fsdp-sync-module-states), or materialised whole before sharding (--load-full).
+void check_model_loading(const RunSpec& run, const RunOptions& o) {
+  std::vector<std::string> ways;  // each as it names itself
+  if (run.training.qlora_init != QloraInit::none) {
+    ways.push_back(fmt::format("{} {}", o.qlora_init->where, o.qlora_init->value));
+  } else if (run.training.layer_clones) {
+    ways.push_back(o.layer_clones->where);
+  }
+  if (run.parallel.fsdp_sync_module_states) ways.push_back(o.fsdp_sync_module_states->where);
+  if (run.training.load_full) ways.push_back(o.load_full->where);
+  if (ways.size() > 1) {
+    throw Error(fmt::format("{}: conflicts with {} (two ways of loading the model; give one)",
+                            ways[0], ways[1]));
+  }
 }
 
 // The techniques of docs/techniques.md, where they cannot be combined as given.
@@ -681,6 +685,7 @@ RunSpec resolve(const RunOptions& given) {
   if (run.parallel.fsdp_param_dtype && !options.activation_dtype)
     run.precision.activation = *run.parallel.fsdp_param_dtype;
   check_trainable_dtype(run, options);
+  check_model_loading(run, options);
   check_techniques(run, options);
   // bitsandbytes' 32-bit optimizers keep fp32 states whatever the parameters' dtype.
   if (run.optimizer.paged && run.optimizer.kind != OptimizerKind::adam8bit && !options.state_dtype)

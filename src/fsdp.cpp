@@ -27,6 +27,12 @@ struct Flat {
   u64 stored = 0, gathered = 0, trainable = 0;
 };
 
+// Whether a group's tensors go into a unit's trainable flat parameter: FSDP1 with
+// use_orig_params=False needs uniform requires_grad in a flat parameter; with it, one per unit.
+bool trainable_flat(const TensorGroup& g, bool orig) {
+  return orig || (g.trainable && !g.quant_state);
+}
+
 // A group's bytes for `n` of its elements, in its own storage dtype or `d`.
 u64 group_bytes(const TensorGroup& g, u64 n, Dtype d) {
   return bytes_for(g.storage.value_or(d), n);
@@ -62,7 +68,7 @@ FsdpShards flat_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype g
     const bool per_layer = lay.per_layer(g);
     const u64 copies = per_layer ? g.count / lay.L : g.count;
     const u64 n = checked_mul(g.tensor_elements(), copies);
-    Flat& f = (per_layer ? layer : root)[orig || (g.trainable && !g.quant_state) ? 1 : 0];
+    Flat& f = (per_layer ? layer : root)[trainable_flat(g, orig) ? 1 : 0];
     f.stored += checked_mul(group_bytes(g, g.tensor_elements(), stored), copies);
     f.gathered += checked_mul(group_bytes(g, g.tensor_elements(), gathered), copies);
     if (g.trainable && !g.quant_state) f.trainable += n;
@@ -116,7 +122,7 @@ std::vector<FsdpFlatParam> fsdp1_flat_params(const Inventory& inv, std::uint64_t
   // [trainable, frozen] of one layer unit, [frozen, trainable] of the root.
   std::array<FsdpFlatParam, 2> layer{}, root{};
   for (const auto& g : inv.groups) {
-    const bool trains = orig || (g.trainable && !g.quant_state);
+    const bool trains = trainable_flat(g, orig);
     if (lay.per_layer(g)) {
       add_tensors(layer[trains ? 0 : 1], g, g.count / lay.L, stored);
     } else {

@@ -64,6 +64,8 @@ void broadcast(const std::vector<u64>& tensors, std::vector<AllocEvent>& ev) {
 
 }  // namespace
 
+std::size_t fsdp1_unit_slots(const FsdpFlatParam& f) { return first_tensor + f.tensors.size(); }
+
 std::vector<AllocEvent> fsdp1_unit_construction(const FsdpFlatParam& f) {
   std::vector<AllocEvent> ev;
   const auto n = static_cast<std::uint32_t>(f.tensors.size());

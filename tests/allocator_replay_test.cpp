@@ -12,11 +12,14 @@
 
 using namespace memest;
 using memest::test::run_cli;
+using memest::test::run_json;
 using memest::test::run_of;
 
 namespace {
 constexpr std::uint64_t KiB = 1ULL << 10;
 constexpr std::uint64_t MiB = 1ULL << 20;
+// One Llama-2-7B layer's frozen weights in bf16: 4 x 4096^2 + 3 x 11008 x 4096 elements.
+constexpr std::uint64_t kLlama2LayerBf16 = 2 * (4 * 4096ULL * 4096 + 3 * 11008ULL * 4096);
 
 // peak.allocator of gpt2 at batch 1, sequence 128, replayed, with `extra` flags.
 nlohmann::json gpt2_allocator(const std::vector<std::string>& extra) {
@@ -238,19 +241,16 @@ TEST_CASE("issue 10: --load-full materialises the whole model before sharding it
 TEST_CASE("issue 10: --qlora-init replays torchao's NF4 quantisation as the model is built",
           "[allocator][cli]") {
   const auto replay = [](const std::string& init) {
-    const auto r = run_cli({"--model",        "llama-2-7b",
-                            "--precision",    "bf16",
-                            "--batch",        "1",
-                            "--seq",          "512",
-                            "--recompute",    "full",
-                            "--lora-rank",    "8",
-                            "--lora-targets", "q,k,v,o,gate,up,down",
-                            "--qlora",        "--double-quant",
-                            "--allocator",    "cuda",
-                            "--qlora-init",   init,
-                            "--format",       "json"});
-    REQUIRE(r.code == 0);
-    auto doc = nlohmann::json::parse(r.out);
+    const auto doc = run_json({"--model",        "llama-2-7b",
+                               "--precision",    "bf16",
+                               "--batch",        "1",
+                               "--seq",          "512",
+                               "--recompute",    "full",
+                               "--lora-rank",    "8",
+                               "--lora-targets", "q,k,v,o,gate,up,down",
+                               "--qlora",        "--double-quant",
+                               "--allocator",    "cuda",
+                               "--qlora-init",   init});
     auto out = doc["peak"]["allocator"];
     out["params"] = doc["categories"]["params"]["bytes"];
     return out;
@@ -305,20 +305,18 @@ TEST_CASE("issue 10: --fsdp-sync-module-states builds FSDP1's units from the hos
           "[allocator][cli]") {
   const auto peak = [](bool sync) {
     std::vector<std::string> args = {
-        "--model", "llama-2-7b",  "--precision", "bf16",        "--batch",  "1",      "--seq",
-        "512",     "--lora-rank", "64",          "--recompute", "full",     "--fsdp", "full",
-        "--dp",    "2",           "--allocator", "cuda",        "--format", "json"};
+        "--model", "llama-2-7b", "--precision", "bf16", "--batch",     "1",
+        "--seq",   "512",        "--lora-rank", "64",   "--recompute", "full",
+        "--fsdp",  "full",       "--dp",        "2",    "--allocator", "cuda"};
     if (sync) args.push_back("--fsdp-sync-module-states");
-    const auto r = run_cli(args);
-    REQUIRE(r.code == 0);
-    return nlohmann::json::parse(r.out);
+    return run_json(args);
   };
   const auto plain = peak(false), sync = peak(true);
   const auto bytes = [](const nlohmann::json& j) { return j.get<std::uint64_t>(); };
-  const std::uint64_t layer = 2 * (4 * 4096ULL * 4096 + 3 * 11008ULL * 4096);
   const std::uint64_t shards = bytes(plain["categories"]["params"]["bytes"]);
-  REQUIRE(bytes(plain["peak"]["allocator"]["setup_reserved_bytes"]) < shards + layer);
-  REQUIRE(bytes(sync["peak"]["allocator"]["setup_reserved_bytes"]) >= shards + 2 * layer);
+  REQUIRE(bytes(plain["peak"]["allocator"]["setup_reserved_bytes"]) < shards + kLlama2LayerBf16);
+  REQUIRE(bytes(sync["peak"]["allocator"]["setup_reserved_bytes"]) >=
+          shards + 2 * kLlama2LayerBf16);
   REQUIRE(sync["peak"]["bytes"] == plain["peak"]["bytes"]);
   REQUIRE(bytes(sync["peak"]["reserved_bytes"]) > bytes(plain["peak"]["reserved_bytes"]));
 }
@@ -330,21 +328,18 @@ TEST_CASE("issue 10: --fsdp-sync-module-states builds FSDP1's units from the hos
 TEST_CASE("issue 10: --layer-clones leaves the builder's layer cached after set-up",
           "[allocator][cli]") {
   const auto replay = [](bool clones) {
-    std::vector<std::string> args = {
-        "--model",     "llama-2-7b", "--precision", "bf16", "--batch",        "2",
-        "--seq",       "512",        "--recompute", "full", "--lora-rank",    "8",
-        "--allocator", "cuda",       "--format",    "json", "--lora-targets", "q,v"};
+    std::vector<std::string> args = {"--model",     "llama-2-7b", "--precision",    "bf16",
+                                     "--batch",     "2",          "--seq",          "512",
+                                     "--recompute", "full",       "--lora-rank",    "8",
+                                     "--allocator", "cuda",       "--lora-targets", "q,v"};
     if (clones) args.push_back("--layer-clones");
-    const auto r = run_cli(args);
-    REQUIRE(r.code == 0);
-    return nlohmann::json::parse(r.out);
+    return run_json(args);
   };
   const auto plain = replay(false), clones = replay(true);
   const auto bytes = [](const nlohmann::json& j) { return j.get<std::uint64_t>(); };
   const std::uint64_t params = bytes(plain["categories"]["params"]["bytes"]);
-  const std::uint64_t layer = 2 * (4 * 4096ULL * 4096 + 3 * 11008ULL * 4096);
-  REQUIRE(bytes(plain["peak"]["allocator"]["setup_reserved_bytes"]) < params + layer);
-  REQUIRE(bytes(clones["peak"]["allocator"]["setup_reserved_bytes"]) >= params + layer);
+  REQUIRE(bytes(plain["peak"]["allocator"]["setup_reserved_bytes"]) < params + kLlama2LayerBf16);
+  REQUIRE(bytes(clones["peak"]["allocator"]["setup_reserved_bytes"]) >= params + kLlama2LayerBf16);
   REQUIRE(clones["peak"]["bytes"] == plain["peak"]["bytes"]);
   const auto err = run_cli(
       {"--model", "llama-2-7b", "--dp", "2", "--fsdp", "full", "--layer-clones", "--load-full"});

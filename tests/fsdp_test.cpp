@@ -173,15 +173,10 @@ TEST_CASE("FSDP of a bare parameter count shards the count itself", "[fsdp]") {
 // the parameters' shards.
 TEST_CASE("FSDP no_sync keeps each unit's whole flat gradient between micro-batches", "[fsdp]") {
   std::vector<std::string> base = kLora;
-  base.insert(base.end(), {"--fsdp-orig-params", "--grad-accum", "8", "--format", "json"});
+  base.insert(base.end(), {"--fsdp-orig-params", "--grad-accum", "8"});
   auto with_flag = base;
   with_flag.push_back("--fsdp-no-sync");
-  const auto run = [](const std::vector<std::string>& args) {
-    const CliResult r = run_cli(args);
-    REQUIRE(r.code == 0);
-    return nlohmann::json::parse(r.out);
-  };
-  const auto synced = run(base), no_sync = run(with_flag);
+  const auto synced = run_json(base), no_sync = run_json(with_flag);
   const auto bytes = [](const nlohmann::json& j) { return j.get<std::uint64_t>(); };
   const std::uint64_t shard = bytes(synced["categories"]["grads"]["bytes"]);
   const std::uint64_t whole = bytes(no_sync["categories"]["grads"]["bytes"]);

@@ -17,15 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-json run_json(std::vector<std::string> args) {
-  args.push_back("--format");
-  args.push_back("json");
-  const CliResult r = run_cli(args);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  return json::parse(r.out);
-}
-
 // A GPT layer as the paper draws it: LayerNorm, gelu MLP of 4h, fused qkv, dropout everywhere,
 // eager attention, activations in 16 bits (no autocast), on CUDA.
 const char* kGpt =

@@ -10,17 +10,10 @@
 
 using memest::test::read_file;
 using memest::test::run_cli;
+using memest::test::run_json;
 using nlohmann::json;
 
 namespace {
-
-json run_json(std::vector<std::string> args) {
-  args.insert(args.end(), {"--format", "json"});
-  const auto r = run_cli(args);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  return json::parse(r.out);
-}
 
 enum class Adapters { none, lora, qlora };
 

@@ -7,6 +7,7 @@
 #include <memest/model.hpp>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <fstream>
@@ -60,6 +61,15 @@ inline CliResult run_cli(std::vector<std::string> args) {
   std::ostringstream out, err;
   const int code = memest::cli::run(args, out, err);
   return {code, out.str(), err.str()};
+}
+
+/// The CLI's JSON document (`--format json` is added) for `args`, which must be accepted.
+inline nlohmann::json run_json(std::vector<std::string> args) {
+  args.insert(args.end(), {"--format", "json"});
+  const CliResult r = run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out);
 }
 
 /// Compares `actual` with tests/golden/<name>; MEMEST_UPDATE_GOLDEN=1 rewrites the file.
