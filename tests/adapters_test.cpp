@@ -1,6 +1,6 @@
 #include "testutil.hpp"
 
-#include <memest/adapters.hpp>
+#include "model/adapters.hpp"
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/model.hpp>

@@ -1,10 +1,10 @@
-// PyTorch FSDP (include/memest/fsdp.hpp, docs/parallelism.md "FSDP"): FSDP1's padded flat
+// PyTorch FSDP (src/parallel/fsdp.hpp, docs/parallelism.md "FSDP"): FSDP1's padded flat
 // parameters, FSDP2's dim-0 shards, the units all-gathered at the backward peak, hybrid sharding
 // and the flags' errors.
 #include "testutil.hpp"
 
 #include <memest/config.hpp>
-#include <memest/fsdp.hpp>
+#include "parallel/fsdp.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -23,7 +23,7 @@ enum class LayerGraph { llama, gpt2 };
 /// The MLP activation function, as far as what it saves is concerned.
 enum class ActFn { silu, gelu, gelu_new, relu };
 
-/// A LoRA adapter on one linear of every layer (src/adapters.cpp): the saved tensor slot of the
+/// A LoRA adapter on one linear of every layer (src/model/adapters.cpp): the saved tensor slot of the
 /// input it reads (q_in for q/k/v, o_in, mlp_in for gate/up, mlp for down), its width and rank.
 struct AdapterSite {
   Slot slot = Slot::q_in;
@@ -74,14 +74,14 @@ struct ActivationInputs {
   bool cuda = true;
   Attention attention = Attention::sdpa;  ///< PyTorch 2 and transformers default
   Recompute recompute = Recompute::none;
-  bool compile = false;  ///< torch.compile of each layer (src/techniques.cpp)
+  bool compile = false;  ///< torch.compile of each layer (src/step/techniques.cpp)
   Loss loss = Loss::hf;
   std::uint64_t loss_chunk = 0;      ///< chunks (chunked) or positions per chunk (chunked-tokens)
   bool keeps_output = false;         ///< the training loop holds the model's output (its logits)
   bool softmax_keeps_input = false;  ///< PyTorch < 1.11: softmax keeps its input as well
   bool litgpt = false;  ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
   GradFlow grads;
-  // One device of a split run (include/memest/layout.hpp): the dimensions above are its share.
+  // One device of a split run (src/parallel/layout.hpp): the dimensions above are its share.
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank
   bool sp = false;              ///< sequence parallelism: norms, dropouts, residuals keep N/t
   std::uint64_t cp = 1;         ///< context-parallel ranks: s is this rank's part of the sequence

@@ -16,7 +16,7 @@ enum class Schedule : std::uint8_t { one_f_one_b, interleaved };
 /// optimizer states and master weights, stage 2 also the gradients, stage 3 also the parameters
 /// (FSDP FULL_SHARD; SHARD_GRAD_OP is stage 2). Tensor (Megatron-LM, Shoeybi et al. 2019),
 /// sequence (Korthikanti et al. 2022), pipeline, context and expert parallelism split the model
-/// and its tensors: src/layout.cpp gives each device its share.
+/// and its tensors: src/parallel/layout.cpp gives each device its share.
 struct ParallelSpec {
   std::uint64_t data_parallel = 1;  ///< ranks the states are sharded over
   unsigned zero_stage = 0;          ///< 0 (replicated), 1, 2 or 3
@@ -57,7 +57,7 @@ struct ParallelSpec {
   bool fsdp_orig_params = false;
   /// FSDP1's constructor given sync_module_states=True and a device_id on a model held on the
   /// host (or the meta device): unit by unit, its parameters are moved to the device, broadcast
-  /// from rank 0, flattened and sharded (src/fsdp_init.cpp), which leaves segments cached.
+  /// from rank 0, flattened and sharded (src/replay/fsdp_init.cpp), which leaves segments cached.
   bool fsdp_sync_module_states = false;
   /// FSDP's no_sync() (FSDP2: set_requires_gradient_sync(False)) around the micro-batches of an
   /// accumulation: nothing is reduce-scattered until the last, so each unit keeps its whole

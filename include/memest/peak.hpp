@@ -50,7 +50,7 @@ struct RunInstant {
 };
 
 /// --allocator cuda: PyTorch's caching allocator replayed over model loading and two training
-/// steps (src/allocator_step.cpp), per device; the torch.cuda statistics it stands for.
+/// steps (src/replay/allocator_step.cpp), per device; the torch.cuda statistics it stands for.
 struct AllocatorReplay {
   std::uint64_t allocated = 0;  ///< max_memory_allocated: blocks as the allocator sized them
   RunInstant allocated_at;

@@ -51,7 +51,7 @@ const RUNS = [
 const BAD = [
   {paste: {config: '{"model_type": "llama", "hidden_size": -2}'}, batch: '1', seq: '128'},
   {model: 'gpt2', batch: '0', seq: '1024'},
-  // The web build parses probabilities without floating-point from_chars (src/config.cpp).
+  // The web build parses probabilities without floating-point from_chars (src/input/config.cpp).
   {model: 'gpt2', 'lora-rank': '8', 'lora-dropout': '+0.1', batch: '1', seq: '128'},
   {model: 'gpt2', dropout: '0x1p-2', batch: '1', seq: '128'},
 ];

@@ -1,0 +1,697 @@
+#include "model/adapters.hpp"
+#include <memest/config.hpp>
+#include <memest/error.hpp>
+#include <memest/hf_config.hpp>
+#include "parallel/layout.hpp"
+#include "input/stacks.hpp"
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <locale>
+#include <sstream>
+
+namespace memest {
+namespace {
+
+// Calls parse(value) and prefixes any Error with the setting's origin.
+template <typename T, typename Parse>
+auto parse_setting(const Setting<T>& s, Parse parse) {
+  try {
+    return parse(s.value);
+  } catch (const Error& e) {
+    rethrow_with_context(e, s.where);
+  }
+}
+
+bool flag(const std::optional<Setting<bool>>& s) { return s && s->value; }
+
+std::uint64_t parse_positive(std::string_view text, std::string_view what) {
+  std::uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || v == 0) {
+    throw Error(fmt::format("expected a positive whole number of {}, got \"{}\"", what, text));
+  }
+  return v;
+}
+
+// A size with a unit, or 0 (no reserve).
+std::uint64_t parse_size_or_zero(std::string_view v) {
+  return v == "0" ? std::uint64_t{0} : parse_bytes(v);
+}
+
+// A size, or the name of a stated context (cuda_context_presets).
+std::uint64_t parse_context(std::string_view v) {
+  if (const CudaContext* c = find_cuda_context(v)) return c->bytes;
+  try {
+    return parse_size_or_zero(v);
+  } catch (const Error& e) {
+    // The size's message with the contexts in its "(expected ...)": one line, one parenthetical.
+    std::vector<std::string_view> names;
+    for (const auto& c : cuda_context_presets()) names.push_back(c.name);
+    std::string why = e.what();
+    const bool closed = why.ends_with(')');
+    if (closed) why.pop_back();
+    throw Error(fmt::format("{}, or a stated context: {}{}", why, fmt::join(names, ", "),
+                            closed ? ")" : ""));
+  }
+}
+
+// A whole text as a double, in the C locale's form whatever the process locale is.
+bool parse_double(std::string_view text, double& v) {
+#if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && ptr == text.data() + text.size();
+#else
+  // libc++ before 17 (emscripten's, for the web page) has no floating-point from_chars: a stream
+  // in the classic locale reads the same forms; from_chars takes no leading space or '+',
+  // nor hexadecimal (general format).
+  if (text.empty() || text[0] == '+' || std::isspace(static_cast<unsigned char>(text[0])) ||
+      text.find_first_of("xX") != std::string_view::npos) {
+    return false;
+  }
+  std::istringstream in{std::string(text)};
+  in.imbue(std::locale::classic());
+  in >> v;
+  return !in.fail() && in.peek() == std::char_traits<char>::eof();
+#endif
+}
+
+double parse_probability(std::string_view text) {
+  double v = 0;
+  if (!parse_double(text, v) || !std::isfinite(v) || v < 0 || v >= 1) {
+    throw Error(fmt::format("expected a probability in [0, 1), got \"{}\"", text));
+  }
+  return v;
+}
+
+ModelSpec load_model(const RunOptions& o) {
+  const int given =
+      (o.params ? 1 : 0) + (o.model ? 1 : 0) + (o.config ? 1 : 0) + (o.architecture ? 1 : 0);
+  if (given == 0) {
+    throw Error("no model given: pass --params N (e.g. 7B), --model NAME or --config PATH");
+  }
+  if (given > 1) {
+    std::vector<std::string> names;
+    for (const auto* s : {&o.params, &o.model, &o.config, &o.architecture}) {
+      if (*s) names.push_back(fmt::format("{} \"{}\"", (*s)->where, (*s)->value));
+    }
+    throw Error(fmt::format("conflicting model settings: {} (give exactly one)",
+                            fmt::join(names, " and ")));
+  }
+  if (o.params) return model_from_count(parse_setting(*o.params, parse_count));
+  if (o.model) {
+    // A preset, a preset's Hub id, or a Hub id in the local Hugging Face cache.
+    const std::string cache =
+        hf_hub_cache([](const char* var) -> const char* { return std::getenv(var); });
+    return parse_setting(*o.model,
+                         [&](std::string_view name) { return load_named_model(name, cache); });
+  }
+  if (o.architecture) {
+    // Errors name the setting, then the key inside the inline config.
+    ModelSpec m = parse_hf_config(o.architecture->value, o.architecture->where);
+    m.name = "inline architecture";
+    return m;
+  }
+  // load_hf_config names the file itself; a flag adds nothing, a run config names its key.
+  if (o.config->where.starts_with("--")) return load_hf_config(o.config->value);
+  return parse_setting(*o.config, [](const std::string& path) { return load_hf_config(path); });
+}
+
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = std::min(text.find(',', start), text.size());
+    items.emplace_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
+// The model with its trainable subset applied: frozen roles, then LoRA/QLoRA.
+ModelSpec resolve_model(const RunOptions& o) {
+  ModelSpec model = load_model(o);
+  if (o.freeze) {
+    const auto roles = parse_setting(*o.freeze, [](std::string_view text) {
+      std::vector<Role> r;
+      for (const auto& item : split_list(text)) r.push_back(parse_role(item));
+      return r;
+    });
+    freeze_roles(model.inventory, roles);
+  }
+  if (!o.lora_rank) {
+    for (const auto* s : {&o.lora_targets, &o.lora_dropout, &o.qlora_init}) {
+      if (*s) throw Error(fmt::format("{} needs --lora-rank", (*s)->where));
+    }
+    for (const auto* s : {&o.qlora, &o.double_quant, &o.qlora_keeps_input}) {
+      if (*s && (*s)->value) throw Error(fmt::format("{} needs --lora-rank", (*s)->where));
+    }
+    return model;
+  }
+  LoraSpec lora;
+  lora.rank =
+      parse_setting(*o.lora_rank, [](std::string_view v) { return parse_positive(v, "rank"); });
+  lora.targets =
+      o.lora_targets ? split_list(o.lora_targets->value) : std::vector<std::string>{"q", "v"};
+  lora.qlora = flag(o.qlora);
+  lora.double_quant = flag(o.double_quant);
+  if (lora.double_quant && !lora.qlora) {
+    throw Error(fmt::format("{} needs --qlora", o.double_quant->where));
+  }
+  if (flag(o.qlora_keeps_input) && !lora.qlora) {
+    throw Error(fmt::format("{} needs --qlora", o.qlora_keeps_input->where));
+  }
+  if (o.qlora_init && !lora.qlora) {
+    throw Error(fmt::format("{} needs --qlora", o.qlora_init->where));
+  }
+  const auto& where = o.lora_targets ? o.lora_targets->where : o.lora_rank->where;
+  try {
+    apply_lora(model, lora);
+  } catch (const Error& e) {
+    rethrow_with_context(e, where);
+  }
+  return model;
+}
+
+OptimizerSpec resolve_optimizer(const RunOptions& o) {
+  OptimizerSpec spec;
+  if (o.optimizer) spec.kind = parse_setting(*o.optimizer, parse_optimizer);
+  const auto name = optimizer_name(spec.kind);
+  auto option = [&](const std::optional<Setting<bool>>& s, std::initializer_list<OptimizerKind> ok,
+                    std::string_view accepted) {
+    if (!s) return false;
+    bool fits = false;
+    for (auto k : ok) fits = fits || k == spec.kind;
+    if (!fits) {
+      throw Error(fmt::format("{}: applies only to optimizer {}, got optimizer \"{}\"", s->where,
+                              accepted, name));
+    }
+    return s->value;
+  };
+  using K = OptimizerKind;
+  spec.nesterov = option(o.nesterov, {K::sgd_momentum}, "sgd-momentum");
+  spec.amsgrad = option(o.amsgrad, {K::adam, K::adamw}, "adam or adamw");
+  spec.momentum = option(o.rmsprop_momentum, {K::rmsprop}, "rmsprop");
+  spec.centered = option(o.centered, {K::rmsprop}, "rmsprop");
+  spec.first_moment = option(o.first_moment, {K::adafactor}, "adafactor");
+  if (o.optimizer_impl) spec.impl = parse_setting(*o.optimizer_impl, parse_optimizer_impl);
+  spec.paged = flag(o.paged_optimizer);
+  if (flag(o.fused_optimizer)) {
+    if (o.optimizer_impl && spec.impl != OptimizerImpl::fused) {
+      throw Error(
+          fmt::format("{} conflicts with {} \"{}\" ({} is short for --optimizer-impl fused)",
+                      o.fused_optimizer->where, o.optimizer_impl->where, o.optimizer_impl->value,
+                      o.fused_optimizer->where));
+    }
+    spec.impl = OptimizerImpl::fused;
+  }
+  return spec;
+}
+
+PrecisionPolicy resolve_precision(const RunOptions& o) {
+  std::string name = "fp32";
+  if (o.precision) name = o.precision->value;
+  if (flag(o.amp)) {
+    if (o.precision && o.precision->value != "amp") {
+      throw Error(fmt::format("{} conflicts with {} \"{}\" ({} is short for --precision amp)",
+                              o.amp->where, o.precision->where, o.precision->value, o.amp->where));
+    }
+    name = "amp";
+  }
+  PrecisionPolicy policy =
+      o.precision ? parse_setting(*o.precision, precision_preset) : precision_preset(name);
+  PrecisionOverrides ov;
+  auto dtype = [](const std::optional<Setting<std::string>>& s, std::optional<Dtype>& out) {
+    if (s) out = parse_setting(*s, parse_dtype);
+  };
+  auto optional_dtype = [](const std::optional<Setting<std::string>>& s,
+                           std::optional<std::optional<Dtype>>& out) {
+    if (s) out = parse_setting(*s, parse_optional_dtype);
+  };
+  dtype(o.param_dtype, ov.param);
+  dtype(o.grad_dtype, ov.grad);
+  dtype(o.state_dtype, ov.state);
+  dtype(o.activation_dtype, ov.activation);
+  optional_dtype(o.master_dtype, ov.master);
+  optional_dtype(o.working_dtype, ov.working);
+  optional_dtype(o.grad_accum_dtype, ov.grad_accum);
+  return apply_overrides(std::move(policy), ov);
+}
+
+// FSDP's version, hybrid shard group and MixedPrecision (docs/parallelism.md, "FSDP").
+void resolve_fsdp(const RunOptions& o, ParallelSpec& p) {
+  p.fsdp_version = 1;
+  if (o.fsdp_version) {
+    p.fsdp_version = parse_setting(*o.fsdp_version, [](std::string_view v) -> unsigned {
+      if (v == "1" || v == "2") return static_cast<unsigned>(v[0] - '0');
+      throw Error(fmt::format(
+          "unknown FSDP version \"{}\" (expected 1, FullyShardedDataParallel, or 2, fully_shard)",
+          v));
+    });
+  }
+  const bool hybrid = o.fsdp->value == "hybrid";
+  if (hybrid && !o.fsdp_group) {
+    throw Error(fmt::format(
+        "{} hybrid: give --fsdp-group N, the ranks one replica is sharded over (a node, e.g. 8)",
+        o.fsdp->where));
+  }
+  if (o.fsdp_group && !hybrid) {
+    throw Error(fmt::format("{} \"{}\": a shard group applies to --fsdp hybrid, not \"{}\"",
+                            o.fsdp_group->where, o.fsdp_group->value, o.fsdp->value));
+  }
+  if (hybrid) {
+    p.shard_group =
+        parse_setting(*o.fsdp_group, [](std::string_view v) { return parse_positive(v, "ranks"); });
+    if (p.data_parallel % p.shard_group != 0) {
+      throw Error(fmt::format(
+          "{} {}: does not divide the {} data-parallel ranks (expected a divisor of {})",
+          o.fsdp_group->where, p.shard_group, p.data_parallel, p.data_parallel));
+    }
+  }
+  p.fsdp_orig_params = flag(o.fsdp_orig_params);
+  if (p.fsdp_orig_params && p.fsdp_version != 1) {
+    throw Error(fmt::format("{}: use_orig_params is FSDP1's (expected --fsdp-version 1)",
+                            o.fsdp_orig_params->where));
+  }
+  p.fsdp_sync_module_states = flag(o.fsdp_sync_module_states);
+  p.fsdp_no_sync = flag(o.fsdp_no_sync);
+  if (p.fsdp_sync_module_states && p.fsdp_version != 1) {
+    throw Error(fmt::format("{}: sync_module_states is FSDP1's (expected --fsdp-version 1)",
+                            o.fsdp_sync_module_states->where));
+  }
+  if (o.fsdp_param_dtype) p.fsdp_param_dtype = parse_setting(*o.fsdp_param_dtype, parse_dtype);
+  if (o.fsdp_reduce_dtype) p.fsdp_reduce_dtype = parse_setting(*o.fsdp_reduce_dtype, parse_dtype);
+}
+
+// --fsdp and --distributed-optimizer are names for ZeRO stages over the --dp ranks.
+void resolve_sharding_names(const RunOptions& o, ParallelSpec& p) {
+  const auto stage_from = [&](const Setting<std::string>& s, unsigned stage) {
+    if (o.zero_stage && p.zero_stage != stage) {
+      throw Error(fmt::format("{} \"{}\" conflicts with {} {} (it is ZeRO stage {})", s.where,
+                              s.value, o.zero_stage->where, o.zero_stage->value, stage));
+    }
+    if (stage > 0 && p.data_parallel == 1) {
+      throw Error(
+          fmt::format("{} shards over data-parallel ranks: give --dp N with N > 1", s.where));
+    }
+    p.zero_stage = stage;
+  };
+  if (o.fsdp) {
+    const unsigned stage = parse_setting(*o.fsdp, [](std::string_view v) -> unsigned {
+      if (v == "full" || v == "hybrid") return 3;
+      if (v == "grad-op") return 2;
+      if (v == "no-shard") return 0;
+      throw Error(fmt::format(
+          "unknown FSDP mode \"{}\" (expected one of: full, hybrid, grad-op, no-shard)", v));
+    });
+    stage_from(*o.fsdp, stage);
+    resolve_fsdp(o, p);
+  } else {
+    for (const TextSetting* s :
+         {&o.fsdp_version, &o.fsdp_group, &o.fsdp_param_dtype, &o.fsdp_reduce_dtype}) {
+      if (*s)
+        throw Error(fmt::format("{} \"{}\": applies to FSDP (expected --fsdp MODE as well)",
+                                (*s)->where, (*s)->value));
+    }
+    for (const FlagSetting* s :
+         {&o.fsdp_orig_params, &o.fsdp_sync_module_states, &o.fsdp_no_sync}) {
+      if (flag(*s))
+        throw Error(fmt::format("{}: applies to FSDP (expected --fsdp MODE as well)", (*s)->where));
+    }
+  }
+  if (flag(o.distributed_optimizer)) {
+    const Setting<std::string> s{"on", o.distributed_optimizer->where};
+    stage_from(s, 1);
+  }
+}
+
+// Tensor, sequence, pipeline, context and expert parallelism (src/parallel/layout.hpp).
+void resolve_model_split(const RunOptions& o, ParallelSpec& p) {
+  const auto ranks = [](const TextSetting& s, std::uint64_t& out) {
+    if (s) out = parse_setting(*s, [](std::string_view v) { return parse_positive(v, "ranks"); });
+  };
+  ranks(o.tensor_parallel, p.tensor);
+  ranks(o.pipeline_parallel, p.pipeline);
+  ranks(o.virtual_stages, p.virtual_stages);
+  ranks(o.context_parallel, p.context);
+  ranks(o.expert_parallel, p.expert);
+  if (o.microbatches) {
+    p.microbatches = parse_setting(
+        *o.microbatches, [](std::string_view v) { return parse_positive(v, "micro-batches"); });
+  }
+  if (o.vocab_multiple) {
+    p.vocab_multiple = parse_setting(
+        *o.vocab_multiple, [](std::string_view v) { return parse_positive(v, "a multiple"); });
+  }
+  p.sequence = flag(o.sequence_parallel);
+  p.bucket_view = flag(o.ddp_bucket_view);
+}
+
+// --offload: none, or a comma-separated list of optimizer, params, activations.
+struct Offload {
+  bool optimizer = false, params = false, activations = false;
+};
+Offload parse_offload(std::string_view text) {
+  Offload out;
+  if (text == "none") return out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view v = text.substr(start, comma - start);
+    if (v == "optimizer") {
+      out.optimizer = true;
+    } else if (v == "params") {
+      out.params = true;
+    } else if (v == "activations") {
+      out.activations = true;
+    } else {
+      throw Error(fmt::format(
+          "unknown offload \"{}\" (expected none, or a comma-separated list of: optimizer, "
+          "params, activations)",
+          v));
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
+ParallelSpec resolve_parallel(const RunOptions& o) {
+  ParallelSpec p;
+  if (o.data_parallel) {
+    p.data_parallel = parse_setting(*o.data_parallel,
+                                    [](std::string_view v) { return parse_positive(v, "ranks"); });
+  }
+  if (o.offload) {
+    const Offload what = parse_setting(*o.offload, parse_offload);
+    p.offload_params = what.params;
+    p.offload_optimizer = what.params || what.optimizer;
+  }
+  if (o.zero_stage) {
+    p.zero_stage = parse_setting(*o.zero_stage, [](std::string_view v) -> unsigned {
+      if (v.size() != 1 || v[0] < '0' || v[0] > '3') {
+        throw Error(fmt::format("unknown ZeRO stage \"{}\" (expected one of: 0, 1, 2, 3)", v));
+      }
+      return static_cast<unsigned>(v[0] - '0');
+    });
+    if (p.zero_stage > 0 && p.data_parallel == 1) {
+      throw Error(fmt::format("{} shards over data-parallel ranks: give --dp N with N > 1",
+                              o.zero_stage->where));
+    }
+  }
+  resolve_sharding_names(o, p);
+  resolve_model_split(o, p);
+  if (p.offload_params && (p.zero_stage != 3 || p.data_parallel == 1)) {
+    throw Error(
+        fmt::format("{} params: parameters are offloaded from ZeRO-3 / FSDP full "
+                    "sharding (expected --dp N with --zero 3 or --fsdp full)",
+                    o.offload->where));
+  }
+  return p;
+}
+
+std::optional<Budget> resolve_budget(const RunOptions& o) {
+  if (o.gpu && o.budget) {
+    throw Error(fmt::format("{} \"{}\" conflicts with {} \"{}\" (give a GPU or a budget)",
+                            o.gpu->where, o.gpu->value, o.budget->where, o.budget->value));
+  }
+  // Both would count the CUDA context: --reserve takes it from the budget, --context-reserve
+  // adds it to the need.
+  if (o.reserve && o.context_reserve) {
+    throw Error(fmt::format(
+        "{} \"{}\" conflicts with {} \"{}\" (both count the CUDA context: {} takes it from the "
+        "budget, {} adds it to the need; give one)",
+        o.reserve->where, o.reserve->value, o.context_reserve->where, o.context_reserve->value,
+        o.reserve->where, o.context_reserve->where));
+  }
+  std::optional<std::uint64_t> reserve;
+  if (o.reserve) reserve = parse_setting(*o.reserve, parse_size_or_zero);
+  if (o.gpu) {
+    const Gpu& g =
+        parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& { return find_gpu(v); });
+    // The default reserve is for the context; with --context-reserve the need carries it.
+    return Budget{g.capacity, reserve.value_or(o.context_reserve ? 0 : kDefaultReserve),
+                  std::string(g.name), true};
+  }
+  if (o.budget) {
+    const auto bytes = parse_setting(*o.budget, parse_bytes);
+    return Budget{bytes, reserve.value_or(0), fmt::format("budget {}", o.budget->value)};
+  }
+  if (o.reserve) {
+    throw Error(
+        fmt::format("{} needs --gpu or --budget (a reserve is taken from a device's memory)",
+                    o.reserve->where));
+  }
+  return std::nullopt;
+}
+
+// Collects the Error of each independent check, so that one run reports every problem.
+class Problems {
+ public:
+  template <typename F>
+  void attempt(F f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      messages_.emplace_back(e.what());
+    }
+  }
+  void throw_if_any() const {
+    if (!messages_.empty()) throw Error(fmt::format("{}", fmt::join(messages_, "\n")));
+  }
+
+ private:
+  std::vector<std::string> messages_;
+};
+
+TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
+  TrainingSpec t;
+  auto positive = [&](const TextSetting& s, std::string_view what, std::uint64_t& out) {
+    if (!s) return;
+    problems.attempt([&] {
+      out = parse_setting(*s, [&](std::string_view v) { return parse_positive(v, what); });
+    });
+  };
+  positive(o.batch, "sequences", t.micro_batch);
+  positive(o.seq, "tokens", t.seq_len);
+  positive(o.grad_accum, "micro-batches", t.grad_accum);
+  problems.attempt([&] {
+    if (o.attention) t.attention = parse_setting(*o.attention, parse_attention);
+  });
+  problems.attempt([&] {
+    if (o.recompute) t.recompute = parse_setting(*o.recompute, parse_recompute);
+  });
+  problems.attempt([&] {
+    if (o.dropout) t.dropout = parse_setting(*o.dropout, parse_probability);
+  });
+  problems.attempt([&] {
+    if (!o.zero_grad) return;
+    t.grads_set_to_none = parse_setting(*o.zero_grad, [](std::string_view v) {
+      if (v != "none" && v != "zero") {
+        throw Error(fmt::format("unknown zero_grad mode \"{}\" (expected one of: none, zero)", v));
+      }
+      return v == "none";
+    });
+  });
+  problems.attempt([&] {
+    if (o.device) t.device = parse_setting(*o.device, parse_device);
+  });
+  problems.attempt([&] {
+    if (o.allocator) t.allocator = parse_setting(*o.allocator, parse_allocator);
+  });
+  problems.attempt([&] {
+    if (o.loss) t.loss = parse_setting(*o.loss, parse_loss);
+    if (!o.loss_chunk) return;
+    if (t.loss != Loss::chunked && t.loss != Loss::chunked_tokens) {
+      throw Error(fmt::format("{} needs --loss chunked or chunked-tokens", o.loss_chunk->where));
+    }
+    t.loss_chunk = parse_setting(
+        *o.loss_chunk, [](std::string_view v) { return parse_positive(v, "chunks or positions"); });
+  });
+  problems.attempt([&] {
+    if (o.lora_dropout) t.lora_dropout = parse_setting(*o.lora_dropout, parse_probability);
+    t.nf4_keeps_input = flag(o.qlora_keeps_input);
+    if (o.qlora_init) t.qlora_init = parse_setting(*o.qlora_init, parse_qlora_init);
+    if (o.model_code) t.model_code = parse_setting(*o.model_code, parse_model_code);
+  });
+  problems.attempt([&] {
+    if (o.stack) t.stack = o.stack->value;
+  });
+  t.optimizer_in_backward = flag(o.optimizer_in_backward);
+  t.compile = flag(o.compile);
+  t.loop_keeps_output = flag(o.loop_keeps_output);
+  t.softmax_keeps_input = flag(o.softmax_keeps_input);
+  if (o.offload) {  // its errors are reported once, by resolve_parallel
+    try {
+      t.offload_activations = parse_offload(o.offload->value).activations;
+    } catch (const Error&) {
+    }
+  }
+  problems.attempt([&] {
+    if (o.context_reserve) t.context_reserve = parse_setting(*o.context_reserve, parse_context);
+  });
+  t.load_full = flag(o.load_full);
+  t.layer_clones = flag(o.layer_clones);
+  // PyTorch's cuBLAS workspace: larger on sm90; none on the CPU. Transformer Engine's own,
+  // with its layers: larger from sm90 on.
+  problems.attempt([&] {
+    const bool te =
+        o.transformer_impl && parse_setting(*o.transformer_impl, parse_transformer_impl) ==
+                                  TransformerImpl::transformer_engine;
+    if (t.device == Device::cpu) {
+      t.cublas_workspace = 0;
+      return;
+    }
+    t.te_workspace = te ? kTeWorkspace : 0;
+    if (!o.gpu) return;
+    const Gpu& g =
+        parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& { return find_gpu(v); });
+    if (g.sm == 90) t.cublas_workspace = kCublasWorkspaceSm90;
+    if (te && g.sm >= 90) t.te_workspace = kTeWorkspaceSm90;
+  });
+  if (o.batch.has_value() != o.seq.has_value()) {
+    const auto& given = o.batch ? o.batch->where : o.seq->where;
+    problems.attempt([&] {
+      const bool flag_given = given.starts_with("--");
+      const char* other = o.batch ? (flag_given ? "--seq" : "/training/seq_len")
+                                  : (flag_given ? "--batch" : "/training/micro_batch");
+      throw Error(fmt::format("{} needs {} as well (activations depend on both)", given, other));
+    });
+  }
+  return t;
+}
+
+// PyTorch gives gradients to floating-point tensors only: integer and 4-bit parameters can be
+// stored (a frozen, quantized base) but not trained.
+void check_trainable_dtype(const RunSpec& run, const RunOptions& o) {
+  const Dtype d = run.precision.param;
+  if (d != Dtype::int8 && d != Dtype::int4 && d != Dtype::nf4) return;
+  if (trainable_count(run.model.inventory) == 0) return;
+  const std::string where = o.param_dtype ? o.param_dtype->where : "--param-dtype";
+  throw Error(fmt::format(
+      "{}: {} parameters cannot be trained (autograd gives gradients to floating-point tensors "
+      "only): store a frozen base in 4 bits with --lora-rank R --qlora, or use fp32, bf16 or fp16",
+      where, dtype_name(d)));
+}
+
+// The ways a model reaches the device exclude each other: built on it by torchtune's builders
+// (--qlora-init, --layer-clones, which combine), built unit by unit by FSDP1's constructor from
+// the host (--fsdp-sync-module-states), or materialised whole before sharding (--load-full).
+void check_model_loading(const RunSpec& run, const RunOptions& o) {
+  std::vector<std::string> ways;  // each as it names itself
+  if (run.training.qlora_init != QloraInit::none) {
+    ways.push_back(fmt::format("{} {}", o.qlora_init->where, o.qlora_init->value));
+  } else if (run.training.layer_clones) {
+    ways.push_back(o.layer_clones->where);
+  }
+  if (run.parallel.fsdp_sync_module_states) ways.push_back(o.fsdp_sync_module_states->where);
+  if (run.training.load_full) ways.push_back(o.load_full->where);
+  if (ways.size() > 1) {
+    throw Error(fmt::format("{}: conflicts with {} (two ways of loading the model; give one)",
+                            ways[0], ways[1]));
+  }
+}
+
+// The techniques of docs/techniques.md, where they cannot be combined as given.
+void check_techniques(const RunSpec& run, const RunOptions& o) {
+  if (run.parallel.fsdp_no_sync && run.training.grad_accum == 1) {
+    throw Error(fmt::format(
+        "{}: no_sync() spans the micro-batches of an accumulation (expected --grad-accum N with "
+        "N > 1)",
+        o.fsdp_no_sync->where));
+  }
+  if (run.training.optimizer_in_backward) {
+    const std::string& where = o.optimizer_in_backward->where;
+    if (run.training.grad_accum > 1) {
+      throw Error(
+          fmt::format("{}: the step runs in every backward pass, so gradients cannot be "
+                      "accumulated (expected --grad-accum 1, got {})",
+                      where, run.training.grad_accum));
+    }
+    if (run.precision.master) {
+      throw Error(
+          fmt::format("{}: each gradient is applied to its parameter as it is "
+                      "accumulated; a policy with master weights is not supported "
+                      "(expected a precision without master weights: fp32, amp, bf16)",
+                      where));
+    }
+    if (run.parallel.offload_optimizer) {
+      throw Error(
+          fmt::format("{}: conflicts with --offload optimizer (the step runs on the host)", where));
+    }
+  }
+  const OptimizerKind k = run.optimizer.kind;
+  if (run.optimizer.paged && k != OptimizerKind::adam && k != OptimizerKind::adamw &&
+      k != OptimizerKind::adam8bit && k != OptimizerKind::lion) {
+    throw Error(
+        fmt::format("{}: bitsandbytes pages adam, adamw, adam8bit and lion, got optimizer "
+                    "\"{}\"",
+                    o.paged_optimizer->where, optimizer_name(k)));
+  }
+  if (run.optimizer.paged && run.parallel.offload_optimizer) {
+    throw Error(
+        fmt::format("{}: conflicts with --offload optimizer (the states are either paged "
+                    "or in host memory)",
+                    o.paged_optimizer->where));
+  }
+}
+
+// check_layout names the flags; a value from a run config is named by its file and key instead.
+void check_layout_where(const RunSpec& run, const RunOptions& o) {
+  try {
+    check_layout(run);
+  } catch (const Error& e) {
+    const std::pair<std::string_view, const TextSetting*> texts[] = {
+        {"--tp", &o.tensor_parallel},  {"--pp", &o.pipeline_parallel},
+        {"--vpp", &o.virtual_stages},  {"--microbatches", &o.microbatches},
+        {"--cp", &o.context_parallel}, {"--ep", &o.expert_parallel}};
+    std::istringstream in(e.what());
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) {
+      for (const auto& [flag, setting] : texts) {
+        const bool from_file = *setting && !(*setting)->where.starts_with("--");
+        if (from_file && line.starts_with(std::string(flag) + " "))
+          line = (*setting)->where + line.substr(flag.size());
+      }
+      if (o.sequence_parallel && !o.sequence_parallel->where.starts_with("--") &&
+          line.starts_with("--sp"))
+        line = o.sequence_parallel->where + line.substr(4);
+      lines.push_back(std::move(line));
+    }
+    throw Error(fmt::format("{}", fmt::join(lines, "\n")));
+  }
+}
+
+}  // namespace
+
+RunSpec resolve(const RunOptions& given) {
+  const RunOptions options = with_stack(given);
+  RunSpec run;
+  Problems problems;
+  problems.attempt([&] { run.model = resolve_model(options); });
+  problems.attempt([&] { run.optimizer = resolve_optimizer(options); });
+  problems.attempt([&] { run.precision = resolve_precision(options); });
+  run.training = resolve_training(options, problems);
+  problems.attempt([&] { run.parallel = resolve_parallel(options); });
+  problems.attempt([&] { run.budget = resolve_budget(options); });
+  problems.throw_if_any();
+  // FSDP's MixedPrecision casts the module's inputs and parameters to param_dtype: it computes
+  // in it.
+  if (run.parallel.fsdp_param_dtype && !options.activation_dtype)
+    run.precision.activation = *run.parallel.fsdp_param_dtype;
+  check_trainable_dtype(run, options);
+  check_model_loading(run, options);
+  check_techniques(run, options);
+  // bitsandbytes' 32-bit optimizers keep fp32 states whatever the parameters' dtype.
+  if (run.optimizer.paged && run.optimizer.kind != OptimizerKind::adam8bit && !options.state_dtype)
+    run.precision.state = Dtype::fp32;
+  check_layout_where(run, options);
+  return run;
+}
+
+}  // namespace memest

@@ -1,0 +1,288 @@
+// The run options: every flag with its run-config key, and how flags are laid over a file. The
+// option table is what the CLI, the run-config loader and the schema are generated from.
+#include <memest/config.hpp>
+#include "input/stacks.hpp"
+
+#include <fmt/format.h>
+
+namespace memest {
+namespace {
+
+std::string names(std::span<const std::string_view> list) {
+  return fmt::format("{}", fmt::join(list, ", "));
+}
+
+std::vector<RunOptionInfo> build_table() {
+  using R = RunOptions;
+  const std::string dtypes = names(dtype_names());
+  auto text = [](std::string flag, std::string section, std::string key, std::string type,
+                 std::string help, TextSetting R::*member, bool number = false) {
+    return RunOptionInfo{std::move(flag), std::move(section),
+                         std::move(key),  std::move(type),
+                         std::move(help), member,
+                         nullptr,         number};
+  };
+  auto boolean = [](std::string flag, std::string section, std::string key, std::string help,
+                    FlagSetting R::*member) {
+    return RunOptionInfo{std::move(flag), std::move(section),
+                         std::move(key),  "",
+                         std::move(help), nullptr,
+                         member,          false};
+  };
+  return {
+      text("--params", "model", "params", "COUNT",
+           "Parameter count: 7B, 6.7B, 125M, 1.3e9, 6738415616", &R::params, true),
+      text("--model", "model", "name", "NAME",
+           "A preset or a Hub id (org/name; else read from the local HF cache): 'memest models'",
+           &R::model),
+      text("--config", "model", "config", "PATH", "A Hugging Face config.json", &R::config),
+      text("--architecture", "model", "architecture", "JSON",
+           "A Hugging Face config.json given inline (in a run config: a JSON object)",
+           &R::architecture),
+      text("--freeze", "model", "freeze", "ROLES",
+           "Freeze parameter roles, comma-separated: " + names(role_names()), &R::freeze),
+      text("--lora-rank", "model", "lora_rank", "R", "Train LoRA adapters of rank R; base frozen",
+           &R::lora_rank, true),
+      text("--lora-targets", "model", "lora_targets", "LIST",
+           "LoRA targets: q,k,v,o,gate,up,down or all-linear (default q,v)", &R::lora_targets),
+      text("--lora-dropout", "model", "lora_dropout", "P",
+           "Dropout on the LoRA input (default 0 as PEFT; LitGPT 0.05, fsdp_qlora 0.1)",
+           &R::lora_dropout, true),
+      boolean("--qlora", "model", "qlora", "QLoRA: 4-bit NF4 base weights (needs --lora-rank)",
+              &R::qlora),
+      boolean("--double-quant", "model", "double_quant",
+              "QLoRA: quantize the quantization constants too", &R::double_quant),
+      boolean("--qlora-keeps-input", "model", "qlora_keeps_input",
+              "QLoRA with bitsandbytes before 0.43.2: each 4-bit linear keeps its input",
+              &R::qlora_keeps_input),
+      text("--qlora-init", "model", "qlora_init", "NAME",
+           "QLoRA: where the base weights become NF4: none (they arrive quantised, the default), "
+           "whole (built in 16 bits on the GPU, quantised at once, and quantised again there as "
+           "the checkpoint loads: torchtune with torchao 0.1) or chunked (the same, 2^20 "
+           "elements at a time: torchao >= 0.5); with --allocator cuda, the set-up stretch of "
+           "the replay",
+           &R::qlora_init),
+      text("--model-code", "model", "model_code", "NAME",
+           "Whose modelling code runs the model: hf (transformers', the default) or litgpt "
+           "(LitGPT's: RMSNorm in the model's dtype, one fused qkv linear whose LoRA has one "
+           "dropout, F.gelu)",
+           &R::model_code),
+      boolean("--layer-clones", "model", "layer_clones",
+              "The model is built on the GPU as one decoder layer deep-copied num_layers times, "
+              "that layer then freed (torchtune's Llama-2 builders); with --qlora-init each copy "
+              "is quantised again; with --allocator cuda, the set-up stretch of the replay",
+              &R::layer_clones),
+      text("--optimizer", "optimizer", "name", "NAME",
+           "Optimizer: " + names(optimizer_names()) + " (default adamw)", &R::optimizer),
+      boolean("--nesterov", "optimizer", "nesterov", "sgd-momentum: Nesterov momentum (same state)",
+              &R::nesterov),
+      boolean("--amsgrad", "optimizer", "amsgrad", "adam/adamw: keep max_exp_avg_sq", &R::amsgrad),
+      boolean("--rmsprop-momentum", "optimizer", "momentum", "rmsprop: keep a momentum buffer",
+              &R::rmsprop_momentum),
+      boolean("--centered", "optimizer", "centered", "rmsprop: keep grad_avg (centered)",
+              &R::centered),
+      boolean("--first-moment", "optimizer", "first_moment", "adafactor: keep exp_avg (beta1 set)",
+              &R::first_moment),
+      text("--optimizer-impl", "optimizer", "impl", "NAME",
+           "How the step runs: foreach (PyTorch's default on CUDA), single or fused",
+           &R::optimizer_impl),
+      boolean(
+          "--fused-optimizer", "optimizer", "fused",
+          "Short for --optimizer-impl fused (fused/capturable: no step temporaries, step counters "
+          "in device memory)",
+          &R::fused_optimizer),
+      boolean("--paged-optimizer", "optimizer", "paged",
+              "bitsandbytes' paged optimizer (PagedAdamW, PagedAdamW8bit): states in CUDA unified "
+              "memory, reported apart from the device peak",
+              &R::paged_optimizer),
+      boolean("--optimizer-in-backward", "optimizer", "in_backward",
+              "The optimizer step fused into backward (torchtune optimizer_in_bwd): each "
+              "gradient applied and freed as soon as it is accumulated",
+              &R::optimizer_in_backward),
+      text("--precision", "precision", "preset", "NAME",
+           "Precision policy: " + names(precision_names()) + " (default fp32)", &R::precision),
+      boolean("--amp", "precision", "amp", "Short for --precision amp (torch.autocast fp16)",
+              &R::amp),
+      text("--param-dtype", "precision", "param_dtype", "DTYPE",
+           "Dtype of stored parameters: " + dtypes, &R::param_dtype),
+      text("--grad-dtype", "precision", "grad_dtype", "DTYPE", "Dtype of gradients",
+           &R::grad_dtype),
+      text("--master-dtype", "precision", "master_dtype", "DTYPE",
+           "Dtype of master weights, or none", &R::master_dtype),
+      text("--state-dtype", "precision", "state_dtype", "DTYPE", "Dtype of optimizer states",
+           &R::state_dtype),
+      text("--activation-dtype", "precision", "activation_dtype", "DTYPE", "Dtype of activations",
+           &R::activation_dtype),
+      text("--working-dtype", "precision", "working_dtype", "DTYPE",
+           "Dtype of autocast weight copies, or none", &R::working_dtype),
+      text("--grad-accum-dtype", "precision", "grad_accum_dtype", "DTYPE",
+           "Dtype of a separate gradient accumulation buffer, or none", &R::grad_accum_dtype),
+      text("--batch", "training", "micro_batch", "N",
+           "Micro-batch size (sequences per forward pass)", &R::batch, true),
+      text("--seq", "training", "seq_len", "N", "Sequence length in tokens", &R::seq, true),
+      text("--grad-accum", "training", "grad_accum", "N",
+           "Micro-batches per optimizer step (default 1)", &R::grad_accum, true),
+      text("--attention", "training", "attention", "NAME",
+           "Attention: " + names(attention_names()) + " (default sdpa, as transformers uses)",
+           &R::attention),
+      text("--recompute", "training", "recompute", "NAME",
+           "Activation recompute: " + names(recompute_names()) +
+               " (default none; op: torchtitan's per-op selective checkpointing)",
+           &R::recompute),
+      boolean("--compile", "training", "compile",
+              "torch.compile of each layer: pointwise results recomputed in backward, not saved "
+              "(an approximation of Inductor's partitioner)",
+              &R::compile),
+      text("--stack", "training", "stack", "NAME",
+           "Training stack whose defaults the run takes (flags override them): " +
+               names(stack_names()) + " (docs/stacks.md)",
+           &R::stack),
+      text("--transformer-impl", "training", "transformer_impl", "NAME",
+           "Layers as Megatron-LM's --transformer-impl names them: local (PyTorch modules, the "
+           "default) or transformer_engine (TE layers, which keep their own cuBLAS workspace: "
+           "32 MiB + 1 KiB from sm90 on, 4 MiB before; with --allocator cuda)",
+           &R::transformer_impl),
+      text("--loss", "training", "loss", "NAME",
+           "Loss over the vocabulary: " + names(loss_names()) +
+               " (default hf: transformers'; vocab-parallel: Megatron-LM's; chunked: torchtune's "
+               "CEWithChunkedOutputLoss; chunked-tokens: LitGPT's chunked_cross_entropy; "
+               "hf-upcast: transformers before 4.45, fp32 logits returned and a shifted copy)",
+           &R::loss),
+      boolean("--loop-keeps-output", "training", "loop_keeps_output",
+              "The training loop holds the model's output (output = model(...)) from one "
+              "forward to the next: its logits live through backward and the next forward",
+              &R::loop_keeps_output),
+      boolean("--softmax-keeps-input", "training", "softmax_keeps_input",
+              "PyTorch before 1.11: softmax and log_softmax keep their input for backward "
+              "besides their output (the attention scores, the loss's logits)",
+              &R::softmax_keeps_input),
+      text("--loss-chunk", "training", "loss_chunk", "N",
+           "--loss chunked: chunks of the sequence (default 8); chunked-tokens: positions per "
+           "chunk (default 128)",
+           &R::loss_chunk, true),
+      text("--dropout", "training", "dropout", "P", "Override every dropout probability",
+           &R::dropout, true),
+      text("--zero-grad", "training", "zero_grad", "MODE",
+           "zero_grad: none (set_to_none, the default) or zero (grads kept between steps)",
+           &R::zero_grad),
+      text("--device", "training", "device", "NAME",
+           "Kernels that decide saved tensors and scratch: " + names(device_names()) +
+               " (default cuda; cpu as in the reference measurements)",
+           &R::device),
+      text("--dp", "parallel", "data_parallel", "N",
+           "Data-parallel ranks the model states are sharded over (with --zero)", &R::data_parallel,
+           true),
+      text("--zero", "parallel", "zero_stage", "STAGE",
+           "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP)",
+           &R::zero_stage, true),
+      text("--fsdp", "parallel", "fsdp", "MODE",
+           "FSDP sharding as PyTorch names it: full (ZeRO-3), hybrid (full within --fsdp-group, "
+           "replicated across), grad-op (ZeRO-2), no-shard (DDP), over the --dp ranks",
+           &R::fsdp),
+      text("--fsdp-version", "parallel", "fsdp_version", "N",
+           "With --fsdp: 1 FullyShardedDataParallel (flat parameters per unit, the default), "
+           "2 fully_shard (each parameter sharded on dim 0)",
+           &R::fsdp_version, true),
+      text("--fsdp-group", "parallel", "fsdp_group", "N",
+           "With --fsdp hybrid: the ranks one replica is sharded over (a node, e.g. 8)",
+           &R::fsdp_group, true),
+      text("--fsdp-param-dtype", "parallel", "fsdp_param_dtype", "DTYPE",
+           "FSDP MixedPrecision param_dtype: parameters all-gathered and computed in it "
+           "(activations too, unless --activation-dtype); default the stored dtype",
+           &R::fsdp_param_dtype),
+      text("--fsdp-reduce-dtype", "parallel", "fsdp_reduce_dtype", "DTYPE",
+           "FSDP MixedPrecision reduce_dtype: the gradients' reduce-scatter dtype (default "
+           "param_dtype)",
+           &R::fsdp_reduce_dtype),
+      boolean("--fsdp-orig-params", "parallel", "fsdp_orig_params",
+              "FSDP1 use_orig_params=True: frozen and trainable parameters in one flat "
+              "parameter per unit, whose gradient covers all of it",
+              &R::fsdp_orig_params),
+      boolean("--fsdp-no-sync", "parallel", "fsdp_no_sync",
+              "FSDP's no_sync() over the micro-batches of --grad-accum (LitGPT's "
+              "no_backward_sync): each unit keeps its whole unsharded gradient between them",
+              &R::fsdp_no_sync),
+      boolean("--fsdp-sync-module-states", "parallel", "fsdp_sync_module_states",
+              "FSDP1 sync_module_states=True on a model held on the host: unit by unit, its "
+              "parameters are moved to the GPU, broadcast from rank 0, flattened and sharded "
+              "(with --allocator cuda: the set-up stretch of the replay)",
+              &R::fsdp_sync_module_states),
+      boolean("--distributed-optimizer", "parallel", "distributed_optimizer",
+              "Megatron's distributed optimizer: fp32 main parameters and optimizer states "
+              "sharded over the --dp ranks (ZeRO-1)",
+              &R::distributed_optimizer),
+      boolean("--ddp-bucket-view", "parallel", "ddp_bucket_view",
+              "DDP with gradient_as_bucket_view=True (or Megatron's DDP): no second copy of the "
+              "gradients in the all-reduce buckets",
+              &R::ddp_bucket_view),
+      boolean("--load-full", "parallel", "load_full",
+              "Model loading materialises the whole model on every GPU before sharding it "
+              "(with --allocator cuda: the set-up stretch of the replay)",
+              &R::load_full),
+      text("--tp", "parallel", "tensor_parallel", "N",
+           "Tensor-parallel ranks: heads, kv heads, MLP width and vocabulary split N ways",
+           &R::tensor_parallel, true),
+      boolean("--sp", "parallel", "sequence_parallel",
+              "Sequence parallelism: norms, dropouts and residuals split over the --tp ranks",
+              &R::sequence_parallel),
+      text("--pp", "parallel", "pipeline_parallel", "N",
+           "Pipeline stages: the layers split N ways, 1F1B schedule (each stage reported)",
+           &R::pipeline_parallel, true),
+      text("--vpp", "parallel", "virtual_stages", "N",
+           "Model chunks per pipeline rank: Megatron's interleaved 1F1B schedule",
+           &R::virtual_stages, true),
+      text("--microbatches", "parallel", "microbatches", "N",
+           "Micro-batches per step on the pipeline (default: --grad-accum)", &R::microbatches,
+           true),
+      text("--cp", "parallel", "context_parallel", "N",
+           "Context-parallel ranks: the sequence split N ways (ring attention)",
+           &R::context_parallel, true),
+      text("--ep", "parallel", "expert_parallel", "N",
+           "Expert-parallel ranks: the routed experts split N ways", &R::expert_parallel, true),
+      text("--vocab-multiple", "parallel", "vocab_multiple", "N",
+           "Pad the vocabulary to a multiple of N x tp (Megatron's "
+           "--make-vocab-size-divisible-by, 128 there; default 1)",
+           &R::vocab_multiple, true),
+      text("--offload", "parallel", "offload", "WHAT",
+           "none, or a comma-separated list of: optimizer: master weights and optimizer states "
+           "in host memory, stepped on the CPU (ZeRO-Offload); params: with ZeRO-3 also the "
+           "parameter and gradient shards (ZeRO-Infinity, FSDP CPU offload); activations: saved "
+           "tensors in host memory (torchtune's activation offloading)",
+           &R::offload),
+      text("--allocator", "hardware", "allocator", "NAME",
+           "none (bytes requested) or cuda (PyTorch's caching allocator replayed: allocated "
+           "and reserved bytes)",
+           &R::allocator),
+      text("--context-reserve", "hardware", "context_reserve", "SIZE|NAME",
+           "The CUDA context, a stated constant added to the peak: a size or a measured one "
+           "(v100-cuda11.2); with --allocator cuda, nvidia-smi = reserved + it",
+           &R::context_reserve, true),
+      text("--gpu", "hardware", "gpu", "NAME", "A GPU preset (see 'memest gpus')", &R::gpu),
+      text("--budget", "hardware", "budget", "SIZE", "Memory budget per device: 80GiB, 40GB, ...",
+           &R::budget, true),
+      text("--reserve", "hardware", "reserve", "SIZE",
+           "Memory kept back for the CUDA context and allocator", &R::reserve, true),
+  };
+}
+
+}  // namespace
+
+const std::vector<RunOptionInfo>& run_option_table() {
+  static const std::vector<RunOptionInfo> table = build_table();
+  return table;
+}
+
+void merge(RunOptions& b, const RunOptions& o) {
+  if (o.params || o.model || o.config || o.architecture) {  // a later model replaces the earlier
+    b.params.reset();
+    b.model.reset();
+    b.config.reset();
+    b.architecture.reset();
+  }
+  for (const auto& info : run_option_table()) {
+    if (info.text && o.*info.text) b.*info.text = o.*info.text;
+    if (info.boolean && o.*info.boolean) b.*info.boolean = o.*info.boolean;
+  }
+}
+
+}  // namespace memest

@@ -1,0 +1,368 @@
+// The split rules of tensor, sequence, pipeline, context and expert parallelism
+// (docs/parallelism.md): what one device holds of the model. Sources: Shoeybi et al. 2019
+// (Megatron-LM: column- and row-parallel linears, vocabulary-parallel embedding), Korthikanti et
+// al. 2022 (sequence parallelism), Narayanan et al. 2021 and Megatron-LM's
+// megatron/core/pipeline_parallel/schedules.py (1F1B and interleaved warm-up), Megatron-LM's
+// vocab_utils.py (vocabulary padding). The step of one device is then built like any other run.
+#include <memest/activation.hpp>
+#include <memest/error.hpp>
+#include "parallel/layout.hpp"
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace memest {
+namespace {
+
+using u64 = std::uint64_t;
+
+u64 round_up_to(u64 v, u64 m) { return checked_mul(ceil_div(v, m), m); }
+
+Architecture full_architecture(const RunSpec& run) {
+  if (run.model.arch) return *run.model.arch;
+  return canonical_architecture(parameter_count(run.model.inventory));
+}
+
+u64 kv_heads(const Architecture& a) { return a.num_kv_heads ? a.num_kv_heads : a.num_heads; }
+u64 all_layers(const Architecture& a) { return a.num_layers + a.num_decoder_layers; }
+
+u64 microbatches_of(const RunSpec& run) {
+  return run.parallel.microbatches ? run.parallel.microbatches : run.training.grad_accum;
+}
+
+// The vocabulary every rank's shard is cut from: padded to a multiple of vocab_multiple x t
+// (Megatron-LM vocab_utils.py; its default multiple is 128).
+u64 padded_vocab(const Architecture& a, const ParallelSpec& p) {
+  return round_up_to(a.vocab_size, checked_mul(p.vocab_multiple, p.tensor));
+}
+
+void check_tensor(const Architecture& a, const ParallelSpec& p, std::vector<std::string>& out) {
+  const u64 t = p.tensor;
+  const auto need = [&](u64 value, std::string_view what) {
+    if (value % t != 0)
+      out.push_back(
+          fmt::format("--tp {}: does not divide the {} ({}); tensor parallelism splits "
+                      "them evenly (expected a divisor of {})",
+                      t, what, value, value));
+  };
+  need(a.num_heads, "attention heads");
+  const u64 kv = kv_heads(a);
+  if (kv % t != 0 && t % kv != 0)
+    out.push_back(
+        fmt::format("--tp {}: the {} kv heads can be neither split nor replicated "
+                    "evenly (expected t to divide them or be a multiple of them)",
+                    t, kv));
+  need(a.intermediate_size, "MLP width (intermediate_size)");
+  if (a.num_experts > 0) need(a.moe_intermediate_size, "expert width (moe_intermediate_size)");
+  if (a.shared_expert_size > 0) need(a.shared_expert_size, "shared expert width");
+}
+
+void check_pipeline(const RunSpec& run, const Architecture& a, std::vector<std::string>& out) {
+  const auto& p = run.parallel;
+  const u64 L = all_layers(a), chunks = checked_mul(p.pipeline, p.virtual_stages);
+  if (a.num_decoder_layers > 0) {
+    out.push_back(
+        fmt::format("--pp {}: pipeline stages of an encoder-decoder model are not "
+                    "modelled (expected --pp 1)",
+                    p.pipeline));
+  } else if (chunks > L || L % chunks != 0) {
+    out.push_back(fmt::format(
+        "--pp {}{}: {} layers do not split evenly into {} model chunks "
+        "(expected p x vpp to divide the layers)",
+        p.pipeline, p.virtual_stages > 1 ? fmt::format(" --vpp {}", p.virtual_stages) : "", L,
+        chunks));
+  }
+  const u64 m = microbatches_of(run);
+  if (p.virtual_stages > 1 && m % p.pipeline != 0)
+    out.push_back(
+        fmt::format("--microbatches {}: the interleaved schedule needs a multiple of "
+                    "--pp {} (Megatron-LM's rule)",
+                    m, p.pipeline));
+}
+
+void check_context(const RunSpec& run, std::vector<std::string>& out) {
+  const auto& p = run.parallel;
+  const u64 s = run.training.seq_len, parts = checked_mul(2, p.context);
+  if (s > 0 && s % parts != 0)
+    out.push_back(
+        fmt::format("--cp {}: the sequence of {} tokens does not split into 2 x {} = {} "
+                    "equal chunks (causal load balancing; expected a multiple of {})",
+                    p.context, s, p.context, parts, parts));
+  if (run.training.attention == Attention::eager)
+    out.push_back(
+        fmt::format("--cp {}: context parallelism runs in the attention kernel "
+                    "(expected --attention sdpa or flash)",
+                    p.context));
+}
+
+void check_experts(const Architecture& a, const ParallelSpec& p, std::vector<std::string>& out) {
+  if (a.num_experts == 0) {
+    out.push_back(
+        fmt::format("--ep {}: the model has no routed experts (expected --ep 1)", p.expert));
+  } else if (a.num_experts % p.expert != 0) {
+    out.push_back(
+        fmt::format("--ep {}: does not divide the {} routed experts (expected a "
+                    "divisor of {})",
+                    p.expert, a.num_experts, a.num_experts));
+  }
+}
+
+}  // namespace
+
+void check_layout(const RunSpec& run) {
+  const auto& p = run.parallel;
+  std::vector<std::string> problems;
+  if (p.sequence && p.tensor == 1)
+    problems.emplace_back(
+        "--sp: sequence parallelism splits over the tensor-parallel ranks "
+        "(expected --tp 2 or more)");
+  if (p.virtual_stages > 1 && p.pipeline == 1)
+    problems.emplace_back("--vpp: virtual stages need a pipeline (expected --pp 2 or more)");
+  if (p.fsdp_sync_module_states && p.pipeline > 1)
+    problems.emplace_back(
+        "--fsdp-sync-module-states: FSDP1's constructor is replayed for the whole model, not a "
+        "pipeline stage (expected --pp 1)");
+  if (p.fsdp_sync_module_states && !run.model.inventory.shapes_known)
+    problems.emplace_back(
+        "--fsdp-sync-module-states: FSDP1's units need the model's tensors (expected --model or "
+        "--config, not --params)");
+  if (!p.splits_model()) {
+    if (!problems.empty()) throw Error(fmt::format("{}", fmt::join(problems, "\n")));
+    return;
+  }
+  const Architecture a = full_architecture(run);
+  if (p.tensor > 1) check_tensor(a, p, problems);
+  if (p.pipeline > 1) check_pipeline(run, a, problems);
+  if (p.context > 1) check_context(run, problems);
+  if (p.expert > 1) check_experts(a, p, problems);
+  if (p.sequence && run.training.seq_len > 0 &&
+      run.training.seq_len % checked_mul(p.tensor, p.context) != 0)
+    problems.push_back(
+        fmt::format("--sp: the sequence of {} tokens does not split over t x c = "
+                    "{} ranks (expected a multiple of {})",
+                    run.training.seq_len, p.tensor * p.context, p.tensor * p.context));
+  if (!problems.empty()) throw Error(fmt::format("{}", fmt::join(problems, "\n")));
+}
+
+std::uint64_t in_flight_microbatches(const ParallelSpec& p, std::uint64_t stage, u64 m) {
+  if (p.pipeline <= 1) return 1;
+  const u64 rest = p.pipeline - stage - 1;  // stages after this one
+  if (p.virtual_stages <= 1) return std::max<u64>(1, std::min(rest + 1, m));
+  const u64 total = checked_mul(m, p.virtual_stages);
+  if (m == p.pipeline) return total;  // every micro-batch is in the warm-up
+  const u64 warmup = 2 * rest + (p.virtual_stages - 1) * p.pipeline;
+  return std::max<u64>(1, std::min(warmup + 1, total));
+}
+
+namespace {
+
+// Where a parameter group lives along the pipeline.
+enum class Place { first, layers, last };
+
+bool per_layer(const TensorGroup& g, u64 L) {
+  return g.name.find('*') != std::string::npos && L > 0 && g.count % L == 0;
+}
+
+// Column-parallel modules split their outputs (weight rows, bias); row-parallel ones their
+// inputs (weight columns; the bias is added after the reduction, whole on every rank).
+enum class Cut { none, rows, cols };
+
+Cut cut_of(const TensorGroup& g) {
+  const std::string& k = g.kind;
+  const bool low_rank_down = g.name.find("_a_proj") != std::string::npos;  // MLA's compressions
+  const bool column = (k == "q" || k == "k" || k == "v" || k == "qkv" || k == "kv" || k == "gate" ||
+                       k == "up" || k == "gate_up" || k == "lm_head") &&
+                      !low_rank_down;
+  const bool row = k == "o" || k == "down";
+  const bool bias = g.rows == 1;
+  const bool lora_a = g.name.find("lora_A") != std::string::npos;
+  const bool lora_b = g.name.find("lora_B") != std::string::npos;
+  if (column) {
+    if (lora_a) return Cut::none;  // the adapter's input side is the full hidden state
+    return bias ? Cut::cols : Cut::rows;
+  }
+  if (row) {
+    if (bias || lora_b) return Cut::none;
+    return Cut::cols;
+  }
+  return Cut::none;
+}
+
+struct Share {
+  const Architecture* arch = nullptr;
+  const RankSpec* rank = nullptr;
+  u64 L = 1;
+  u64 vocab = 0;  // the padded vocabulary of all ranks
+};
+
+// A word embedding or an lm_head whose rows are the vocabulary.
+bool vocab_rows(const TensorGroup& g, const Architecture& a) {
+  return (g.role == Role::embedding || g.kind == "lm_head") && g.rows == a.vocab_size;
+}
+
+TensorGroup split_group(TensorGroup g, const Share& s) {
+  const RankSpec& r = *s.rank;
+  const u64 t = r.tensor;
+  const Architecture& a = *s.arch;
+  if (vocab_rows(g, a)) {
+    g.rows = s.vocab / t;
+    return g;
+  }
+  if (g.kind == "lm_head" && g.rows == 1 && g.cols == a.vocab_size) {  // the head's bias
+    g.cols = s.vocab / t;
+    return g;
+  }
+  if (t > 1) {
+    // Fewer kv heads than ranks: each rank holds one kv head, replicated (a k/v weight's rows,
+    // or its bias's columns, are one head).
+    const bool kv_group = (g.kind == "k" || g.kind == "v") && kv_heads(a) < t;
+    const auto cut = [&](u64 n) { return kv_group ? a.head_dim : n / t; };
+    switch (cut_of(g)) {
+      case Cut::rows:
+        g.rows = cut(g.rows);
+        break;
+      case Cut::cols:
+        g.cols = cut(g.cols);
+        break;
+      case Cut::none:
+        break;
+    }
+  }
+  if (g.role == Role::expert) g.count /= r.expert;
+  return g;
+}
+
+// The groups before the first layer group sit on the first stage, those after the last on the
+// last stage; tied embeddings keep a copy on the last stage as its output layer (Megatron-LM's
+// shared_embedding_or_output_weight).
+Inventory rank_inventory(const Inventory& inv, const Share& s) {
+  const RankSpec& r = *s.rank;
+  std::size_t first = inv.groups.size(), last = 0;
+  for (std::size_t i = 0; i < inv.groups.size(); ++i) {
+    if (!per_layer(inv.groups[i], s.L)) continue;
+    first = std::min(first, i);
+    last = i;
+  }
+  Inventory out;
+  out.shapes_known = true;
+  for (std::size_t i = 0; i < inv.groups.size(); ++i) {
+    const TensorGroup& g = inv.groups[i];
+    const Place place = i < first ? Place::first : i > last ? Place::last : Place::layers;
+    if ((place == Place::first && !r.embedding) || (place == Place::last && !r.head)) continue;
+    TensorGroup share = split_group(g, s);
+    const bool listed = g.name.find('*') != std::string::npos;
+    if (place == Place::layers && per_layer(g, s.L)) {
+      share.count = g.count / s.L * r.layers;
+    } else if (place == Place::layers && listed) {  // in some layers only (MoE): evenly
+      share.count = checked_mul(share.count, r.layers) / s.L;
+    } else if (place == Place::layers && r.stage != 0) {
+      continue;  // one named layer's tensor (T5's relative bias): the first stage
+    }
+    if (share.count > 0) out.groups.push_back(std::move(share));
+  }
+  const auto& a = *s.arch;
+  if (a.tied_embeddings && a.lm_head && r.stages > 1 && r.head) {
+    TensorGroup head = make_group("output_layer.weight (tied copy)", Role::head, s.vocab / r.tensor,
+                                  a.embedding_dim ? a.embedding_dim : a.hidden_size, 1, true);
+    head.kind = "lm_head";
+    out.groups.push_back(std::move(head));
+  }
+  return out;
+}
+
+// The dimensions one rank computes with.
+Architecture rank_architecture(Architecture a, const Share& s) {
+  const RankSpec& r = *s.rank;
+  const u64 t = r.tensor, L = s.L, kv = kv_heads(a);
+  if (a.head_dim == 0) a.head_dim = a.num_heads ? a.hidden_size / a.num_heads : 0;
+  if (a.moe_intermediate_size == 0) a.moe_intermediate_size = a.intermediate_size;
+  a.num_heads /= t;
+  a.num_kv_heads = std::max<u64>(1, kv / t);
+  a.intermediate_size /= t;
+  a.moe_intermediate_size /= t;
+  a.shared_expert_size /= t;
+  a.vocab_size = s.vocab / t;
+  a.moe_layers = a.moe_layers * r.layers / std::max<u64>(1, L);
+  if (a.num_decoder_layers == 0) a.num_layers = r.layers;
+  if (r.stages > 1) a.tied_embeddings = false;  // the last stage has its own output layer
+  return a;
+}
+
+RankSpec rank_of(const RunSpec& run, const Architecture& a, u64 stage) {
+  const auto& p = run.parallel;
+  RankSpec r;
+  r.stage = stage;
+  r.stages = p.pipeline;
+  const u64 L = all_layers(a);
+  r.layers = L / p.pipeline;
+  r.first_layer = stage * r.layers;
+  r.chunk_layers = r.layers / p.virtual_stages;
+  r.in_flight = in_flight_microbatches(p, stage, microbatches_of(run));
+  r.embedding = stage == 0;
+  r.head = stage + 1 == p.pipeline;
+  r.tensor = p.tensor;
+  r.sequence = p.sequence;
+  r.context = p.context;
+  r.expert = p.expert;
+  r.vocab = padded_vocab(a, p);
+  return r;
+}
+
+}  // namespace
+
+std::vector<RunSpec> stage_runs(const RunSpec& run) {
+  if (!run.parallel.splits_model() || run.rank.split()) return {run};
+  check_layout(run);
+  const Architecture a = full_architecture(run);
+  const Inventory canonical = run.model.inventory.shapes_known ? Inventory{} : build_inventory(a);
+  const Inventory& inv = run.model.inventory.shapes_known ? run.model.inventory : canonical;
+  std::vector<RunSpec> out;
+  out.reserve(static_cast<std::size_t>(run.parallel.pipeline));
+  for (u64 stage = 0; stage < run.parallel.pipeline; ++stage) {
+    RunSpec r = run;
+    r.rank = rank_of(run, a, stage);
+    const Share s{&a, &r.rank, all_layers(a), r.rank.vocab};
+    r.model.arch = rank_architecture(a, s);
+    r.model.inventory = rank_inventory(inv, s);
+    r.model.active_params = parameter_count(r.model.inventory);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<std::string> layout_notes(const RunSpec& run) {
+  std::vector<std::string> notes;
+  const auto& p = run.parallel;
+  if (!p.splits_model()) return notes;
+  const Architecture a = full_architecture(run);
+  if (!run.model.arch)
+    notes.push_back(
+        fmt::format("bare parameter count split over devices: the canonical decoder "
+                    "({} layers, hidden {}) is split; its count differs from the "
+                    "given one by the canonical rounding",
+                    a.num_layers, a.hidden_size));
+  const u64 v = padded_vocab(a, p);
+  if (v != a.vocab_size)
+    notes.push_back(
+        fmt::format("vocabulary padded from {} to {} (a multiple of {} x t = {}), "
+                    "{} rows per tensor-parallel rank",
+                    a.vocab_size, v, p.vocab_multiple, p.vocab_multiple * p.tensor, v / p.tensor));
+  if (p.tensor > kv_heads(a))
+    notes.push_back(
+        fmt::format("{} kv heads over --tp {}: each rank holds one kv head, "
+                    "replicated over {} ranks",
+                    kv_heads(a), p.tensor, p.tensor / kv_heads(a)));
+  if (p.pipeline > 1)
+    notes.push_back(
+        fmt::format("pipeline: {} schedule, {} micro-batches per step; the first "
+                    "stage keeps {} in flight",
+                    p.virtual_stages > 1 ? "interleaved 1F1B" : "1F1B", microbatches_of(run),
+                    in_flight_microbatches(p, 0, microbatches_of(run))));
+  return notes;
+}
+
+}  // namespace memest

@@ -1,0 +1,215 @@
+// Renderers for the search commands: fit and sweep.
+#include "report/json_dump.hpp"
+
+#include <memest/report.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace memest {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string_view target_name(FitTarget t) {
+  return t == FitTarget::micro_batch ? "micro-batch" : "sequence length";
+}
+
+std::string_view target_key(FitTarget t) {
+  return t == FitTarget::micro_batch ? "micro_batch" : "seq_len";
+}
+
+std::string other_dimension(const RunSpec& run, FitTarget t) {
+  return t == FitTarget::micro_batch
+             ? fmt::format("at sequence length {}",
+                           run.training.seq_len ? run.training.seq_len : kFitDefaultSeq)
+             : fmt::format("at micro-batch {}",
+                           run.training.micro_batch ? run.training.micro_batch : 1);
+}
+
+// A need the search could not count is said as such, never as 2^64 - 1 bytes.
+std::string past_need(const FitResult& fit, Unit unit) {
+  return fit.past_best_beyond_limit ? "more than 2^64 bytes (past what memest counts)"
+                                    : format_bytes(fit.need_past_best, unit);
+}
+
+// A margin in the table's unit, or to the byte when it would print as less than 0.01.
+std::string margin(std::uint64_t bytes, Unit unit) {
+  return bytes * 100 < unit_bytes(unit) ? format_bytes(bytes, Unit::bytes)
+                                        : format_bytes(bytes, unit);
+}
+
+}  // namespace
+
+std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget target,
+                             const FitResult& fit, const std::vector<Remedy>& remedies, Unit unit) {
+  std::string out =
+      fmt::format("model      {}\nbudget     {} usable on {} ({} less {} reserved)\n",
+                  run.model.name, format_bytes(budget.usable(), unit), budget_label(budget, unit),
+                  format_bytes(budget.capacity, unit), format_bytes(budget.reserve, unit));
+  if (fit.best) {
+    out += fmt::format("largest {} that fits {}: {}\n", target_name(target),
+                       other_dimension(run, target), *fit.best);
+    // The margin is said in words and to the byte when small: rounded figures alone could
+    // make the size past the boundary look as if it fits.
+    out += fmt::format("  {} {} needs {}, headroom {}\n", target_name(target), *fit.best,
+                       format_bytes(fit.need_at_best, unit),
+                       margin(fit.usable - fit.need_at_best, unit));
+    if (*fit.best < fit.limit) {
+      if (fit.past_best_beyond_limit) {
+        out += fmt::format("  {} {} needs {}\n", target_name(target), *fit.best + 1,
+                           past_need(fit, unit));
+      } else {
+        out += fmt::format("  {} {} needs {}, over by {}\n", target_name(target), *fit.best + 1,
+                           format_bytes(fit.need_past_best, unit),
+                           margin(fit.need_past_best - fit.usable, unit));
+      }
+    } else if (fit.limit_is_model) {
+      out += fmt::format("  (the model's learned positions stop at {})\n", fit.limit);
+    } else {
+      out += fmt::format("  (the search stops at {})\n", fit.limit);
+    }
+    return out;
+  }
+  out += fmt::format("nothing fits: {} 1 {} needs {}\n", target_name(target),
+                     other_dimension(run, target), past_need(fit, unit));
+  if (remedies.empty()) {
+    out += "no single change memest knows saves memory here\n";
+    return out;
+  }
+  out += "changes that save memory (what fits first, fewest changes first):\n";
+  for (const auto& r : remedies) {
+    out += fmt::format("  {:<5} {:>14}  {}\n", r.fits ? "fits" : "over", format_bytes(r.need, unit),
+                       r.change);
+  }
+  return out;
+}
+
+std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget target,
+                            const FitResult& fit, const std::vector<Remedy>& remedies) {
+  ordered_json rem = ordered_json::array();
+  for (const auto& r : remedies) {
+    rem.push_back(
+        {{"change", r.change}, {"changes", r.changes}, {"need_bytes", r.need}, {"fits", r.fits}});
+  }
+  ordered_json j = {
+      {"schema_version", kJsonSchemaVersion},
+      {"model", run.model.name},
+      {"target", target_key(target)},
+      {"budget",
+       {{"source", budget.source},
+        {"capacity_bytes", budget.capacity},
+        {"reserve_bytes", budget.reserve},
+        {"usable_bytes", budget.usable()}}},
+      {"best", fit.best ? ordered_json(*fit.best) : ordered_json(nullptr)},
+      {"need_at_best_bytes", fit.best ? ordered_json(fit.need_at_best) : ordered_json(nullptr)},
+      {"need_past_best_bytes",
+       fit.need_past_best ? ordered_json(fit.need_past_best) : ordered_json(nullptr)},
+      {"need_past_best_beyond_limit", fit.past_best_beyond_limit},
+      {"limit", fit.limit},
+      {"limit_is_model_positions", fit.limit_is_model},
+      {"remedies", rem}};
+  return detail::dump_json(j, 2) + "\n";
+}
+
+namespace {
+
+using nlohmann::ordered_json;
+
+constexpr const char* kSpeedNote =
+    "memory only: speed is not modelled (pipeline bubbles, communication and recompute time "
+    "decide which layout trains fastest)\n";
+
+std::string sharding_name(const ParallelSpec& p) {
+  if (p.data_parallel <= 1 || p.zero_stage == 0) return "-";
+  return fmt::format("ZeRO-{}", p.zero_stage);
+}
+
+}  // namespace
+
+std::string render_layouts_table(const RunSpec& run, const Budget& budget,
+                                 const LayoutSearch& search, Unit unit, std::size_t shown) {
+  std::string out = fmt::format(
+      "model      {}\nbudget     {} usable per device on {}\nlayouts    {} of {} tried on {} "
+      "GPUs fit at micro-batch {}, sequence {} (most headroom first)\n",
+      run.model.name, format_bytes(budget.usable(), unit), budget_label(budget, unit),
+      search.fits.size(), search.tried, search.gpus, run.training.micro_batch,
+      run.training.seq_len);
+  if (search.fits.empty()) return out + "no layout of these GPUs fits\n" + kSpeedNote;
+  out += fmt::format("  {:>3} {:>3} {:>3} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n", "tp", "pp",
+                     "cp", "dp", "shard", "recompute", "needs", "headroom", "max batch");
+  for (std::size_t i = 0; i < search.fits.size() && i < shown; ++i) {
+    const LayoutFit& f = search.fits[i];
+    out += fmt::format("  {:>3} {:>3} {:>3} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n",
+                       f.parallel.tensor, f.parallel.pipeline, f.parallel.context,
+                       f.parallel.data_parallel, sharding_name(f.parallel),
+                       recompute_name(f.recompute), format_bytes(f.need, unit),
+                       format_bytes(f.headroom, unit), f.largest_batch);
+  }
+  if (search.fits.size() > shown)
+    out +=
+        fmt::format("  ... {} more (--format json lists them all)\n", search.fits.size() - shown);
+  return out + kSpeedNote;
+}
+
+std::string render_layouts_json(const RunSpec& run, const Budget& budget,
+                                const LayoutSearch& search) {
+  ordered_json list = ordered_json::array();
+  for (const LayoutFit& f : search.fits) {
+    list.push_back({{"tensor_parallel", f.parallel.tensor},
+                    {"sequence_parallel", f.parallel.sequence},
+                    {"pipeline_parallel", f.parallel.pipeline},
+                    {"microbatches", f.parallel.microbatches},
+                    {"context_parallel", f.parallel.context},
+                    {"data_parallel", f.parallel.data_parallel},
+                    {"zero_stage", f.parallel.zero_stage},
+                    {"recompute", recompute_name(f.recompute)},
+                    {"need_bytes", f.need},
+                    {"headroom_bytes", f.headroom},
+                    {"largest_micro_batch", f.largest_batch}});
+  }
+  ordered_json j = {{"schema_version", kJsonSchemaVersion},
+                    {"model", run.model.name},
+                    {"gpus", search.gpus},
+                    {"micro_batch", run.training.micro_batch},
+                    {"seq_len", run.training.seq_len},
+                    {"usable_bytes", budget.usable()},
+                    {"tried", search.tried},
+                    {"speed_modelled", false},
+                    {"layouts", list}};
+  return detail::dump_json(j, 2) + "\n";
+}
+
+std::string render_sweep_csv_header() {
+  return "micro_batch,seq_len,precision,optimizer,need_bytes,fits\n";
+}
+
+std::string render_sweep_csv_row(const SweepRow& r) {
+  return fmt::format("{},{},{},{},{},{}\n", r.micro_batch, r.seq_len, r.precision,
+                     optimizer_name(r.optimizer), r.need,
+                     r.fits ? (*r.fits ? "true" : "false") : "");
+}
+
+std::string render_sweep_csv(const std::vector<SweepRow>& rows) {
+  std::string out = render_sweep_csv_header();
+  for (const auto& r : rows) out += render_sweep_csv_row(r);
+  return out;
+}
+
+std::string render_sweep_jsonl_row(const SweepRow& r) {
+  ordered_json j = {{"micro_batch", r.micro_batch},
+                    {"seq_len", r.seq_len},
+                    {"precision", r.precision},
+                    {"optimizer", optimizer_name(r.optimizer)},
+                    {"need_bytes", r.need},
+                    {"fits", r.fits ? ordered_json(*r.fits) : ordered_json(nullptr)}};
+  return detail::dump_json(j, -1) + "\n";
+}
+
+std::string render_sweep_jsonl(const std::vector<SweepRow>& rows) {
+  std::string out;
+  for (const auto& r : rows) out += render_sweep_jsonl_row(r);
+  return out;
+}
+
+}  // namespace memest

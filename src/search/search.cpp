@@ -1,0 +1,349 @@
+#include <memest/activation.hpp>
+#include "model/adapters.hpp"
+#include <memest/check.hpp>
+#include <memest/error.hpp>
+#include <memest/peak.hpp>
+#include <memest/search.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+
+namespace memest {
+namespace {
+
+std::uint64_t& target_of(RunSpec& run, FitTarget t) {
+  return t == FitTarget::micro_batch ? run.training.micro_batch : run.training.seq_len;
+}
+
+// Fills whichever of batch and seq is unset, so activations can be estimated.
+void complete_training(RunSpec& run) {
+  if (run.training.micro_batch == 0) run.training.micro_batch = 1;
+  if (run.training.seq_len == 0) run.training.seq_len = kFitDefaultSeq;
+}
+
+}  // namespace
+
+FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::uint64_t limit) {
+  complete_training(run);
+  FitResult r;
+  r.usable = budget.usable();
+  // A learned position table has no row past its length: the sequence stops there.
+  const auto& arch = run.model.arch;
+  if (target == FitTarget::seq_len && arch && arch->max_seq_len > 0 && arch->max_seq_len <= limit) {
+    limit = arch->max_seq_len;
+    r.limit_is_model = true;
+  }
+  r.limit = limit;
+  // The model, precision and optimizer stay; only the searched size changes.
+  const auto in = activation_inputs(run, false);
+  std::optional<PeakPlan> plan;  // a split run has a plan per stage, in bytes_needed
+  if (in && !run.parallel.splits_model()) plan.emplace(run, *in);
+  // The need at `value`; none past 2^64 bytes, the estimator's limit, which never fits.
+  auto need = [&](std::uint64_t value) -> std::optional<std::uint64_t> {
+    target_of(run, target) = value;
+    ++r.evaluations;
+    try {
+      return plan ? plan->needed(run.training.micro_batch, run.training.seq_len)
+                  : bytes_needed(run);
+    } catch (const SizeOverflow&) {
+      return std::nullopt;
+    }
+  };
+  const auto fits = [&](const std::optional<std::uint64_t>& n) { return n && *n <= r.usable; };
+  const auto past = [&](const std::optional<std::uint64_t>& n) {
+    r.need_past_best = n.value_or(0);
+    r.past_best_beyond_limit = !n;
+  };
+  const auto at_one = need(1);
+  if (!fits(at_one)) {
+    past(at_one);
+    return r;
+  }
+  // Doubling finds a value that does not fit (or the limit), bisection the boundary below it.
+  std::uint64_t lo = 1, lo_need = *at_one, hi = 0;
+  std::optional<std::uint64_t> hi_need;
+  while (hi == 0) {
+    const std::uint64_t next = lo > limit / 2 ? limit : lo * 2;
+    if (next == lo) break;
+    const auto n = need(next);
+    if (fits(n)) {
+      lo = next;
+      lo_need = *n;
+    } else {
+      hi = next;
+      hi_need = n;
+    }
+  }
+  while (hi != 0 && hi - lo > 1) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    const auto n = need(mid);
+    if (fits(n)) {
+      lo = mid;
+      lo_need = *n;
+    } else {
+      hi = mid;
+      hi_need = n;
+    }
+  }
+  r.best = lo;
+  r.need_at_best = lo_need;
+  if (hi != 0) past(hi_need);
+  return r;
+}
+
+namespace {
+
+// One change a remedy can make. Changes of the same group exclude each other (two precisions,
+// LoRA and QLoRA, two GPU counts).
+struct Move {
+  std::string change;
+  int group = 0;
+  std::function<void(RunSpec&)> apply;
+};
+
+enum Group : int {
+  kPrecision,
+  kOptimizer,
+  kImpl,
+  kParallel,
+  kOffload,
+  kRecompute,
+  kAttention,
+  kBatch,
+  kAdapters
+};
+
+void precision_moves(const RunSpec& run, std::vector<Move>& out) {
+  for (const char* policy : {"bf16", "mixed-bf16", "amp-bf16"}) {
+    if (run.precision.name == policy) continue;
+    out.push_back({fmt::format("precision {} (--precision {})", policy, policy), kPrecision,
+                   [policy](RunSpec& r) { r.precision = precision_preset(policy); }});
+  }
+  if (run.optimizer.kind == OptimizerKind::adam || run.optimizer.kind == OptimizerKind::adamw) {
+    out.push_back({"8-bit Adam states (--optimizer adam8bit)", kOptimizer, [](RunSpec& r) {
+                     r.optimizer = OptimizerSpec{};
+                     r.optimizer.kind = OptimizerKind::adam8bit;
+                   }});
+  }
+  if (run.optimizer.impl != OptimizerImpl::fused) {
+    out.push_back({"a fused optimizer step, no step temporaries (--fused-optimizer)", kImpl,
+                   [](RunSpec& r) { r.optimizer.impl = OptimizerImpl::fused; }});
+  }
+}
+
+// More ranks sharding the model states: ZeRO stages over the ranks there are, and ZeRO-3
+// (FSDP) over more GPUs.
+void parallel_moves(const RunSpec& run, std::vector<Move>& out) {
+  const std::uint64_t dp = run.parallel.data_parallel;
+  if (dp > 1) {
+    for (unsigned stage = run.parallel.zero_stage + 1; stage <= 3; ++stage) {
+      out.push_back({fmt::format("ZeRO stage {} over the {} data-parallel ranks (--zero {})", stage,
+                                 dp, stage),
+                     kParallel, [stage](RunSpec& r) { r.parallel.zero_stage = stage; }});
+    }
+  }
+  for (std::uint64_t n : {dp * 2, dp * 4, dp * 8}) {
+    if (n < 2 || n > 1024) continue;
+    out.push_back({fmt::format("{} GPUs with ZeRO-3 / FSDP full sharding (--dp {} --zero 3)", n, n),
+                   kParallel, [n](RunSpec& r) {
+                     r.parallel.data_parallel = n;
+                     r.parallel.zero_stage = 3;
+                   }});
+  }
+  if (!run.parallel.offload_optimizer && run.precision.master) {
+    out.push_back({"master weights and optimizer states in host memory (--offload optimizer)",
+                   kOffload, [](RunSpec& r) { r.parallel.offload_optimizer = true; }});
+  }
+}
+
+void training_moves(const RunSpec& run, std::vector<Move>& out) {
+  const bool has_batch = run.training.micro_batch > 0 && run.training.seq_len > 0;
+  if (!has_batch) return;
+  if (run.training.recompute != Recompute::full) {
+    out.push_back({"full activation recompute (--recompute full)", kRecompute,
+                   [](RunSpec& r) { r.training.recompute = Recompute::full; }});
+  }
+  if (run.training.attention != Attention::flash) {
+    out.push_back({"flash attention (--attention flash)", kAttention,
+                   [](RunSpec& r) { r.training.attention = Attention::flash; }});
+  }
+  if (run.training.micro_batch > 1) {
+    const std::uint64_t b = run.training.micro_batch / 2, a = run.training.grad_accum * 2;
+    out.push_back(
+        {fmt::format("half the micro-batch, twice the accumulation (--batch {} --grad-accum {})", b,
+                     a),
+         kBatch, [b, a](RunSpec& r) {
+           r.training.micro_batch = b;
+           r.training.grad_accum = a;
+         }});
+  }
+}
+
+void adapter_moves(const RunSpec& run, std::vector<Move>& out) {
+  const bool base_trains =
+      trainable_count(run.model.inventory) == parameter_count(run.model.inventory);
+  if (!run.model.arch || !base_trains) return;
+  for (bool q : {false, true}) {
+    out.push_back({q ? "QLoRA: nf4 base, rank-16 adapters (--lora-rank 16 --lora-targets "
+                       "all-linear --qlora --double-quant)"
+                     : "LoRA: frozen base, rank-16 adapters (--lora-rank 16 --lora-targets "
+                       "all-linear)",
+                   kAdapters, [q](RunSpec& r) {
+                     apply_lora(r.model, LoraSpec{16, {"all-linear"}, q, q});
+                   }});
+  }
+}
+
+// The memory a changed run needs, or nothing when this model cannot take the change (LoRA
+// without an architecture).
+std::optional<std::uint64_t> try_need(const RunSpec& r) {
+  try {
+    return bytes_needed(r);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
+  std::vector<Move> moves;
+  precision_moves(run, moves);
+  parallel_moves(run, moves);
+  training_moves(run, moves);
+  adapter_moves(run, moves);
+  const std::uint64_t before = bytes_needed(run);
+  std::vector<Remedy> out;
+  std::vector<std::vector<std::size_t>> fitting;  // the change sets that fit, to keep them minimal
+  auto consider = [&](const std::vector<std::size_t>& set) {
+    for (const auto& f : fitting) {  // a set with a fitting subset adds nothing
+      if (std::includes(set.begin(), set.end(), f.begin(), f.end())) return;
+    }
+    RunSpec r = run;
+    std::vector<std::string> names;
+    for (std::size_t i : set) {
+      moves[i].apply(r);
+      names.push_back(moves[i].change);
+    }
+    const auto n = try_need(r);
+    if (!n || *n >= before) return;
+    const bool fits = *n <= budget.usable();
+    if (set.size() > 1 && !fits) return;  // combinations are shown only when they fit
+    if (fits) fitting.push_back(set);
+    out.push_back({fmt::format("{}", fmt::join(names, " + ")), std::move(r), *n, fits, set.size()});
+  };
+  // Single changes, then pairs and triples of changes from different groups.
+  const std::size_t m = moves.size();
+  for (std::size_t i = 0; i < m; ++i) consider({i});
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = i + 1; j < m; ++j) {
+      if (moves[i].group == moves[j].group) continue;
+      consider({i, j});
+    }
+  }
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = i + 1; j < m; ++j) {
+      for (std::size_t k = j + 1; k < m; ++k) {
+        const int gi = moves[i].group, gj = moves[j].group, gk = moves[k].group;
+        if (gi == gj || gi == gk || gj == gk) continue;
+        consider({i, j, k});
+      }
+    }
+  }
+  // What fits first, the fewest changes first; then by need.
+  std::stable_sort(out.begin(), out.end(), [](const Remedy& a, const Remedy& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.fits && a.changes != b.changes) return a.changes < b.changes;
+    return a.need < b.need;
+  });
+  return out;
+}
+
+std::uint64_t sweep_size(const SweepGrid& grid) {
+  const auto n = [](std::size_t size) { return std::max<std::uint64_t>(size, 1); };
+  const std::uint64_t sizes[] = {n(grid.micro_batches.size()), n(grid.seq_lens.size()),
+                                 n(grid.policies.size()), n(grid.optimizers.size())};
+  std::uint64_t rows = 1;
+  bool over = false;
+  for (const std::uint64_t k : sizes) over = over || __builtin_mul_overflow(rows, k, &rows);
+  if (over || rows > kMaxSweepRows) {
+    throw Error(fmt::format(
+        "sweep: {} batches x {} sequence lengths x {} policies x {} optimizers is {} rows, more "
+        "than the {} one sweep computes (split the lists over several sweeps)",
+        sizes[0], sizes[1], sizes[2], sizes[3],
+        over ? std::string("past 2^64") : fmt::format("{}", rows), kMaxSweepRows));
+  }
+  return rows;
+}
+
+std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
+                            const std::optional<Budget>& budget) {
+  std::vector<SweepRow> rows;
+  rows.reserve(static_cast<std::size_t>(sweep_size(grid)));
+  sweep(run, grid, budget, [&](const SweepRow& row) { rows.push_back(row); });
+  return rows;
+}
+
+void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget>& budget,
+           const std::function<void(const SweepRow&)>& emit) {
+  sweep_size(grid);
+  const auto batches =
+      grid.micro_batches.empty() ? std::vector{run.training.micro_batch} : grid.micro_batches;
+  const auto seqs = grid.seq_lens.empty() ? std::vector{run.training.seq_len} : grid.seq_lens;
+  const auto policies = grid.policies.empty() ? std::vector{run.precision} : grid.policies;
+  const auto optimizers =
+      grid.optimizers.empty() ? std::vector{run.optimizer.kind} : grid.optimizers;
+  // One plan per (policy, optimizer): what does not depend on the batch and sequence is
+  // computed once, not for every point; the optimizers of one policy share its walk.
+  const auto spec_of = [&](OptimizerKind o) {
+    if (o == run.optimizer.kind) return run.optimizer;
+    OptimizerSpec spec;
+    spec.kind = o;
+    return spec;
+  };
+  std::vector<std::optional<PeakPlan>> plans;
+  plans.reserve(policies.size() * optimizers.size());
+  RunSpec point = run;
+  for (const auto& p : policies) {
+    point.precision = p;
+    point.optimizer = spec_of(optimizers.front());
+    point.training.micro_batch = batches.front() ? batches.front() : 1;
+    point.training.seq_len = seqs.front() ? seqs.front() : 1;
+    const auto in = activation_inputs(point, false);
+    std::optional<PeakPlan> base;  // a split run has a plan per stage, in bytes_needed
+    if (in && !point.parallel.splits_model()) base.emplace(point, *in);
+    const std::size_t first = plans.size();
+    for (std::size_t k = 0; k < optimizers.size(); ++k) {
+      auto& plan = plans.emplace_back();
+      if (base && k > 0) plan.emplace(base->with_optimizer(spec_of(optimizers[k])));
+    }
+    plans[first] = std::move(base);
+  }
+  for (auto b : batches) {
+    for (auto s : seqs) {
+      std::size_t i = 0;
+      for (const auto& p : policies) {
+        for (auto o : optimizers) {
+          std::uint64_t need = 0;
+          if (plans[i] && b > 0 && s > 0) {
+            need = plans[i]->needed(b, s);
+          } else {
+            point.training.micro_batch = b;
+            point.training.seq_len = s;
+            point.precision = p;
+            point.optimizer = spec_of(o);
+            need = bytes_needed(point);
+          }
+          ++i;
+          SweepRow row{b, s, p.name, o, need, std::nullopt};
+          if (budget) row.fits = row.need <= budget->usable();
+          emit(row);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace memest

@@ -1,0 +1,477 @@
+#include "step/techniques.hpp"
+
+#include <memest/error.hpp>
+#include <memest/estimate.hpp>
+#include "parallel/fsdp.hpp"
+#include "parallel/layout.hpp"
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+
+namespace memest {
+namespace {
+
+std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
+  return fmt::format("{} B x {} {}", bytes_per_element(d), format_count(elements), what);
+}
+
+Category dtype_category(std::string key, std::string label, std::optional<Dtype> dtype,
+                        std::uint64_t elements, std::string_view what) {
+  Category c{std::move(key), std::move(label), dtype, elements, 0, "not used by this policy"};
+  if (dtype && elements > 0) {
+    c.bytes = bytes_for(*dtype, elements);
+    c.basis = basis(*dtype, elements, what);
+  } else if (dtype) {
+    c.basis = fmt::format("no {}", what);
+  }
+  if (!dtype) c.elements = 0;
+  return c;
+}
+
+// Parameters in the policy's dtype, except groups stored otherwise (QLoRA's nf4 base and its
+// quantization constants), which the basis lists apart.
+Category params_category(const Inventory& inv, Dtype dtype, std::uint64_t params) {
+  Category c = dtype_category("params", "parameters", dtype, params, "params");
+  // Sum elements per (stored dtype, quantization constant or not), in first-seen order.
+  struct Part {
+    Dtype dtype;
+    bool quant_state;
+    std::uint64_t elements;
+  };
+  std::vector<Part> parts;
+  for (const auto& g : inv.groups) {
+    const Dtype d = g.storage.value_or(dtype);
+    auto it = std::find_if(parts.begin(), parts.end(), [&](const Part& p) {
+      return p.dtype == d && p.quant_state == g.quant_state;
+    });
+    if (it == parts.end()) {
+      parts.push_back({d, g.quant_state, g.elements()});
+    } else {
+      it->elements = checked_add(it->elements, g.elements());
+    }
+  }
+  if (parts.size() <= 1) return c;
+  c.bytes = parameter_bytes(inv, dtype);
+  c.dtype.reset();
+  std::vector<std::string> terms;
+  terms.reserve(parts.size());
+  for (const auto& p : parts) {
+    terms.push_back(basis(
+        p.dtype, p.elements,
+        p.quant_state ? "quantization constants" : fmt::format("{} params", dtype_name(p.dtype))));
+  }
+  c.basis = fmt::format("{}", fmt::join(terms, " + "));
+  return c;
+}
+
+Category optimizer_states(const OptimizerBytes& ob, std::uint64_t trainable, Dtype state_dtype) {
+  Category c{"optimizer_states", "optimizer states", state_dtype, trainable, ob.state_bytes, ""};
+  if (ob.states.empty()) {
+    c.basis = "no state";
+    c.dtype.reset();
+    return c;
+  }
+  // States of the same shape read better as one term: "exp_avg + exp_avg_sq: 2 x 4 B x N".
+  std::vector<std::string> names, parts;
+  bool same = true;
+  for (const auto& s : ob.states) {
+    names.push_back(s.name);
+    parts.push_back(fmt::format("{} ({})", s.name, s.formula));
+    same = same && s.formula == ob.states.front().formula;
+    if (s.dtype != state_dtype) c.dtype.reset();  // mixed dtypes (adam8bit)
+  }
+  if (same && ob.states.size() > 1) {
+    c.basis = fmt::format("{}: {} x {}", fmt::join(names, " + "), names.size(),
+                          ob.states.front().formula);
+    return c;
+  }
+  c.basis = fmt::format("{}", fmt::join(parts, " + "));
+  return c;
+}
+
+Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
+                       std::optional<std::uint64_t> tensors) {
+  Category c{"optimizer_step", "optimizer step counters", Dtype::fp32, 0, ob.step_bytes, ""};
+  c.on_device = spec.impl == OptimizerImpl::fused;
+  c.per_param = false;
+  if (!ob.step_counted) {
+    c.bytes.reset();
+    c.dtype = Dtype::fp32;
+    c.basis = "4 B per parameter tensor; tensor count unknown for a bare --params count";
+  } else if (ob.step_bytes == 0) {
+    c.dtype.reset();
+    c.basis = "none for this optimizer";
+  } else {
+    c.elements = tensors.value_or(0);
+    c.basis = fmt::format("4 B x {} trainable tensors, in {} memory", ob.step_bytes / 4,
+                          c.on_device ? "device" : "host");
+  }
+  return c;
+}
+
+// FSDP: a rank's shard of a row, with the padding of the flat (FSDP1) or dim-0 (FSDP2)
+// parameters (src/parallel/fsdp.cpp): the parameters' bytes, and per trainable element for the rest.
+std::uint64_t fsdp_share(const Category& c, const FsdpShards& fs, std::uint64_t trainable) {
+  if (c.key == "params") return fs.param_bytes;
+  const bool grads = c.key == "grads" || c.key == "grad_accum";
+  if (c.elements == trainable && *c.bytes % trainable == 0)
+    return checked_mul(*c.bytes / trainable, grads ? fs.grads : fs.trainable);
+  return *c.bytes;  // not elementwise (factored states): sharded evenly below
+}
+
+// FSDP's no_sync() over an accumulation: every unit's whole flat gradient, unreduced.
+void whole_flat_grads(Category& c, const FsdpShards& fs, std::uint64_t trainable,
+                      std::uint64_t ranks) {
+  c.bytes = checked_mul(fsdp_share(c, fs, trainable), ranks);
+  c.elements = checked_mul(fs.grads, ranks);
+  c.basis +=
+      ", whole on every rank: FSDP's no_sync() keeps each unit's flat gradient through "
+      "the accumulation";
+}
+
+// ZeRO: each rank keeps 1/N of the sharded model states (Rajbhandari et al. 2020, sec. 5).
+void shard_categories(std::vector<Category>& cats, const RunSpec& run) {
+  const ParallelSpec& parallel = run.parallel;
+  const Sharding sh = sharding_of(parallel);
+  if (sh.offload) {
+    for (auto& c : cats) {
+      if (c.key != "master_weights" && c.key != "optimizer_states") continue;
+      if (!c.bytes || *c.bytes == 0) continue;
+      c.on_device = false;
+      c.basis += ", in host memory (optimizer offload)";
+    }
+  }
+  if (sh.offload_params) {
+    for (auto& c : cats) {
+      if (c.key != "params" && c.key != "grads") continue;
+      if (!c.bytes || *c.bytes == 0) continue;
+      c.on_device = false;
+      c.basis += ", in host memory (parameter offload)";
+    }
+  }
+  if (sh.ranks <= 1 || (!sh.states && !sh.grads && !sh.params)) return;
+  const bool fsdp = parallel.fsdp_version > 0;
+  const FsdpShards fs = fsdp ? fsdp_shards_of(run) : FsdpShards{};
+  const std::uint64_t trainable = trainable_count(run.model.inventory);
+  for (auto& c : cats) {
+    const bool sharded =
+        ((c.key == "master_weights" || c.key == "optimizer_states") && sh.states) ||
+        ((c.key == "grads" || c.key == "grad_accum") && sh.grads) ||
+        (c.key == "params" && sh.params);
+    if (!sharded || !c.bytes || *c.bytes == 0) continue;
+    if (fsdp && c.key == "grads" && parallel.fsdp_no_sync && run.training.grad_accum > 1) {
+      whole_flat_grads(c, fs, trainable, sh.ranks);
+      continue;
+    }
+    const std::uint64_t padded = fsdp ? fsdp_share(c, fs, trainable) : *c.bytes;
+    c.bytes = padded == *c.bytes ? shard(*c.bytes, sh.ranks) : padded;
+    c.elements = shard(c.elements, sh.ranks);
+    c.basis += fmt::format(", sharded over {} ranks ({}{})", sh.ranks, fsdp_label(run),
+                           fsdp && fs.padding ? ", padded" : "");
+  }
+}
+
+// bitsandbytes' paged optimizers: the large states in CUDA unified memory, a row of their own;
+// the absmax, qmaps and small tensors' states stay device tensors; `step` is a Python int.
+void paged_category(const RunSpec& run, std::vector<Category>& cats) {
+  const auto& inv = run.model.inventory;
+  const std::uint64_t paged = paged_state_bytes(run.optimizer, inv, run.precision.state);
+  auto states = std::find_if(cats.begin(), cats.end(),
+                             [](const Category& c) { return c.key == "optimizer_states"; });
+  for (auto& c : cats) {
+    if (c.key == "optimizer_step" && c.bytes && *c.bytes > 0) {
+      c.bytes = 0;
+      c.dtype.reset();
+      c.basis = "none: bitsandbytes counts steps in a Python int";
+    }
+  }
+  if (states == cats.end() || !states->bytes || paged == 0) return;
+  const std::uint64_t total = *states->bytes;
+  states->bytes = total - std::min(total, paged);
+  states->basis +=
+      fmt::format(", less {} in unified memory (the row below)", format_bytes(paged, Unit::bytes));
+  Category row{"optimizer_states_paged", "optimizer states, paged", std::nullopt, 0, paged, ""};
+  row.on_device = false;
+  row.unified = true;
+  row.per_param = false;
+  row.basis = fmt::format(
+      "state1 + state2 of the tensors of {} elements or more, in CUDA unified memory "
+      "(cudaMallocManaged): outside the allocator's statistics and the peak",
+      format_count(kPagedMinElements));
+  cats.insert(states + 1, row);
+}
+
+// The rows the techniques of docs/techniques.md change: paged optimizer states live in CUDA
+// unified memory; with the optimizer in backward the gradients exist one tensor at a time;
+// offloaded activations sit in host memory during the step.
+void technique_categories(const RunSpec& run, std::vector<Category>& cats, Estimate& e) {
+  if (run.optimizer.paged) paged_category(run, cats);
+  for (auto& c : cats) {
+    if (run.training.optimizer_in_backward && c.key == "grads" && c.bytes && *c.bytes > 0) {
+      std::uint64_t largest = 0;
+      for (const auto& g : run.model.inventory.groups) {
+        if (g.trainable && !g.quant_state) largest = std::max(largest, g.tensor_elements());
+      }
+      const std::uint64_t bytes = bytes_for(run.precision.grad, largest);
+      if (bytes < *c.bytes) {
+        c.basis = fmt::format(
+            "optimizer in backward: each gradient applied and freed as it is accumulated, the "
+            "largest {} B x {} elements (of {})",
+            bytes_per_element(run.precision.grad), format_count(largest), c.basis);
+        c.bytes = bytes;
+      }
+    }
+  }
+  if (run.training.offload_activations && e.activations) {
+    e.notes.push_back(fmt::format(
+        "activation offloading: the saved tensors of {} B or more are in pinned host memory "
+        "between forward and backward (up to {} at a time stay on the device until copied); "
+        "the activations row is what is saved, the peak what the device holds",
+        detail::kMinOffloadBytes, detail::kOffloadStash));
+  }
+}
+
+// The saved activations and the peak, from one walk of the step, when --batch and --seq are
+// given.
+Category activations_and_peak(const RunSpec& run, const EstimateOptions& options, Estimate& e) {
+  const auto& p = run.precision;
+  Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
+  const auto in = activation_inputs(run);
+  if (in) {
+    StepEstimate se = estimate_step(run, *in, true, true, options.timeline);
+    const ActivationBytes& ab = se.activations;
+    act.bytes = ab.total;
+    act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
+    act.basis = fmt::format(
+        "saved for backward: {} layers x {} + {} embedding and head{}{}, {} attention{}{}", in->L,
+        format_bytes(ab.per_layer, Unit::bytes),
+        format_bytes(ab.head + ab.shared + ab.embed, Unit::bytes),
+        in->recompute == Recompute::none
+            ? ""
+            : fmt::format(", {} recompute", recompute_name(in->recompute)),
+        in->compile ? ", layers compiled (torch.compile)" : "", attention_name(in->attention),
+        in->cuda ? "" : ", cpu kernels", in->approximate ? " (approximate)" : "");
+    e.activations_approximate = in->approximate;
+    for (const auto& n : in->notes) e.assumptions.push_back(n);
+    e.activations = std::move(se.activations);
+    e.peak = std::move(se.peak);
+  } else {
+    act.basis = "not estimated: needs --batch and --seq";
+  }
+  return act;
+}
+
+// Parts of the step that no category row holds: they live only inside the step.
+bool outside_rows(Part p) {
+  return p == Part::master_grads || p == Part::inputs || p == Part::buffers || p == Part::other;
+}
+
+// The named tensors at the peak outside the rows, one entry per name, largest first.
+void peak_outside_rows(Estimate& e) {
+  if (!e.peak) return;
+  for (const LiveTensor& t : e.peak->live) {
+    if (!outside_rows(t.part) || t.bytes == 0) continue;
+    auto it = std::find_if(e.peak_outside_rows.begin(), e.peak_outside_rows.end(),
+                           [&](const Estimate::Named& n) { return n.name == t.name; });
+    if (it == e.peak_outside_rows.end()) {
+      e.peak_outside_rows.push_back({t.name, t.bytes});
+    } else {
+      it->bytes = checked_add(it->bytes, t.bytes);
+    }
+    e.peak_outside_rows_bytes = checked_add(e.peak_outside_rows_bytes, t.bytes);
+  }
+  std::stable_sort(
+      e.peak_outside_rows.begin(), e.peak_outside_rows.end(),
+      [](const Estimate::Named& a, const Estimate::Named& b) { return a.bytes > b.bytes; });
+}
+
+// A learned position table has no row past its length: such a run fails in the model.
+void position_warning(const RunSpec& run, Estimate& e) {
+  const auto& arch = run.model.arch;
+  const std::uint64_t s = run.training.seq_len;
+  if (!arch || arch->max_seq_len == 0 || s <= arch->max_seq_len) return;
+  e.warnings.push_back(fmt::format(
+      "sequence length {} is past the {} positions of {}'s learned position embedding (the "
+      "model fails on such input; the figures are for the shapes alone)",
+      format_count(s), format_count(arch->max_seq_len), run.model.name));
+}
+
+// Plain data parallelism (DDP) keeps a full replica and, besides, buckets for the all-reduce.
+void ddp_note(const RunSpec& run, Estimate& e) {
+  if (run.parallel.data_parallel <= 1 || run.parallel.zero_stage > 0) return;
+  if (run.parallel.fsdp_version > 0) return;  // NO_SHARD all-reduces the flat gradient in place
+  const auto& grads = e.at("grads");
+  e.notes.push_back(fmt::format(
+      "--dp {} without --zero is plain DDP: every rank holds the whole model, gradients and "
+      "states as above; {}",
+      run.parallel.data_parallel,
+      run.parallel.bucket_view
+          ? "the gradients are views into DDP's all-reduce buckets (--ddp-bucket-view)"
+          : fmt::format("DDP's all-reduce buckets hold a second copy of the gradients ({} B), "
+                        "counted in the peak; --ddp-bucket-view if gradient_as_bucket_view=True",
+                        format_count(grads.bytes.value_or(0)))));
+}
+
+// FSDP: how the run shards, and FSDP's buffers live at the peak (src/step/walk.cpp names them).
+void fsdp_note(const RunSpec& run, Estimate& e) {
+  const auto& p = run.parallel;
+  if (p.fsdp_version == 0 || p.data_parallel <= 1) return;
+  if (p.zero_stage == 0) {
+    e.notes.push_back(fmt::format(
+        "{} over {} ranks: every rank holds the whole model; the gradients are all-reduced in "
+        "place (no DDP buckets)",
+        fsdp_label(run), p.data_parallel));
+    return;
+  }
+  if (!e.peak) {
+    e.notes.push_back(
+        fmt::format("{}: states sharded over {} ranks", fsdp_label(run), p.shard_ranks()));
+    return;
+  }
+  std::vector<std::string> live;
+  for (const LiveTensor& t : e.peak->live) {
+    const bool ours = t.name.starts_with("FSDP") || t.name.starts_with("unsharded gradient") ||
+                      t.name.starts_with("gradients of the unit") ||
+                      t.name.starts_with("flat gradient");
+    if (!ours || t.bytes == 0) continue;
+    live.push_back(fmt::format("{}{} {} B", t.count > 1 ? fmt::format("{} x ", t.count) : "",
+                               t.name, format_count(t.bytes)));
+  }
+  e.notes.push_back(fmt::format(
+      "{}: states sharded over {} ranks; {}", fsdp_label(run), p.shard_ranks(),
+      live.empty() ? std::string("no FSDP buffer is live at the peak")
+                   : fmt::format("FSDP's buffers at the peak: {}", fmt::join(live, "; "))));
+}
+
+}  // namespace
+
+double Category::bytes_per_element() const {
+  if (!bytes || elements == 0) return 0.0;
+  return static_cast<double>(*bytes) / static_cast<double>(elements);
+}
+
+const Category& Estimate::at(std::string_view key) const {
+  for (const auto& c : categories) {
+    if (c.key == key) return c;
+  }
+  throw std::out_of_range(fmt::format("no category \"{}\"", key));
+}
+
+namespace {
+
+Estimate estimate_device(const RunSpec& run, const EstimateOptions& options) {
+  const auto& inv = run.model.inventory;
+  const auto& p = run.precision;
+  Estimate e;
+  if (const auto& q = run.model.checkpoint_quant) {
+    e.assumptions.push_back(fmt::format(
+        "the checkpoint is stored quantised ({}: {:.3g} bits per weight, {}); parameters are "
+        "sized by the precision policy, as when it is loaded dequantised for training "
+        "(--qlora for a frozen 4-bit base)",
+        q->method, q->bits_per_weight, q->detail));
+  }
+  e.params = parameter_count(inv);
+  e.trainable = trainable_count(inv);
+  e.active = run.model.active_params != 0 ? run.model.active_params : e.params;
+  if (inv.shapes_known) e.tensors = tensor_count(inv);
+
+  // Autocast copies the weights that feed a matmul, trainable or frozen alike: the copy is made
+  // whenever the op runs. Weights stored in another dtype (QLoRA's nf4) are dequantized inside
+  // the kernel instead, and keep no copy.
+  std::uint64_t matmul = 0;
+  for (const auto& g : inv.groups) {
+    if (g.matmul && !g.quant_state && !g.storage) matmul = checked_add(matmul, g.elements());
+  }
+  auto& cats = e.categories;
+  cats.push_back(params_category(inv, p.param, e.params));
+  cats.push_back(dtype_category("working_copies", "autocast weight copies", p.working, matmul,
+                                "matmul weights"));
+  cats.push_back(dtype_category("master_weights", "master weights", p.master, e.trainable,
+                                "trainable params"));
+  cats.push_back(dtype_category("grads", "gradients", p.grad, e.trainable, "trainable params"));
+  cats.push_back(dtype_category("grad_accum", "grad accumulation buffer", p.grad_accum, e.trainable,
+                                "trainable params"));
+
+  const OptimizerBytes ob = optimizer_bytes(run.optimizer, inv, p.state);
+  cats.push_back(optimizer_states(ob, e.trainable, p.state));
+  cats.push_back(
+      step_counters(ob, run.optimizer,
+                    inv.shapes_known ? std::optional(trainable_tensor_count(inv)) : std::nullopt));
+  for (const auto& a : ob.assumptions) e.assumptions.push_back(a);
+
+  cats.push_back(activations_and_peak(run, options, e));
+
+  if (!inv.shapes_known && p.working) {
+    e.assumptions.push_back(
+        "bare parameter count: every parameter is taken as a matmul weight for autocast copies");
+  }
+
+  shard_categories(cats, run);
+  technique_categories(run, cats, e);
+  e.total_complete = true;
+  for (const auto& c : cats) {
+    if (c.unified) {
+      if (c.bytes) e.unified_bytes = checked_add(e.unified_bytes, *c.bytes);
+      continue;
+    }
+    if (!c.on_device) {
+      if (c.bytes) e.host_bytes = checked_add(e.host_bytes, *c.bytes);
+      continue;
+    }
+    if (c.bytes) {
+      e.total_bytes = checked_add(e.total_bytes, *c.bytes);
+    } else {
+      e.total_complete = false;
+    }
+  }
+  peak_outside_rows(e);
+  position_warning(run, e);
+  ddp_note(run, e);
+  fsdp_note(run, e);
+  if (run.budget) e.budget = check_budget(e.needed(), *run.budget);
+  return e;
+}
+
+StageSummary summary_of(const RankSpec& r, const Estimate& e) {
+  StageSummary s;
+  s.stage = r.stage;
+  s.first_layer = r.first_layer;
+  s.layers = r.layers;
+  s.in_flight = r.in_flight;
+  s.embedding = r.embedding;
+  s.head = r.head;
+  s.params = e.params;
+  s.total_bytes = e.total_bytes;
+  if (e.peak) s.peak_bytes = e.peak->bytes;
+  if (e.peak && e.peak->allocator) s.allocated_bytes = e.peak->allocator->allocated;
+  s.needed = e.peak ? e.peak->needed : e.total_bytes;
+  return s;
+}
+
+}  // namespace
+
+Estimate estimate(const RunSpec& run, const EstimateOptions& options) {
+  if (!run.parallel.splits_model() || run.rank.split()) return estimate_device(run, options);
+  // One device per pipeline stage; the report is that of the stage that needs the most.
+  std::vector<StageSummary> stages;
+  std::optional<Estimate> worst;
+  for (const RunSpec& r : stage_runs(run)) {
+    Estimate e = estimate_device(r, options);
+    stages.push_back(summary_of(r.rank, e));
+    if (!worst ||
+        stages.back().needed > stages[static_cast<std::size_t>(worst->worst_stage)].needed) {
+      e.worst_stage = r.rank.stage;
+      worst = std::move(e);
+    }
+  }
+  Estimate out = std::move(*worst);
+  out.stages = std::move(stages);
+  for (auto& note : layout_notes(run)) out.assumptions.push_back(std::move(note));
+  return out;
+}
+
+}  // namespace memest

@@ -1,0 +1,688 @@
+// What each layer saves for backward, as named tensors: docs/activation-derivation.md §3
+// (measured for Llama/Mistral/Qwen2 and GPT-2 on the CPU) with the CUDA, SDPA/flash and family
+// generalisations of §5 and docs/activations.md. Sizes are shapes of symbols, so the bytes and
+// the --explain formulas come from one expression.
+#include "step/step_build.hpp"
+#include "step/techniques.hpp"
+
+#include <memest/run_spec.hpp>
+#include <memest/units.hpp>
+
+#include <algorithm>
+#include <array>
+
+namespace memest::detail {
+namespace {
+
+using u64 = std::uint64_t;
+
+class Saver {
+ public:
+  Saver(Step& step, const ActivationInputs& in)
+      : st_(step),
+        in_(in),
+        D(in),
+        T(in.sp ? sym::Nt : sym::N),
+        other_(flow(in.grads.embed || in.grads.layers)),
+        first_(flow(in.grads.embed)) {}
+
+  void all() {
+    layer();
+    mlp(Scope::dense_mlp, {sym::N}, D.I);
+    if (in_.moe_layers > 0) moe();
+    shared();
+    embed();
+    head();
+    if (in_.compile) apply_compile(st_, in_);
+    count_layers();
+    st_.walk_mlp = walk_mlp();
+  }
+
+ private:
+  Step& st_;
+  const ActivationInputs& in_;
+  Dims D;
+  Sym T;  // the tokens of the replicated (or, under sequence parallelism, split) regions
+
+  // What requires grad inside a layer whose input does (x) or does not, and so which of its
+  // tensors autograd keeps: a frozen linear keeps no input, an op without an input that
+  // requires grad keeps nothing (docs/activations.md, "Frozen weights and LoRA").
+  struct Flow {
+    bool x = true, n1 = true, qkv_in = true, core = true, o_in = true, attn = true;
+    bool h1 = true, n2 = true, mlp_in = true, gate = true, down_in = true, mlp_out = true;
+  };
+  Flow other_, first_;  // the layers after the first, and the first
+  bool skip_first_ = false;
+
+  bool adapters_on(Slot sl) const {
+    for (std::uint8_t i = 0; i < in_.grads.n_adapters; ++i)
+      if (in_.grads.adapters[i].slot == sl) return true;
+    return false;
+  }
+  Flow flow(bool x) const {
+    const GradFlow& g = in_.grads;
+    // A LoRA adapter without dropout (and without autocast's cast) reads the base's input itself.
+    const bool plain = g.lora_dropout == 0 && !in_.amp;
+    const bool keeps = g.nf4_keeps_input;
+    Flow f;
+    f.x = x;
+    f.n1 = x || g.norms;
+    f.core = f.n1 || g.qkv > 0 || adapters_on(Slot::q_in);
+    f.qkv_in = g.qkv > 0 || (keeps && f.n1) || (plain && adapters_on(Slot::q_in));
+    f.o_in = g.o || (keeps && f.core) || (plain && adapters_on(Slot::o_in));
+    f.attn = f.core || g.o || adapters_on(Slot::o_in);
+    f.h1 = x || f.attn;
+    f.n2 = in_.parallel ? f.n1 : f.h1 || g.norms;
+    f.gate = f.n2 || g.mlp_in > 0 || adapters_on(Slot::mlp_in);
+    f.mlp_in = g.mlp_in > 0 || (keeps && f.n2) || (plain && adapters_on(Slot::mlp_in));
+    f.down_in = g.down || (keeps && f.gate) || (plain && adapters_on(Slot::mlp));
+    f.mlp_out = f.gate || g.down || adapters_on(Slot::mlp);
+    return f;
+  }
+  // Whether the layers save a tensor kept under `cond`; marks the next one added as absent from
+  // the first layer when only the later layers keep it.
+  template <typename Cond>
+  bool when(Cond&& cond) {
+    const bool later = cond(other_);
+    skip_first_ = later && !cond(first_);
+    return later;
+  }
+
+  bool llama() const { return in_.graph == LayerGraph::llama; }
+
+  void add(std::string_view name, Scope sc, Slot sl, u64 width, const Shape& sh,
+           Batch batch = Batch::any) {
+    const std::uint32_t i = add_tensor(st_, name, Part::activations, sc, sl, width, sh, batch);
+    const bool layer = sc == Scope::layer || sc == Scope::dense_mlp || sc == Scope::moe_mlp;
+    st_.tensors[i].skips_first = layer && skip_first_;
+  }
+  // A shape with a leading count, left out when it is 1.
+  static Shape counted(u64 n, const char* n_name, std::initializer_list<Sym> rest) {
+    Shape sh;
+    if (n != 1) sh.factors[sh.rank++] = dim(n_name, n);
+    for (const Sym& f : rest) sh.factors[sh.rank++] = f;
+    return sh;
+  }
+
+  // One norm over rows x width: RMSNorm keeps its fp32 input, the rsqrt and the normed output
+  // cast back (§3.1 rows 1-3); LayerNorm its input, mean and rstd (§3.2; fp32 stats on CUDA).
+  enum Which { kInput, kPostAttention, kExtra, kQk, kEmbedding, kFinal };
+  // `input` says whether the norm's input requires grad, `weight` whether its weight is trained:
+  // RMSNorm keeps its fp32 input and rsqrt for the input's gradient and the normed output for
+  // the weight's; LayerNorm's one backward keeps all of them for either.
+  void norm(Scope sc, Slot sl, u64 n, const char* n_name, Which which, bool (*input)(const Flow&),
+            bool weight) {
+    // RMSNorm: fp32 input, rsqrt, output; LayerNorm: input, mean and rstd.
+    static constexpr std::array<std::array<std::string_view, 5>, 6> kNames = {{
+        {"input RMSNorm: fp32 input (pow, mul)", "input RMSNorm: rsqrt (fp32, one per row)",
+         "input RMSNorm: output cast back", "input LayerNorm: input",
+         "input LayerNorm: mean and rstd"},
+        {"post-attention RMSNorm: fp32 input", "post-attention RMSNorm: rsqrt",
+         "post-attention RMSNorm: output cast back", "post-attention LayerNorm: input",
+         "post-attention LayerNorm: mean and rstd"},
+        {"extra norms: fp32 input", "extra norms: rsqrt", "extra norms: output cast back",
+         "extra norms: input", "extra norms: mean and rstd"},
+        {"q and k norms: fp32 input", "q and k norms: rsqrt", "q and k norms: output cast back",
+         "q and k norms: input", "q and k norms: mean and rstd"},
+        {"embedding norm: fp32 input", "embedding norm: rsqrt", "embedding norm: output",
+         "embedding LayerNorm: input", "embedding LayerNorm: mean and rstd"},
+        {"final RMSNorm: fp32 input", "final RMSNorm: rsqrt", "final RMSNorm: output cast back",
+         "final LayerNorm: input", "final LayerNorm: mean and rstd"},
+    }};
+    const auto& names = kNames[which];
+    const bool qk = which == kQk;
+    const Shape full = qk ? counted(n, n_name, {sym::N, D.a, D.d}) : counted(n, n_name, {T, D.h});
+    if (llama()) {
+      // LitGPT's RMSNorm (lit_gpt/rmsnorm.py @8641822) computes in the model's dtype.
+      const u64 e = in_.litgpt ? in_.ex : 4;
+      if (when(input)) {
+        add(in_.litgpt ? litgpt_norm_name(which) : names[0], sc, sl, e, full);
+        add(names[1], sc, sl, e, qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {T}));
+      }
+      if (when([&](const Flow&) { return weight; })) add(names[2], sc, sl, in_.ex, full);
+    } else if (when([&](const Flow& f) { return weight || input(f); })) {
+      const u64 eln = in_.cuda ? 4 : in_.ex;  // CPU keeps the statistics in the input dtype
+      add(names[3], sc, sl, in_.ex, full);
+      add(names[4], sc, sl, eln,
+          qk ? counted(2 * n, "2 stats x norms", {sym::N, D.a}) : counted(2, "2 stats", {T}));
+    }
+    skip_first_ = false;
+  }
+
+  static std::string_view litgpt_norm_name(Which which) {
+    switch (which) {
+      case kInput:
+        return "input RMSNorm: input, in the model's dtype (LitGPT)";
+      case kPostAttention:
+        return "post-attention RMSNorm: input, in the model's dtype (LitGPT)";
+      case kFinal:
+        return "final RMSNorm: input, in the model's dtype (LitGPT)";
+      default:
+        return "norm input, in the model's dtype (LitGPT)";
+    }
+  }
+
+  void layer() {
+    const u64 main_norms = std::min<u64>(in_.norms, 2);
+    // One norm only (parallel blocks): the walk releases it with the MLP's input (§4.2).
+    const bool w = in_.grads.norms;
+    norm(
+        Scope::layer, main_norms == 2 ? Slot::norm1 : Slot::norm2, 1, "", kInput,
+        [](const Flow& f) { return f.x; }, w);
+    if (main_norms == 2) {
+      norm(
+          Scope::layer, Slot::norm2, 1, "", kPostAttention, [](const Flow& f) { return f.h1; }, w);
+    }
+    norm_outputs(main_norms);
+    adapters();
+    if (in_.attention == Attention::eager) {
+      eager_attention();
+    } else {
+      kernel_attention();
+    }
+    if (in_.p_resid > 0 && when([](const Flow& f) { return f.attn; })) {
+      add("residual dropout mask after attention (bool)", Scope::layer, Slot::rmask, 1,
+          shape({T, D.h}));
+    }
+    if (in_.p_resid > 0 && when([](const Flow& f) { return f.mlp_out; })) {
+      add("residual dropout mask after the MLP (bool)", Scope::layer, Slot::mmask, 1,
+          shape({T, D.h}));
+    }
+    skip_first_ = false;
+    if (in_.norms > 2) {
+      norm(
+          Scope::layer, Slot::extra, in_.norms - 2, "extra norms", kExtra,
+          [](const Flow& f) { return f.h1; }, w);
+    }
+    if (in_.qk_norm)
+      norm(
+          Scope::layer, Slot::extra, 2, "q and k", kQk, [](const Flow& f) { return f.core; }, w);
+  }
+
+  // What each LoRA adapter keeps (PEFT, torchtune and LitGPT LoRA linears): with dropout its
+  // mask (when the input requires grad) and the dropped input lora_A reads, under autocast
+  // lora_A's own cast of its input, and the rank-r output of lora_A that lora_B's weight
+  // gradient reads. Without dropout or autocast lora_A reads the base's input (norm_outputs).
+  void adapters() {
+    static constexpr std::array<std::array<std::string_view, 4>, 4> kNames = {{
+        {"LoRA on q/k/v: dropout mask (bool)", "LoRA on q/k/v: dropped input (lora_A input)",
+         "LoRA on q/k/v: autocast cast of its input (lora_A input)",
+         "LoRA on q/k/v: lora_A output (rank r, lora_B input)"},
+        {"LoRA on o_proj: dropout mask (bool)", "LoRA on o_proj: dropped input (lora_A input)",
+         "LoRA on o_proj: autocast cast of its input (lora_A input)",
+         "LoRA on o_proj: lora_A output (rank r, lora_B input)"},
+        {"LoRA on gate/up: dropout mask (bool)", "LoRA on gate/up: dropped input (lora_A input)",
+         "LoRA on gate/up: autocast cast of its input (lora_A input)",
+         "LoRA on gate/up: lora_A output (rank r, lora_B input)"},
+        {"LoRA on down_proj: dropout mask (bool)",
+         "LoRA on down_proj: dropped input (lora_A input)",
+         "LoRA on down_proj: autocast cast of its input (lora_A input)",
+         "LoRA on down_proj: lora_A output (rank r, lora_B input)"},
+    }};
+    const GradFlow& g = in_.grads;
+    if (in_.litgpt) litgpt_qkv_adapter();
+    for (std::uint8_t i = 0; i < g.n_adapters; ++i) {
+      const AdapterSite& a = g.adapters[i];
+      if (in_.litgpt && a.slot == Slot::q_in) continue;
+      const std::size_t k = a.slot == Slot::q_in     ? 0
+                            : a.slot == Slot::o_in   ? 1
+                            : a.slot == Slot::mlp_in ? 2
+                                                     : 3;
+      const Shape in = shape({sym::N, dim("in", a.in)});
+      const bool normed = k == 0 || k == 2;  // reads the norm output (model dtype), else ec
+      if (g.lora_dropout > 0 && when([k](const Flow& f) {
+            return k == 0 ? f.n1 : k == 1 ? f.core : k == 2 ? f.n2 : f.gate;
+          })) {
+        add(kNames[k][0], Scope::layer, a.slot, 1, in);
+      }
+      skip_first_ = false;
+      if (in_.amp) {
+        add(kNames[k][2], Scope::layer, a.slot, in_.ew, in);
+      } else if (g.lora_dropout > 0) {
+        add(kNames[k][1], Scope::layer, a.slot, normed ? in_.ex : in_.ec, in);
+      }
+      add(kNames[k][3], Scope::layer, a.slot, in_.amp ? in_.ew : in_.ec,
+          shape({sym::N, dim("r", a.rank)}));
+    }
+  }
+
+  // LitGPT's LoRAQKVLinear (lit_gpt/lora.py @8641822): the q, k and v adapters share one
+  // dropout and one lora_A, a grouped conv1d is their lora_B, and zero_pad scatters its output
+  // into the fused width with index_copy, whose backward keeps that source (N x the adapted
+  // widths) unless all three are adapted (then zero_pad returns it as it is).
+  void litgpt_qkv_adapter() {
+    const GradFlow& g = in_.grads;
+    u64 rank = 0, out = 0, n = 0, in = 0;
+    for (std::uint8_t i = 0; i < g.n_adapters; ++i) {
+      const AdapterSite& a = g.adapters[i];
+      if (a.slot != Slot::q_in) continue;
+      rank += a.rank;
+      out += a.out;
+      in = a.in;
+      ++n;
+    }
+    if (n == 0) return;
+    const Shape x = shape({sym::N, dim("in", in)});
+    if (g.lora_dropout > 0 && when([](const Flow& f) { return f.n1; })) {
+      add("LoRA on the fused qkv: dropout mask (bool)", Scope::layer, Slot::q_in, 1, x);
+    }
+    skip_first_ = false;
+    if (g.lora_dropout > 0)
+      add("LoRA on the fused qkv: dropped input (lora_A input)", Scope::layer, Slot::q_in, in_.ex,
+          x);
+    add("LoRA on the fused qkv: lora_A output (the conv1d's input)", Scope::layer, Slot::q_in,
+        in_.ec, shape({sym::N, dim("r x adapted", rank)}));
+    if (n < 3) {
+      add("LoRA on the fused qkv: zero_pad's index_copy source (adapted widths)", Scope::layer,
+          Slot::q_in, in_.ec, shape({sym::N, dim("adapted out", out)}));
+    }
+  }
+
+  // The matmuls' inputs: the norm output, or under autocast its casts, one per projection.
+  // A projection whose weight is frozen keeps no cast of its input.
+  void norm_outputs(u64 main_norms) {
+    const GradFlow& g = in_.grads;
+    if (in_.amp) {
+      const u64 q_casts = in_.fused_qkv ? std::min<u64>(1, g.qkv) : g.qkv;
+      const u64 m_casts = in_.gated && !in_.fused_gate_up ? g.mlp_in : std::min<u64>(1, g.mlp_in);
+      if (q_casts > 0) {
+        add("attention input: autocast casts of the norm output", Scope::layer, Slot::q_in, in_.ew,
+            counted(q_casts, "projections", {T, D.h}));
+      }
+      if (m_casts > 0) {
+        add("MLP input: autocast casts of the norm output", Scope::layer, Slot::mlp_in, in_.ew,
+            counted(m_casts, "projections", {T, D.h}));
+      }
+      return;
+    }
+    // Under sequence parallelism the linear saves its input before the all-gather.
+    if (when([](const Flow& f) { return f.qkv_in; }))
+      add("attention input (norm output)", Scope::layer, Slot::q_in, in_.ex, shape({T, D.h}));
+    if ((main_norms == 2 || !in_.parallel) && when([](const Flow& f) { return f.mlp_in; })) {
+      add("MLP input (norm output)", Scope::layer, Slot::mlp_in, in_.ex, shape({T, D.h}));
+    }
+    skip_first_ = false;
+  }
+
+  // §3.1 rows 4-11 (Llama) and §3.2 (GPT-2): the matmul operands and the s x s scores.
+  void eager_attention() {
+    const u64 ec = in_.ec;
+    if (when([](const Flow& f) { return f.core; })) eager_core();
+    if (when([](const Flow& f) { return f.o_in; })) {
+      add("attention output (o_proj input)", Scope::layer, Slot::o_in, ec,
+          shape({sym::N, D.a, D.dv}));
+    }
+    skip_first_ = false;
+  }
+
+  // The eager core, kept when q, k or v requires grad (in the first layer of a model whose
+  // frozen k_proj reads a frozen embedding, q@k^T would keep only k: counted as the others).
+  void eager_core() {
+    const u64 ec = in_.ec;
+    add("q (matmul operand copy)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
+    if (llama() && in_.k == 1) {
+      // MQA with batch 1: repeat_kv is a stride-0 view bmm uses without copying.
+      add("k (repeated for GQA, matmul operand)", Scope::layer, Slot::k, ec,
+          shape({sym::N, D.a, D.d}), in_.amp ? Batch::any : Batch::many);
+      if (!in_.amp) {
+        add("k (a stride-0 view at batch 1)", Scope::layer, Slot::k, ec, shape({sym::N, D.d}),
+            Batch::one);
+      }
+      add("v (repeated for GQA, matmul operand)", Scope::layer, Slot::v, ec,
+          shape({sym::N, D.a, D.dv}), Batch::many);
+      add("v (a stride-0 view at batch 1)", Scope::layer, Slot::v, ec, shape({sym::N, D.dv}),
+          Batch::one);
+    } else {
+      add("k (repeated for GQA, matmul operand)", Scope::layer, Slot::k, ec,
+          shape({sym::N, D.a, D.d}));
+      add("v (repeated for GQA, matmul operand)", Scope::layer, Slot::v, ec,
+          shape({sym::N, D.a, D.dv}));
+    }
+    const Scope core = in_.recompute == Recompute::selective ? Scope::core : Scope::layer;
+    add(llama() ? "scaling 1/sqrt(d) (wrapped Python float, float64)"
+                : "divisor sqrt(d) (0-d tensor)",
+        core, Slot::scale, llama() ? 8 : ec, shape({}));
+    const Shape S2 = shape({sym::b, D.a, sym::s2});
+    const bool drop = in_.p_attn > 0;
+    const u64 e_sm = llama() || ec == 4 || (in_.amp && in_.cuda) ? 4 : ec;
+    add(llama() ? "softmax output (softmax(dtype=float32))" : "softmax output", core, Slot::sm,
+        e_sm, S2);
+    if (in_.softmax_keeps_input) {  // _softmax_backward_data(grad, result, dim, self)
+      add("softmax input, the scores in softmax's dtype (PyTorch < 1.11)", core, Slot::sm, e_sm,
+          S2);
+    }
+    if (drop) {
+      add("attention dropout mask (bool)", core, Slot::dmask, 1, S2);
+      add("attention dropout output (attn@V operand)", core, Slot::dropped, ec, S2);
+    } else if (llama() ? ec != 4 : in_.amp && in_.cuda) {
+      add("probabilities in the compute dtype (attn@V operand)", core, Slot::pc, ec, S2);
+    }
+  }
+
+  // §5.2: SDPA/flash keep their inputs, the output (shared with the o_proj input) and a
+  // log-sum-exp per row.
+  void kernel_attention() {
+    const u64 ec = in_.ec;
+    const bool flash = in_.attention == Attention::flash;
+    const bool grouped = flash;  // flash reads GQA k/v without repeating them
+    // The kernel keeps its inputs and output when any input requires grad; o_proj keeps the
+    // output (one storage) for its own weight gradient too.
+    if (when([](const Flow& f) { return f.core || f.o_in; })) {
+      add("attention output = o_proj input (one storage)", Scope::layer, Slot::o_in, ec,
+          shape({sym::N, D.a, D.dv}));
+    }
+    skip_first_ = false;
+    if (!when([](const Flow& f) { return f.core; })) return;
+    add("q (kernel input)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
+    add(grouped ? "k (kernel input, not repeated)" : "k (kernel input, repeated)", Scope::layer,
+        Slot::k, ec, shape({sym::N, grouped ? D.k : D.a, D.d}));
+    if (in_.litgpt && in_.k == in_.a) {
+      // LitGPT splits one fused qkv output; without GQA, v stays a view of it (no expand copy).
+      add("v, a view of the fused qkv output (LitGPT: all of it kept)", Scope::layer, Slot::v, ec,
+          shape({sym::N, dim("a+2k", in_.a + 2 * in_.k), D.d}));
+    } else {
+      add(grouped ? "v (kernel input, not repeated)" : "v (kernel input, repeated)", Scope::layer,
+          Slot::v, ec, shape({sym::N, grouped ? D.k : D.a, D.dv}));
+    }
+    add("log-sum-exp (fp32, one per row)", Scope::layer, Slot::lse, 4,
+        shape({sym::b, D.a, flash ? sym::s : sym::s32}));
+    add("philox seed and offset (int64)", Scope::layer, Slot::lse, 8, shape({dim("2", 2)}));
+    skip_first_ = false;
+  }
+
+  // What an MLP of `width` saves for `tokens` tokens (§3.1 variants, §3.2, §5.1).
+  void mlp(Scope sc, std::initializer_list<Sym> tokens, Sym width) {
+    const u64 ec = in_.ec;
+    Shape m = shape(tokens);
+    m.factors[m.rank++] = width;
+    // The MLP's first matmul outputs require grad (gate), its down projection reads the product
+    // or activation output (down_in); the shared activation output of relu serves both.
+    const auto gate = [](const Flow& f) { return f.gate; };
+    const auto down_in = [](const Flow& f) { return f.down_in; };
+    switch (in_.act) {
+      case ActFn::gelu_new:
+        // pow input, tanh, 0.5x, 1+tanh and the output; CUDA autocast runs pow/tanh in fp32.
+        // Ungated, the output is c_proj's input, kept for c_proj's weight only.
+        if (!in_.gated && !(in_.amp && in_.cuda) && when(down_in))
+          add("gelu_new output (c_proj input)", sc, Slot::mlp, ec, m);
+        if (!when(gate)) break;
+        if (in_.amp && in_.cuda) {
+          add("gelu_new: input, tanh, 0.5x, 1+tanh (fp32 under CUDA autocast)", sc, Slot::mlp, 4,
+              prepend(dim("4", 4), m));
+        } else if (in_.gated) {  // the output is act * up's operand, kept for up's gradient
+          add("gelu_new: input, tanh, 0.5x, 1+tanh, output", sc, Slot::mlp, ec,
+              prepend(dim("5", 5), m));
+        } else {
+          add("gelu_new: input, tanh, 0.5x, 1+tanh", sc, Slot::mlp, ec, prepend(dim("4", 4), m));
+        }
+        add("gelu_new: three float64 scalars", sc, Slot::mlp, 8, shape({dim("3", 3)}));
+        break;
+      case ActFn::silu:
+      case ActFn::gelu:
+        if (when(gate)) add("activation input (gate / fc output)", sc, Slot::mlp, ec, m);
+        // Gated: mul keeps it for up's gradient; else the down projection for its weight.
+        if (in_.gated ? when(gate) : when(down_in)) add("activation output", sc, Slot::mlp, ec, m);
+        break;
+      case ActFn::relu:
+        if (when([](const Flow& f) { return f.gate || f.down_in; }))
+          add("relu output (saved once for relu and the next matmul)", sc, Slot::mlp, ec, m);
+        break;
+    }
+    if (in_.gated) {
+      if (when(gate)) add("up projection output", sc, Slot::mlp, ec, m);
+      if (when(down_in)) add("gate x up product (down_proj input)", sc, Slot::mlp, ec, m);
+    }
+    skip_first_ = false;
+  }
+
+  static Shape prepend(Sym count, const Shape& m) {
+    Shape sh;
+    sh.factors[sh.rank++] = count;
+    for (std::uint8_t i = 0; i < m.rank; ++i) sh.factors[sh.rank++] = m.factors[i];
+    return sh;
+  }
+
+  // An MoE layer: the routed experts on N*top_k tokens, the gathered inputs and outputs, the
+  // router's fp32 softmax, the routing weights and indices, and any shared expert.
+  void moe() {
+    mlp(Scope::moe_mlp, {sym::N, D.topk}, D.Imoe);
+    add("MoE: gathered expert inputs and outputs", Scope::moe_mlp, Slot::mlp, in_.ec,
+        shape({dim("2", 2), sym::N, D.topk, D.h}));
+    add("MoE: router probabilities (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, D.E}));
+    add("MoE: routing weights (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, D.topk}));
+    add("MoE: expert indices (int64)", Scope::moe_mlp, Slot::mlp, 8, shape({sym::N, D.topk}));
+    if (in_.I_shared > 0) {
+      mlp(Scope::moe_mlp, {sym::N}, D.Ishared);
+      if (in_.shared_gate) {
+        add("MoE: shared expert gate (logit and sigmoid)", Scope::moe_mlp, Slot::mlp, in_.ec,
+            shape({dim("2", 2), sym::N}));
+      }
+    }
+  }
+
+  void shared() {
+    const bool full = checkpointed(in_.recompute);
+    if (in_.rotary && other_.core) {  // kept by q*cos and k*cos when q or k requires grad
+      add("rotary cos and sin", Scope::shared, Slot::none, in_.ex,
+          shape({dim("2", 2), sym::s, D.d}));
+    }
+    if (llama()) {
+      if (full && in_.causal) {
+        add("additive causal mask (a checkpoint argument)", Scope::shared, Slot::none, in_.ex,
+            shape({sym::s2}));
+      }
+    } else if (in_.causal && in_.attention == Attention::eager) {
+      add("causal bool mask", Scope::shared, Slot::none, 1, shape({sym::s2}));
+    }
+    if (full) {
+      add("layer input (kept by full recompute)", Scope::checkpoint, Slot::none, in_.ex,
+          shape({T, D.h}));
+      if (in_.recompute == Recompute::op) add_op_cached_tensors(st_, in_);
+    }
+  }
+
+  void embed() {
+    // A frozen embedding's output does not require grad: nothing after it is kept for it.
+    const bool trained = in_.grads.embed;
+    if (!llama() && in_.learned_positions && trained) {
+      add("position ids (int64)", Scope::embed, Slot::none, 8, shape({sym::s}));
+    }
+    if (in_.embedding_norm) {
+      norm(
+          Scope::embed, Slot::none, 1, "", kEmbedding, [](const Flow&) { return false; }, trained);
+    }
+    if (in_.p_embd > 0 && trained) {
+      add("embedding dropout mask (bool)", Scope::embed, Slot::none, 1, shape({T, D.h}));
+    }
+  }
+
+  // Final norm, lm_head input, log-softmax and the loss target (§3.1 head rows).
+  // The last layer's output requires grad when anything before it is trained (other_.x); a
+  // frozen lm_head keeps no input; the loss keeps nothing when the logits do not require grad.
+  void head() {
+    const GradFlow& g = in_.grads;
+    if (in_.final_norm) {
+      norm(
+          Scope::head, Slot::none, 1, "", kFinal, [](const Flow& f) { return f.x; }, g.final_norm);
+    }
+    if (!in_.lm_head) return;
+    if (g.head) {
+      add(in_.amp ? "lm_head input (autocast cast)" : "lm_head input (final norm output)",
+          Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({T, D.h}));
+    }
+    if (!other_.x && !g.final_norm && !g.head) return;
+    loss();
+  }
+
+  // torchtune compiles its chunked loss's upcast and cross-entropy when it compiles the model
+  // (training.compile_loss: `loss.compute_cross_entropy = torch.compile(...)`, @1814feb17).
+  bool compiled_loss() const { return in_.compile && in_.loss == Loss::chunked; }
+
+  // What the loss keeps for backward (docs/activations.md, "The loss"): the log-probabilities
+  // (Megatron: the softmax) over the vocabulary, and the target.
+  void loss() {
+    std::string_view name = "log_softmax(logits.float()) (fp32 N x V)";
+    u64 width = 4;
+    switch (in_.loss) {
+      case Loss::hf:
+        break;
+      case Loss::hf_upcast:
+        name = "log_softmax of the shifted fp32 logits (fp32 N x V)";
+        break;
+      case Loss::vocab_parallel:
+        name = "softmax: exp of the fp32 logits, in place (fp32 N x V)";
+        break;
+      case Loss::chunked:  // each chunk's fp32 upcast is freed; its log-softmax stays
+        name = "log_softmax of each chunk's fp32 upcast (all chunks: fp32 N x V)";
+        if (compiled_loss()) {  // the upcast and log-softmax are recomputed from the chunk
+          name = "each chunk's logits, kept by the compiled loss (all chunks: N x V)";
+          width = in_.ec;
+          add("log-sum-exp of each row (fp32, compiled loss)", Scope::head, Slot::none, 4,
+              shape({sym::N}));
+        }
+        break;
+      case Loss::chunked_tokens:  // cross_entropy on the logits as they are (autocast: fp32)
+        name = "log_softmax of each chunk in the logits' dtype (all chunks: N x V)";
+        width = in_.amp ? 4 : in_.ec;
+        break;
+    }
+    add(name, Scope::head, Slot::none, width, shape({sym::N, D.V}));
+    if (in_.softmax_keeps_input && (in_.loss == Loss::hf || in_.loss == Loss::hf_upcast)) {
+      add("log_softmax input, the fp32 logits (PyTorch < 1.11)", Scope::head, Slot::none, 4,
+          shape({sym::N, D.V}));
+    }
+    add("loss target (int64 labels)", Scope::head, Slot::target, 8, shape({sym::N}), Batch::many);
+    add("loss target (the padded int64 labels at batch 1)", Scope::head, Slot::target, 8,
+        shape({sym::s1}), Batch::one);
+    add("total_weight (0-d fp32)", Scope::head, Slot::target, 4, shape({}));
+  }
+
+  // The MLP the walk's layers carry: the MoE one when every layer is MoE, else the larger
+  // (per token) of the dense and the MoE one.
+  Scope walk_mlp() const {
+    if (in_.moe_layers == 0) return Scope::dense_mlp;
+    if (in_.moe_layers == in_.L) return Scope::moe_mlp;
+    Poly dense, moe;
+    for (const auto& t : st_.tensors) {
+      if (t.scope == Scope::dense_mlp) dense.add(t.bytes);
+      if (t.scope == Scope::moe_mlp) moe.add(t.bytes);
+    }
+    if (moe.c[kMonoBS] != dense.c[kMonoBS])
+      return moe.c[kMonoBS] > dense.c[kMonoBS] ? Scope::moe_mlp : Scope::dense_mlp;
+    return moe.c[0] >= dense.c[0] ? Scope::moe_mlp : Scope::dense_mlp;
+  }
+
+  // Step::saved: what the forward pass leaves saved, each tensor with its number of copies.
+  void count_layers() {
+    const u64 L = in_.L;
+    const bool full = checkpointed(in_.recompute);
+    const u64 moe_layers = in_.moe_layers, dense_layers = L - moe_layers;
+    for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
+      const Tensor& t = st_.tensors[i];
+      if (t.part != Part::activations) continue;
+      u64 n = 0;
+      const u64 skip = t.skips_first ? 1 : 0;  // the first layer does not keep it
+      switch (t.scope) {
+        case Scope::layer:
+          n = full ? 0 : L - skip;
+          break;
+        case Scope::checkpoint:
+          n = L;
+          break;
+        case Scope::dense_mlp:
+          n = full || dense_layers == 0 ? 0 : dense_layers - skip;
+          break;
+        case Scope::moe_mlp:
+          n = full || moe_layers == 0 ? 0 : moe_layers - (dense_layers == 0 ? skip : 0);
+          break;
+        case Scope::shared:
+        case Scope::embed:
+        case Scope::head:
+          n = 1;
+          break;
+        default:
+          break;
+      }
+      if (n > 0) st_.saved.push_back({i, 1, n});
+    }
+  }
+};
+
+}  // namespace
+
+std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
+                         std::uint64_t width, const Shape& shape, Batch batch) {
+  Tensor& t = step.tensors.emplace_back();
+  t.name = name;
+  t.part = part;
+  t.scope = scope;
+  t.slot = slot;
+  t.width = width;
+  t.shape = shape;
+  t.batch = batch;
+  t.bytes.add(shape.elements(), width);
+  int nonzero = 0;
+  for (std::size_t i = 0; i < kMonoCount; ++i) {
+    if (t.bytes.c[i] == 0) continue;
+    t.mono = static_cast<int>(i);
+    ++nonzero;
+  }
+  if (nonzero != 1) t.mono = -1;
+  return static_cast<std::uint32_t>(step.tensors.size() - 1);
+}
+
+void add_saved_tensors(Step& step, const ActivationInputs& in) { Saver(step, in).all(); }
+
+ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
+                            bool with_terms) {
+  ActivationBytes r;
+  r.b = x[kMonoB];
+  r.s = x[kMonoS];
+  r.t = token_split(in);
+  r.h = in.h;
+  r.a = in.a;
+  r.k = in.k;
+  r.d = in.d;
+  r.I = in.I;
+  r.V = in.V;
+  r.L = in.L;
+  const bool full = checkpointed(in.recompute);
+  for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {
+    const Tensor& t = step.tensors[i];
+    if (t.part != Part::activations || !t.exists_at(x)) continue;
+    const u64 v = t.bytes.at(x);
+    if (t.scope == Scope::layer) r.full_layer += v;
+    if (t.scope == step.walk_mlp) r.mlp += v;
+    if (t.scope == Scope::checkpoint) r.per_layer += v;
+    if (t.slot == Slot::target && t.width == 8) r.target = v;
+  }
+  r.full_layer += r.mlp;
+  if (!full) r.per_layer = r.full_layer;
+  for (const Entry& e : step.saved) {
+    const Tensor& t = step.tensors[e.tensor];
+    if (!t.exists_at(x)) continue;
+    const u64 v = checked_mul(t.bytes.at(x), e.count);
+    u64& sum = t.scope == Scope::shared  ? r.shared
+               : t.scope == Scope::embed ? r.embed
+               : t.scope == Scope::head  ? r.head
+                                         : r.layers;
+    sum = checked_add(sum, v);
+  }
+  r.total = checked_add(checked_add(r.layers, r.shared), checked_add(r.embed, r.head));
+  if (!with_terms) return r;
+  for (const Entry& e : step.saved) {
+    const Tensor& t = step.tensors[e.tensor];
+    if (!t.exists_at(x)) continue;
+    r.terms.push_back({t.scope, t.name, t.bytes.at(x), e.count, t.width, t.shape});
+  }
+  for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {  // recomputed, not stored
+    const Tensor& t = step.tensors[i];
+    const bool recomputed =
+        t.scope == Scope::core || (full && (t.scope == Scope::layer || t.scope == step.walk_mlp));
+    if (t.part == Part::activations && recomputed && t.exists_at(x))
+      r.terms.push_back({t.scope, t.name, t.bytes.at(x), 0, t.width, t.shape});
+  }
+  return r;
+}
+
+}  // namespace memest::detail

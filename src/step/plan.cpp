@@ -1,0 +1,345 @@
+// A step compiled to polynomials and evaluated at a (micro-batch, sequence) point: the peak,
+// its phase, what is live then, and the allocator's view (docs/design.md, "The step as data").
+#include "replay/allocator_step.hpp"
+#include "model/model_state.hpp"
+#include "step/step_build.hpp"
+
+#include <memest/error.hpp>
+#include <memest/parallel.hpp>
+#include <memest/peak.hpp>
+#include <memest/units.hpp>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+
+namespace memest {
+namespace {
+
+using u64 = std::uint64_t;
+using detail::build_step;
+
+std::size_t idx(Part p) { return static_cast<std::size_t>(p); }
+
+// One entry's bytes as a polynomial: count copies, one rank's share when sharded (only model
+// states are sharded, and their sizes do not depend on b or s).
+Poly entry_bytes(const Poly& t, const Entry& e) {
+  Poly p;
+  if (e.ranks > 1 && t.constant()) {
+    p.c[0] = shard(checked_mul(t.c[0], e.count), e.ranks);
+  } else {
+    p.add(t, e.count);
+  }
+  return p;
+}
+
+// Adds an entry to a part: one multiply-add for a single-monomial tensor.
+void add_entry(Poly& part, const Tensor& t, const Entry& e) {
+  if (e.ranks > 1) {
+    part.add(entry_bytes(t.bytes, e));
+  } else if (t.mono >= 0) {
+    const auto mi = static_cast<std::size_t>(t.mono);
+    part.c[mi] = checked_add(part.c[mi], checked_mul(t.bytes.c[mi], e.count));
+  } else {
+    part.add(t.bytes, e.count);
+  }
+}
+
+struct Compiled {
+  std::string_view name, phase;
+  Poly total;
+  std::array<Poly, kPartCount> parts{};
+  std::int32_t layer = -1;
+};
+
+std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& walk,
+                              bool batch_one) {
+  std::vector<Compiled> out;
+  out.reserve(walk.size());
+  for (const MomentSpec& m : walk) {
+    Compiled c{m.name, m.phase, {}, {}, m.layer};
+    for (std::uint32_t i = m.begin; i < m.end; ++i) {
+      const Entry& e = step.entries[i];
+      const Tensor& t = step.tensors[e.tensor];
+      if (t.exists(batch_one)) add_entry(c.parts[idx(t.part)], t, e);
+    }
+    for (const Poly& p : c.parts) c.total.add(p);
+    out.push_back(c);
+  }
+  return out;
+}
+
+// The steady walk as the first step sees it: no optimizer states before the optimizer creates
+// them, in its optimizer phase.
+std::vector<Compiled> first_step_of(const Step& step, std::vector<Compiled> steady) {
+  for (std::size_t k = 0; k < steady.size(); ++k) {
+    Compiled& c = steady[k];
+    if (c.phase == "optimizer" || c.phase == "master_copy" || c.phase == "zero_grad") continue;
+    for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
+      const Entry& e = step.entries[i];
+      if (e.tensor != step.states_tensor) continue;
+      const Poly gone = entry_bytes(step.tensors[e.tensor].bytes, e);
+      c.parts[idx(Part::optimizer_state)].subtract(gone);
+      c.total.subtract(gone);
+    }
+  }
+  return steady;
+}
+
+// Whether a's polynomial is at least b's everywhere (every coefficient is).
+bool dominates(const Poly& a, const Poly& b) {
+  for (std::size_t i = 0; i < kMonoCount; ++i) {
+    if (a.c[i] < b.c[i]) return false;
+  }
+  return true;
+}
+
+// The moment totals that can be the maximum somewhere: a moment whose every coefficient is at
+// most another's never wins.
+std::vector<Poly> frontier(const std::vector<Compiled>& ms) {
+  std::vector<Poly> out;
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    bool beaten = false;
+    for (std::size_t j = 0; j < ms.size() && !beaten; ++j) {
+      if (i == j || !dominates(ms[j].total, ms[i].total)) continue;
+      beaten = ms[j].total.c != ms[i].total.c || j < i;
+    }
+    if (!beaten) out.push_back(ms[i].total);
+  }
+  return out;
+}
+
+// Alternatives of one moment (the same name, at the same layer) count as the largest of them.
+std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x,
+                             std::vector<std::size_t>* chosen) {
+  std::vector<Moment> out;
+  out.reserve(ms.size());
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    const Compiled& c = ms[i];
+    Moment m{c.name, c.phase, 0, {}, c.layer};
+    for (std::size_t p = 0; p < kPartCount; ++p) {
+      m.parts[p] = c.parts[p].at(x);
+      m.bytes = checked_add(m.bytes, m.parts[p]);
+    }
+    if (!out.empty() && out.back().name == m.name && out.back().layer == m.layer) {
+      if (m.bytes > out.back().bytes) {
+        out.back() = m;
+        if (chosen) chosen->back() = i;
+      }
+      continue;
+    }
+    out.push_back(m);
+    if (chosen) chosen->push_back(i);
+  }
+  return out;
+}
+
+std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Basis& x) {
+  std::vector<LiveTensor> out;
+  out.reserve(m.end - m.begin);
+  for (std::uint32_t i = m.begin; i < m.end; ++i) {
+    const Entry& e = step.entries[i];
+    const Tensor& t = step.tensors[e.tensor];
+    if (!t.exists_at(x)) continue;
+    const u64 each = t.bytes.at(x);
+    const u64 all =
+        e.ranks > 1 ? shard(checked_mul(each, e.count), e.ranks) : checked_mul(each, e.count);
+    if (all > 0) out.push_back({t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks});
+  }
+  return out;
+}
+
+void by_phase(Peak& pk) {
+  for (std::size_t i = 0; i < pk.moments.size(); ++i) {
+    const auto& m = pk.moments[i];
+    if (m.bytes > pk.moments[pk.winner].bytes) pk.winner = i;
+    auto it = std::find_if(pk.by_phase.begin(), pk.by_phase.end(),
+                           [&](const PhasePeak& ph) { return ph.phase == m.phase; });
+    if (it == pk.by_phase.end()) {
+      pk.by_phase.push_back({m.phase, m.bytes, m.name});
+    } else if (m.bytes > it->bytes) {
+      it->bytes = m.bytes;
+      it->moment = m.name;
+    }
+  }
+}
+
+// --allocator cuda: the caching allocator replayed over model loading and two steps; what a
+// device must hold is then the reserved bytes (docs/activations.md, "Allocator and context").
+void replay_into(const RunSpec& run, const Step& step, u64 L, const Basis& x, Peak& pk) {
+  const AllocatorReplay r = detail::replay_allocator(run, step, L, x);
+  pk.allocated_bytes = r.allocated;
+  pk.reserved_bytes = r.reserved;
+  pk.allocator = r;
+  if (pk.context_reserve) pk.nvidia_smi_bytes = checked_add(r.reserved, pk.context_reserve);
+}
+
+Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& steady,
+             const std::vector<Compiled>* first, const Basis& x, u64 L) {
+  Peak pk;
+  std::vector<std::size_t> chosen;
+  pk.moments = evaluate(steady, x, &chosen);
+  by_phase(pk);
+  pk.bytes = pk.peak_moment().bytes;
+  pk.phase = pk.peak_moment().phase;
+  pk.live = live_at(step, step.steady[chosen[pk.winner]], x);
+  for (const auto& m : pk.moments) {
+    if (m.name == "backward_start") pk.saved_weight_copies = m.parts[idx(Part::param_casts)];
+  }
+  pk.first_step_bytes = pk.bytes;
+  pk.first_step_phase = pk.phase;
+  pk.first_step_moment = pk.peak_moment().name;
+  if (first) {
+    bool found = false;
+    for (const Compiled& c : *first) {  // the first of the largest, as in the steady walk
+      const u64 v = c.total.at(x);
+      if (found && v <= pk.first_step_bytes) continue;
+      found = true;
+      pk.first_step_bytes = v;
+      pk.first_step_phase = c.phase;
+      pk.first_step_moment = c.name;
+    }
+  }
+  pk.context_reserve = run.training.context_reserve;
+  u64 device = pk.bytes;
+  if (run.training.allocator == Allocator::cuda) {
+    replay_into(run, step, L, x, pk);
+    device = *pk.reserved_bytes;
+  }
+  pk.needed = checked_add(device, pk.context_reserve);
+  return pk;
+}
+
+}  // namespace
+
+StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
+                           bool first_step, bool timeline) {
+  const Step step = build_step(run, in, first_step, timeline);
+  const Basis x = basis_at(in.b, in.s, token_split(in));
+  const bool one = in.b == 1;
+  const auto steady = compile(step, step.steady, one);
+  std::vector<Compiled> first;
+  if (first_step) {
+    first = step.first.empty() ? first_step_of(step, steady) : compile(step, step.first, one);
+  }
+  StepEstimate r;
+  r.activations = detail::saved_bytes(step, in, x, with_terms);
+  r.peak = peak_at(run, step, steady, first_step ? &first : nullptr, x, in.L);
+  if (timeline) {
+    Peak& pk = r.peak;
+    pk.timeline = evaluate(compile(step, step.timeline, one), x, nullptr);
+    for (std::size_t i = 0; i < pk.timeline.size(); ++i) {
+      if (pk.timeline[i].bytes > pk.timeline[pk.timeline_peak].bytes) pk.timeline_peak = i;
+    }
+  }
+  return r;
+}
+
+ActivationBytes activation_bytes(const ActivationInputs& in, bool with_terms) {
+  Step step;
+  detail::add_saved_tensors(step, in);
+  return detail::saved_bytes(step, in, basis_at(in.b, in.s, token_split(in)), with_terms);
+}
+
+// Per batch regime (batch 1, or more): the compiled moments, and the frontier of moment
+// totals that needed() maximises over.
+struct Regime {
+  std::vector<Compiled> steady;
+  std::vector<Poly> frontier;
+};
+
+// The run and its walked step are kept for the allocator's view; a plan for another
+// optimizer shares them unless that view needs its own.
+struct PeakPlan::Impl {
+  std::shared_ptr<const RunSpec> run;
+  std::shared_ptr<const ActivationInputs> in;
+  std::shared_ptr<const Step> step;
+  /// Where the optimizer's tensors are entered: (moment, entry) pairs of the steady walk.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> optimizer_entries;
+  std::array<Regime, 2> regimes;  // [0] batch > 1, [1] batch 1
+  bool allocator = false;
+  u64 context_reserve = 0;
+};
+
+PeakPlan::PeakPlan(const RunSpec& run, const ActivationInputs& in) : impl_(new Impl) {
+  impl_->run = std::make_shared<const RunSpec>(run);
+  impl_->in = std::make_shared<const ActivationInputs>(in);
+  impl_->allocator = run.training.allocator == Allocator::cuda;
+  impl_->context_reserve = run.training.context_reserve;
+  // The allocator's replay runs the first step's walk as well.
+  impl_->step = std::make_shared<const Step>(build_step(run, in, impl_->allocator));
+  const Step& step = *impl_->step;
+  for (std::uint32_t k = 0; k < step.steady.size(); ++k) {
+    for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
+      const std::uint32_t t = step.entries[i].tensor;
+      const bool temps = std::find(step.step_temporaries.begin(), step.step_temporaries.end(), t) !=
+                         step.step_temporaries.end();
+      if (t == step.states_tensor || temps) impl_->optimizer_entries.emplace_back(k, i);
+    }
+  }
+  for (std::size_t one = 0; one < 2; ++one) {
+    Regime& r = impl_->regimes[one];
+    r.steady = compile(*impl_->step, impl_->step->steady, one == 1);
+    r.frontier = frontier(r.steady);
+  }
+}
+
+// The optimizer is two tensors of the step (its states, its step's temporaries): a new one
+// resizes them and patches each moment by the difference.
+PeakPlan PeakPlan::with_optimizer(const OptimizerSpec& optimizer) const {
+  PeakPlan out;
+  out.impl_ = std::make_unique<Impl>(*impl_);
+  Impl& m = *out.impl_;
+  const auto sizes =
+      detail::optimizer_sizes(*m.run, optimizer, detail::layout_of(*m.run, *m.in), m.in->cuda);
+  const Step& step = *m.step;
+  const u64 states = checked_add(sizes.state_bytes, sizes.step_counter_bytes);
+  for (std::size_t one = 0; one < 2; ++one) {
+    Regime& r = m.regimes[one];
+    for (const auto& [k, i] : m.optimizer_entries) {
+      const Entry& e = step.entries[i];
+      const Tensor& t = step.tensors[e.tensor];
+      Poly now;
+      now.c[0] = e.tensor == step.states_tensor ? states : sizes.temporaries;
+      Poly& part = r.steady[k].parts[idx(t.part)];
+      part.subtract(entry_bytes(t.bytes, e));
+      part.add(entry_bytes(now, e));
+    }
+    for (Compiled& c : r.steady) {
+      c.total = Poly{};
+      for (const Poly& p : c.parts) c.total.add(p);
+    }
+    r.frontier = frontier(r.steady);
+  }
+  if (m.allocator) {  // the allocator's view reads the run and the step's optimizer tensors
+    auto run = std::make_shared<RunSpec>(*m.run);
+    run->optimizer = optimizer;
+    m.run = std::move(run);
+    auto copy = std::make_shared<Step>(step);
+    detail::resize_optimizer(*copy, sizes);
+    m.step = std::move(copy);
+  }
+  return out;
+}
+
+PeakPlan::PeakPlan() = default;
+PeakPlan::~PeakPlan() = default;
+PeakPlan::PeakPlan(PeakPlan&&) noexcept = default;
+PeakPlan& PeakPlan::operator=(PeakPlan&&) noexcept = default;
+
+std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len) const {
+  const Regime& r = impl_->regimes[micro_batch == 1 ? 1 : 0];
+  const ActivationInputs& in = *impl_->in;
+  const Basis x = basis_at(micro_batch, ceil_div(seq_len, in.cp), token_split(in));
+  if (impl_->allocator) {
+    RunSpec run = *impl_->run;
+    run.training.micro_batch = micro_batch;
+    run.training.seq_len = seq_len;
+    return peak_at(run, *impl_->step, r.steady, nullptr, x, in.L).needed;
+  }
+  u64 peak = 0;
+  for (const Poly& p : r.frontier) peak = std::max(peak, p.at(x));
+  return checked_add(peak, impl_->context_reserve);
+}
+
+}  // namespace memest
