@@ -1,7 +1,7 @@
 // The Python module `memest`: the command line run in-process (memest::cli::run), so every
 // answer, default and error message is the CLI's. Keyword arguments are generated from the run
-// option table (src/input/run_options.cpp), each the option's flag without its dashes ("--lora-rank":
-// lora_rank); results are the CLI's JSON as Python objects, in the CLI's key order.
+// option table (src/input/run_options.cpp), each the option's flag without its dashes
+// ("--lora-rank": lora_rank); results are the CLI's JSON as Python objects, in the CLI's key order.
 #include "cli/cli.hpp"
 
 #include <memest/config.hpp>

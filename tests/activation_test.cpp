@@ -1,7 +1,7 @@
+#include "model/adapters.hpp"
 #include "testutil.hpp"
 
 #include <memest/activation.hpp>
-#include "model/adapters.hpp"
 #include <memest/estimate.hpp>
 #include <memest/hf_config.hpp>
 

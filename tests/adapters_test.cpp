@@ -1,6 +1,7 @@
+#include "model/adapters.hpp"
+
 #include "testutil.hpp"
 
-#include "model/adapters.hpp"
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/model.hpp>

@@ -1,10 +1,11 @@
 // PyTorch FSDP (src/parallel/fsdp.hpp, docs/parallelism.md "FSDP"): FSDP1's padded flat
 // parameters, FSDP2's dim-0 shards, the units all-gathered at the backward peak, hybrid sharding
 // and the flags' errors.
+#include "parallel/fsdp.hpp"
+
 #include "testutil.hpp"
 
 #include <memest/config.hpp>
-#include "parallel/fsdp.hpp"
 
 #include <nlohmann/json.hpp>
 

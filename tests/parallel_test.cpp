@@ -1,10 +1,10 @@
 // Tensor, sequence, pipeline and context parallelism (src/parallel/layout.hpp): the split rules
 // against Korthikanti et al. 2022's per-layer formulas and Megatron-LM's published per-rank
 // counts and measured peaks (tests/data/gpu/SOURCES.md).
+#include "parallel/layout.hpp"
 #include "testutil.hpp"
 
 #include <memest/config.hpp>
-#include "parallel/layout.hpp"
 
 #include <nlohmann/json.hpp>
 

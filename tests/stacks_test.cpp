@@ -1,7 +1,7 @@
 // --stack: a training stack's defaults, laid under the run's own flags and file.
-#include "testutil.hpp"
-
 #include "input/stacks.hpp"
+
+#include "testutil.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -23,8 +23,8 @@ enum class LayerGraph { llama, gpt2 };
 /// The MLP activation function, as far as what it saves is concerned.
 enum class ActFn { silu, gelu, gelu_new, relu };
 
-/// A LoRA adapter on one linear of every layer (src/model/adapters.cpp): the saved tensor slot of the
-/// input it reads (q_in for q/k/v, o_in, mlp_in for gate/up, mlp for down), its width and rank.
+/// A LoRA adapter on one linear of every layer (src/model/adapters.cpp): the saved tensor slot of
+/// the input it reads (q_in for q/k/v, o_in, mlp_in for gate/up, mlp for down), its width and rank.
 struct AdapterSite {
   Slot slot = Slot::q_in;
   std::uint64_t in = 0, rank = 0;

@@ -149,8 +149,8 @@ struct RunSpec {
   OptimizerSpec optimizer;
   TrainingSpec training;
   ParallelSpec parallel;  ///< data parallelism and ZeRO sharding
-  /// The device this spec describes when the model is split (src/parallel/layout.cpp): `model` is then
-  /// that device's share. Default: one device holds the whole model.
+  /// The device this spec describes when the model is split (src/parallel/layout.cpp): `model` is
+  /// then that device's share. Default: one device holds the whole model.
   RankSpec rank;
   std::optional<Budget> budget;  ///< the device memory to check against, when given
 };

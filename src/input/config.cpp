@@ -1,9 +1,10 @@
+#include "input/stacks.hpp"
 #include "model/adapters.hpp"
+#include "parallel/layout.hpp"
+
 #include <memest/config.hpp>
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
-#include "parallel/layout.hpp"
-#include "input/stacks.hpp"
 #include <memest/units.hpp>
 
 #include <fmt/format.h>

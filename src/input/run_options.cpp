@@ -1,7 +1,8 @@
 // The run options: every flag with its run-config key, and how flags are laid over a file. The
 // option table is what the CLI, the run-config loader and the schema are generated from.
-#include <memest/config.hpp>
 #include "input/stacks.hpp"
+
+#include <memest/config.hpp>
 
 #include <fmt/format.h>
 

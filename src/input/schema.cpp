@@ -1,10 +1,11 @@
 // The JSON Schema of run config files, generated from the run option table so that the schema,
 // the loader and the flags cannot disagree on which keys exist.
+#include "input/stacks.hpp"
 #include "model/adapters.hpp"
+
 #include <memest/hardware.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/run_config.hpp>
-#include "input/stacks.hpp"
 #include <memest/units.hpp>
 
 #include <fmt/format.h>

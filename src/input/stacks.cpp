@@ -1,7 +1,8 @@
 // Training-stack presets: what Hugging Face, torchtune, LitGPT, torchtitan and Megatron-LM do by
 // default, each default read from that project's code at a named commit (docs/stacks.md).
-#include <memest/error.hpp>
 #include "input/stacks.hpp"
+
+#include <memest/error.hpp>
 
 #include <fmt/format.h>
 

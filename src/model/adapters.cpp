@@ -1,4 +1,5 @@
 #include "model/adapters.hpp"
+
 #include <memest/error.hpp>
 #include <memest/units.hpp>
 

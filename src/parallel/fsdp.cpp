@@ -1,10 +1,11 @@
 // FSDP's units and shards (src/parallel/fsdp.hpp, docs/parallelism.md "FSDP"): per-rank
 // shards with their padding, and the all-gathered size of a unit.
+#include "parallel/fsdp.hpp"
+
 #include "model/model_state.hpp"
 #include "step/step_build.hpp"
 
 #include <memest/activation.hpp>
-#include "parallel/fsdp.hpp"
 #include <memest/run_spec.hpp>
 #include <memest/units.hpp>
 

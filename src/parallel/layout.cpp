@@ -4,9 +4,10 @@
 // al. 2022 (sequence parallelism), Narayanan et al. 2021 and Megatron-LM's
 // megatron/core/pipeline_parallel/schedules.py (1F1B and interleaved warm-up), Megatron-LM's
 // vocab_utils.py (vocabulary padding). The step of one device is then built like any other run.
+#include "parallel/layout.hpp"
+
 #include <memest/activation.hpp>
 #include <memest/error.hpp>
-#include "parallel/layout.hpp"
 #include <memest/units.hpp>
 
 #include <fmt/format.h>

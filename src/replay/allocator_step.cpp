@@ -12,8 +12,8 @@
 // replayed one after the other.
 #include "replay/allocator_step.hpp"
 
-#include "replay/fsdp_init.hpp"
 #include "nf4_init.hpp"
+#include "replay/fsdp_init.hpp"
 #include "step/step_build.hpp"
 
 #include <memest/allocator_replay.hpp>

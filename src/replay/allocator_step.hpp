@@ -1,4 +1,5 @@
-// Private to the core: the caching allocator replayed over a run's step (src/replay/allocator_step.cpp).
+// Private to the core: the caching allocator replayed over a run's step
+// (src/replay/allocator_step.cpp).
 #pragma once
 
 #include <memest/peak.hpp>

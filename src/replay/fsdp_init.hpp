@@ -3,7 +3,6 @@
 #pragma once
 
 #include "nf4_init.hpp"
-
 #include "parallel/fsdp.hpp"
 
 #include <vector>

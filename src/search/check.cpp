@@ -1,7 +1,8 @@
+#include "parallel/layout.hpp"
+
 #include <memest/activation.hpp>
 #include <memest/check.hpp>
 #include <memest/error.hpp>
-#include "parallel/layout.hpp"
 #include <memest/peak.hpp>
 #include <memest/run_config.hpp>
 

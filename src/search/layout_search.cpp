@@ -1,8 +1,9 @@
 // `fit --gpus`: the layouts of a number of GPUs that fit a budget (docs/parallelism.md). Each
 // layout is estimated per device and per stage like any run; nothing about speed is modelled.
+#include "parallel/layout.hpp"
+
 #include <memest/check.hpp>
 #include <memest/error.hpp>
-#include "parallel/layout.hpp"
 #include <memest/search.hpp>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
-#include <memest/activation.hpp>
 #include "model/adapters.hpp"
+
+#include <memest/activation.hpp>
 #include <memest/check.hpp>
 #include <memest/error.hpp>
 #include <memest/peak.hpp>

@@ -1,9 +1,9 @@
+#include "parallel/fsdp.hpp"
+#include "parallel/layout.hpp"
 #include "step/techniques.hpp"
 
 #include <memest/error.hpp>
 #include <memest/estimate.hpp>
-#include "parallel/fsdp.hpp"
-#include "parallel/layout.hpp"
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -114,7 +114,8 @@ Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
 }
 
 // FSDP: a rank's shard of a row, with the padding of the flat (FSDP1) or dim-0 (FSDP2)
-// parameters (src/parallel/fsdp.cpp): the parameters' bytes, and per trainable element for the rest.
+// parameters (src/parallel/fsdp.cpp): the parameters' bytes, and per trainable element for the
+// rest.
 std::uint64_t fsdp_share(const Category& c, const FsdpShards& fs, std::uint64_t trainable) {
   if (c.key == "params") return fs.param_bytes;
   const bool grads = c.key == "grads" || c.key == "grad_accum";

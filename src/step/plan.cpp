@@ -1,7 +1,7 @@
 // A step compiled to polynomials and evaluated at a (micro-batch, sequence) point: the peak,
 // its phase, what is live then, and the allocator's view (docs/design.md, "The step as data").
-#include "replay/allocator_step.hpp"
 #include "model/model_state.hpp"
+#include "replay/allocator_step.hpp"
 #include "step/step_build.hpp"
 
 #include <memest/error.hpp>

@@ -3,10 +3,10 @@
 // appear, grad copy, the optimizer step with its implementation's temporaries, zero_grad. Each
 // moment is the list of tensors live at it; its bytes and composition are their sums.
 #include "model/model_state.hpp"
+#include "parallel/fsdp.hpp"
 #include "step/step_build.hpp"
 #include "step/techniques.hpp"
 
-#include "parallel/fsdp.hpp"
 #include <memest/optimizer.hpp>
 #include <memest/parallel.hpp>
 #include <memest/peak.hpp>
