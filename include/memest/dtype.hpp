@@ -17,6 +17,10 @@ unsigned bits(Dtype dtype);
 /// Throws Error on overflow.
 std::uint64_t bytes_for(Dtype dtype, std::uint64_t elements);
 
+/// Bytes one element takes in a dense tensor of this dtype, at least 1: what a kernel allocates
+/// for an activation or a temporary of it (4-bit types are stored packed only as weights).
+std::uint64_t width(Dtype dtype);
+
 /// Bytes per element as a number: 4, 2, 2, 1, 1, 1, 0.5, 0.5.
 double bytes_per_element(Dtype dtype);
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -33,6 +34,8 @@ unsigned bits(Dtype dtype) { return kBits[index(dtype)]; }
 std::uint64_t bytes_for(Dtype dtype, std::uint64_t elements) {
   return ceil_div(checked_mul(elements, bits(dtype)), 8);
 }
+
+std::uint64_t width(Dtype dtype) { return std::max<std::uint64_t>(1, bits(dtype) / 8); }
 
 double bytes_per_element(Dtype dtype) { return bits(dtype) / 8.0; }
 

@@ -13,8 +13,6 @@
 namespace memest::detail {
 namespace {
 
-u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
-
 void add_layer_group(Layout& l, const TensorGroup& g, u64& layer_norms) {
   const u64 per = g.elements() / l.L;
   const bool mlp = g.role == Role::mlp || g.role == Role::expert || g.role == Role::router;

@@ -20,8 +20,6 @@ namespace {
 
 using u64 = std::uint64_t;
 
-u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
-
 // One FSDP1 flat parameter: its bytes in the stored and the gathered dtype, its elements when
 // trainable.
 struct Flat {

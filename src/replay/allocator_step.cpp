@@ -33,8 +33,6 @@ namespace {
 using u64 = std::uint64_t;
 using Handle = CachingAllocator::Handle;
 
-u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
-
 // The walk's moments in the order they happen: the walk lists forward_end before the last
 // layer's attention, and backward_end before the layers (src/step/walk.cpp). A moment not listed
 // here keeps its place after the moment it follows in the walk.

@@ -16,8 +16,6 @@ namespace {
 
 using u64 = std::uint64_t;
 
-u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
-
 ActFn parse_act(std::string_view name, bool& known) {
   known = true;
   if (name == "silu" || name == "swish") return ActFn::silu;

@@ -21,8 +21,6 @@ namespace {
 
 using u64 = std::uint64_t;
 
-u64 width(Dtype d) { return std::max<u64>(1, bits(d) / 8); }
-
 struct ScoreAlternative;
 
 // Builds the moments of one step as lists of tensors.
