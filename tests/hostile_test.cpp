@@ -148,3 +148,16 @@ TEST_CASE("MoE layer counts in closed form agree with the per-layer rule", "[hos
     }
   }
 }
+
+TEST_CASE(
+    "differential run 1537: a state-space model split over devices has no kv heads to "
+    "divide by",
+    "[hostile]") {
+  // Mamba has no attention, so no kv heads; the layout notes divided --tp by them (SIGFPE).
+  for (const char* split : {"--pp", "--tp", "--cp"}) {
+    const auto r = run_cli({"--model", "mamba-2.8b", split, "2", "--dp", "2"});
+    INFO(split << ": " << r.err);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("kv heads") == std::string::npos);
+  }
+}

@@ -352,7 +352,7 @@ std::vector<std::string> layout_notes(const RunSpec& run) {
         fmt::format("vocabulary padded from {} to {} (a multiple of {} x t = {}), "
                     "{} rows per tensor-parallel rank",
                     a.vocab_size, v, p.vocab_multiple, p.vocab_multiple * p.tensor, v / p.tensor));
-  if (p.tensor > kv_heads(a))
+  if (kv_heads(a) > 0 && p.tensor > kv_heads(a))  // a state-space model has none
     notes.push_back(
         fmt::format("{} kv heads over --tp {}: each rank holds one kv head, "
                     "replicated over {} ranks",
