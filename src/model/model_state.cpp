@@ -3,6 +3,7 @@
 // temporaries of its step (§4.4).
 #include "model/model_state.hpp"
 
+#include "model/optimizer_traits.hpp"
 #include "step/step_build.hpp"
 
 #include <memest/activation.hpp>
@@ -62,34 +63,12 @@ Layout layout(const Inventory& inv, u64 layers, u64 norms_per_layer) {
 
 }  // namespace
 
-// States per trainable element for the optimizers whose state is elementwise.
+// The states of an elementwise optimizer are its state count times `trainable` elements (FSDP's
+// padded shards included); the shaped ones (Adafactor, 8-bit Adam) follow the tensors.
 u64 state_bytes(const OptimizerSpec& o, const Inventory& inv, u64 trainable, Dtype d) {
-  u64 n = 0;
-  switch (o.kind) {
-    case OptimizerKind::sgd:
-      return 0;
-    case OptimizerKind::sgd_momentum:
-    case OptimizerKind::adagrad:
-    case OptimizerKind::lion:
-      n = 1;
-      break;
-    case OptimizerKind::adam:
-    case OptimizerKind::adamw:
-      n = o.amsgrad ? 3 : 2;
-      break;
-    case OptimizerKind::rmsprop:
-      n = 1 + (o.momentum ? u64{1} : 0) + (o.centered ? u64{1} : 0);
-      break;
-    case OptimizerKind::adafactor:
-    case OptimizerKind::adam8bit:
-      return optimizer_bytes(o, inv, d).state_bytes;
-  }
-  return checked_mul(n * width(d), trainable);
-}
-
-bool keeps_step(OptimizerKind k) {
-  return k == OptimizerKind::adam || k == OptimizerKind::adamw || k == OptimizerKind::adagrad ||
-         k == OptimizerKind::rmsprop;
+  if (traits_of(o.kind).shape != StateShape::elementwise)
+    return optimizer_bytes(o, inv, d).state_bytes;
+  return checked_mul(elementwise_states(o) * width(d), trainable);
 }
 
 const Inventory& canonical_inventory(u64 params) {
@@ -103,71 +82,17 @@ const Inventory& canonical_inventory(u64 params) {
   return cached;
 }
 
-// The optimizer step's temporaries at its worst moment (§4.4), by implementation: foreach
-// holds a whole group's intermediate, single-tensor two of the largest, fused none.
-// The sizes a step's temporaries follow: the largest 2n + previous and n + previous over the
-// tensors in step order, the largest tensor, and all the group's elements.
-struct StepShape {
-  u64 pair2 = 0, pair1 = 0, nmax = 0, all = 0;
-};
-
-u64 temporaries_of(const OptimizerSpec& o, const StepShape& t, bool cuda, u64 es, u64 eg) {
-  const bool fused = cuda && o.impl == OptimizerImpl::fused;
-  const bool foreach = cuda && o.impl == OptimizerImpl::foreach;
-  const u64 pair2 = t.pair2, pair1 = t.pair1, nmax = t.nmax;
-  switch (o.kind) {
-    case OptimizerKind::adam:
-    case OptimizerKind::adamw:
-      return fused ? 0 : foreach ? es * t.all : es * pair2 + 8 + es;
-    case OptimizerKind::adagrad:
-      return fused ? 0 : foreach ? es * t.all : es * pair1 + 8 + es;
-    case OptimizerKind::rmsprop:
-      return fused     ? 0
-             : foreach ? (o.centered ? 2 : 1) * es * t.all
-                       : std::max(es * pair1, es * nmax + 8 + es);
-    case OptimizerKind::sgd:
-      return 0;
-    case OptimizerKind::sgd_momentum:
-      return foreach && o.nesterov ? eg * t.all : 0;
-    case OptimizerKind::lion:
-      return 2 * es * nmax;
-    case OptimizerKind::adafactor:
-      return u64{8} * nmax;  // two fp32 factored-update buffers
-    case OptimizerKind::adam8bit:
-      return 0;
-  }
-  return 0;
-}
-
+// The optimizer step's temporaries at its worst moment (§4.4), over the trainable tensors in
+// the order the step visits them.
 u64 step_temporaries(const OptimizerSpec& o, const Layout& lp, bool cuda, u64 es, u64 eg) {
   StepShape t;
-  t.all = lp.trainable;
+  t.group = lp.trainable;
   walk_order(lp, [&](u64 prev, u64 n, u64) {
     t.pair2 = std::max(t.pair2, 2 * n + prev);
     t.pair1 = std::max(t.pair1, n + prev);
-    t.nmax = std::max(t.nmax, n);
+    t.largest = std::max(t.largest, n);
   });
-  return temporaries_of(o, t, cuda, es, eg);
-}
-
-std::string_view step_temporaries_name(OptimizerKind k) {
-  switch (k) {
-    case OptimizerKind::adam:
-    case OptimizerKind::adamw:
-      return "Adam step: exp_avg_sq.sqrt() and the quotient (denom)";
-    case OptimizerKind::adagrad:
-      return "Adagrad step: state_sum.sqrt() (this tensor's and the previous)";
-    case OptimizerKind::rmsprop:
-      return "RMSprop step: square_avg.sqrt() (this tensor's and the previous)";
-    case OptimizerKind::sgd_momentum:
-      return "SGD step: Nesterov look-ahead (one per gradient)";
-    case OptimizerKind::lion:
-      return "Lion step: interpolated update and its sign (largest tensor)";
-    case OptimizerKind::adafactor:
-      return "Adafactor step: factored update buffers (fp32, largest tensor)";
-    default:
-      return "optimizer step temporaries";
-  }
+  return temporaries_bytes(o, t, cuda, es, eg);
 }
 
 const Inventory& walk_inventory(const RunSpec& run) {
@@ -189,13 +114,14 @@ OptimizerSizes optimizer_sizes(const RunSpec& run, const OptimizerSpec& opt, con
   const bool steps_on_device = opt.impl == OptimizerImpl::fused || !cuda;
   OptimizerSizes sizes;
   sizes.state_bytes = state_bytes(opt, inv0, lay.trainable, run.precision.state);
-  sizes.step_counter_bytes = keeps_step(opt.kind) && inv0.shapes_known && steps_on_device
+  const OptimizerTraits& traits = traits_of(opt.kind);
+  sizes.step_counter_bytes = traits.step_counter && inv0.shapes_known && steps_on_device
                                  ? 4 * trainable_tensor_count(inv0)
                                  : 0;
   sizes.temporaries =
       step_temporaries(opt, lay, cuda, width(run.precision.state), width(run.precision.grad));
-  sizes.temporaries_name = step_temporaries_name(opt.kind);
-  if (opt.paged) {  // bitsandbytes: one fused kernel per tensor, `step` a Python int
+  sizes.temporaries_name = traits.temporaries_name;
+  if (opt.paged && traits.pageable) {  // bitsandbytes: one fused kernel per tensor, `step` an int
     sizes.paged_bytes = paged_state_bytes(opt, inv0, run.precision.state);
     sizes.state_bytes -= std::min(sizes.state_bytes, sizes.paged_bytes);
     sizes.step_counter_bytes = 0;
@@ -205,9 +131,9 @@ OptimizerSizes optimizer_sizes(const RunSpec& run, const OptimizerSpec& opt, con
 }
 
 u64 one_tensor_temporaries(const RunSpec& run, const OptimizerSpec& opt, u64 n, bool cuda) {
-  if (opt.paged) return 0;  // bitsandbytes steps each tensor in one kernel
-  return temporaries_of(opt, StepShape{2 * n, n, n, n}, cuda, width(run.precision.state),
-                        width(run.precision.grad));
+  if (opt.paged && traits_of(opt.kind).pageable) return 0;  // bitsandbytes: one kernel a tensor
+  return temporaries_bytes(opt, StepShape{2 * n, n, n, n}, cuda, width(run.precision.state),
+                           width(run.precision.grad));
 }
 
 void resize_optimizer(Step& step, const OptimizerSizes& sizes) {

@@ -105,14 +105,10 @@ void walk_order(const Layout& l, F&& f) {
 
 /// Optimizer state bytes (without step counters) for `trainable` elements in dtype `d`.
 u64 state_bytes(const OptimizerSpec& o, const Inventory& inv, u64 trainable, Dtype d);
-/// Whether the optimizer keeps a `step` tensor per parameter.
-bool keeps_step(OptimizerKind k);
 /// The canonical inventory of a bare parameter count (cached per thread).
 const Inventory& canonical_inventory(u64 params);
 /// The optimizer step's temporaries at its worst moment (§4.4), by implementation.
 u64 step_temporaries(const OptimizerSpec& o, const Layout& lp, bool cuda, u64 es, u64 eg);
-/// What those temporaries are, for --explain.
-std::string_view step_temporaries_name(OptimizerKind k);
 /// The sizes of the optimizer's tensors: its states, step counters and step temporaries.
 struct OptimizerSizes {
   u64 state_bytes = 0, step_counter_bytes = 0, temporaries = 0;
