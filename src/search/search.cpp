@@ -39,15 +39,15 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   r.limit = limit;
   // The model, precision and optimizer stay; only the searched size changes.
   const auto in = activation_inputs(run, false);
-  std::optional<PeakPlan> plan;  // a split run has a plan per stage, in bytes_needed
+  std::optional<PeakPlan> plan;  // a split run has a plan per stage, in `split`
   if (in && !run.parallel.splits_model()) plan.emplace(run, *in);
+  NeedCache split;
   // The need at `value`; none past 2^64 bytes, the estimator's limit, which never fits.
   auto need = [&](std::uint64_t value) -> std::optional<std::uint64_t> {
     target_of(run, target) = value;
     ++r.evaluations;
     try {
-      return plan ? plan->needed(run.training.micro_batch, run.training.seq_len)
-                  : bytes_needed(run);
+      return plan ? plan->needed(run.training.micro_batch, run.training.seq_len) : split(run);
     } catch (const SizeOverflow&) {
       return std::nullopt;
     }
@@ -199,9 +199,9 @@ void adapter_moves(const RunSpec& run, std::vector<Move>& out) {
 
 // The memory a changed run needs, or nothing when this model cannot take the change (LoRA
 // without an architecture).
-std::optional<std::uint64_t> try_need(const RunSpec& r) {
+std::optional<std::uint64_t> try_need(const RunSpec& r, NeedCache& need) {
   try {
-    return bytes_needed(r);
+    return need(r);
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -215,7 +215,8 @@ std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
   parallel_moves(run, moves);
   training_moves(run, moves);
   adapter_moves(run, moves);
-  const std::uint64_t before = bytes_needed(run);
+  NeedCache need;
+  const std::uint64_t before = need(run);
   std::vector<Remedy> out;
   std::vector<std::vector<std::size_t>> fitting;  // the change sets that fit, to keep them minimal
   auto consider = [&](const std::vector<std::size_t>& set) {
@@ -228,7 +229,7 @@ std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
       moves[i].apply(r);
       names.push_back(moves[i].change);
     }
-    const auto n = try_need(r);
+    const auto n = try_need(r, need);
     if (!n || *n >= before) return;
     const bool fits = *n <= budget.usable();
     if (set.size() > 1 && !fits) return;  // combinations are shown only when they fit
@@ -306,6 +307,7 @@ void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget
   };
   std::vector<std::optional<PeakPlan>> plans;
   plans.reserve(policies.size() * optimizers.size());
+  NeedCache split;
   RunSpec point = run;
   for (const auto& p : policies) {
     point.precision = p;
@@ -313,7 +315,7 @@ void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget
     point.training.micro_batch = batches.front() ? batches.front() : 1;
     point.training.seq_len = seqs.front() ? seqs.front() : 1;
     const auto in = activation_inputs(point, false);
-    std::optional<PeakPlan> base;  // a split run has a plan per stage, in bytes_needed
+    std::optional<PeakPlan> base;  // a split run has a plan per stage, in `split`
     if (in && !point.parallel.splits_model()) base.emplace(point, *in);
     const std::size_t first = plans.size();
     for (std::size_t k = 0; k < optimizers.size(); ++k) {
@@ -335,7 +337,7 @@ void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget
             point.training.seq_len = s;
             point.precision = p;
             point.optimizer = spec_of(o);
-            need = bytes_needed(point);
+            need = split(point);
           }
           ++i;
           SweepRow row{b, s, p.name, o, need, std::nullopt};
