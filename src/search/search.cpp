@@ -24,6 +24,45 @@ void complete_training(RunSpec& run) {
   if (run.training.seq_len == 0) run.training.seq_len = kFitDefaultSeq;
 }
 
+// The largest value in [1, r.limit] whose need fits r.usable, the need growing with the value:
+// doubling from 1 finds a value that does not fit (or the limit), bisection the boundary below
+// it. `need(value)` is none past 2^64 bytes, which never fits.
+template <typename Need>
+void search_largest(Need&& need, FitResult& r) {
+  const std::uint64_t limit = r.limit;
+  const auto fits = [&](const std::optional<std::uint64_t>& n) { return n && *n <= r.usable; };
+  const auto past = [&](const std::optional<std::uint64_t>& n) {
+    r.need_past_best = n.value_or(0);
+    r.past_best_beyond_limit = !n;
+  };
+  const auto at_one = need(1);
+  if (!fits(at_one)) {
+    past(at_one);
+    return;
+  }
+  std::uint64_t lo = 1, lo_need = *at_one, hi = 0;
+  std::optional<std::uint64_t> hi_need;
+  const auto step = [&](std::uint64_t value) {
+    const auto n = need(value);
+    if (fits(n)) {
+      lo = value;
+      lo_need = *n;
+    } else {
+      hi = value;
+      hi_need = n;
+    }
+  };
+  while (hi == 0) {
+    const std::uint64_t next = lo > limit / 2 ? limit : lo * 2;
+    if (next == lo) break;
+    step(next);
+  }
+  while (hi != 0 && hi - lo > 1) step(lo + (hi - lo) / 2);
+  r.best = lo;
+  r.need_at_best = lo_need;
+  if (hi != 0) past(hi_need);
+}
+
 }  // namespace
 
 FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::uint64_t limit) {
@@ -42,55 +81,17 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   std::optional<PeakPlan> plan;  // a split run has a plan per stage, in `split`
   if (in && !run.parallel.splits_model()) plan.emplace(run, *in);
   NeedCache split;
-  // The need at `value`; none past 2^64 bytes, the estimator's limit, which never fits.
-  auto need = [&](std::uint64_t value) -> std::optional<std::uint64_t> {
-    target_of(run, target) = value;
-    ++r.evaluations;
-    try {
-      return plan ? plan->needed(run.training.micro_batch, run.training.seq_len) : split(run);
-    } catch (const SizeOverflow&) {
-      return std::nullopt;
-    }
-  };
-  const auto fits = [&](const std::optional<std::uint64_t>& n) { return n && *n <= r.usable; };
-  const auto past = [&](const std::optional<std::uint64_t>& n) {
-    r.need_past_best = n.value_or(0);
-    r.past_best_beyond_limit = !n;
-  };
-  const auto at_one = need(1);
-  if (!fits(at_one)) {
-    past(at_one);
-    return r;
-  }
-  // Doubling finds a value that does not fit (or the limit), bisection the boundary below it.
-  std::uint64_t lo = 1, lo_need = *at_one, hi = 0;
-  std::optional<std::uint64_t> hi_need;
-  while (hi == 0) {
-    const std::uint64_t next = lo > limit / 2 ? limit : lo * 2;
-    if (next == lo) break;
-    const auto n = need(next);
-    if (fits(n)) {
-      lo = next;
-      lo_need = *n;
-    } else {
-      hi = next;
-      hi_need = n;
-    }
-  }
-  while (hi != 0 && hi - lo > 1) {
-    const std::uint64_t mid = lo + (hi - lo) / 2;
-    const auto n = need(mid);
-    if (fits(n)) {
-      lo = mid;
-      lo_need = *n;
-    } else {
-      hi = mid;
-      hi_need = n;
-    }
-  }
-  r.best = lo;
-  r.need_at_best = lo_need;
-  if (hi != 0) past(hi_need);
+  search_largest(
+      [&](std::uint64_t value) -> std::optional<std::uint64_t> {
+        target_of(run, target) = value;
+        ++r.evaluations;
+        try {
+          return plan ? plan->needed(run.training.micro_batch, run.training.seq_len) : split(run);
+        } catch (const SizeOverflow&) {
+          return std::nullopt;
+        }
+      },
+      r);
   return r;
 }
 
