@@ -121,3 +121,34 @@ TEST_CASE("sweep: every combination, each the estimate of its run", "[search]") 
     REQUIRE(row.fits == (row.need <= budget.usable()));
   }
 }
+
+TEST_CASE("fit --gpus: each layout that fits is estimated like any run, most headroom first",
+          "[search]") {
+  RunSpec run;
+  run.model = load_model_preset("llama-3.2-1b");
+  run.precision = precision_preset("mixed-bf16");
+  run.optimizer.kind = OptimizerKind::adamw;
+  run.training.micro_batch = 1;
+  run.training.seq_len = 2048;
+  // 1.2B parameters at 16 B each (~20 GB of model states): too much for one 16 GB T4.
+  const Budget budget{find_gpu("t4").capacity, kDefaultReserve, "t4", true};
+  const LayoutSearch s = fit_layouts(run, budget, 4, 64);
+  CHECK(s.gpus == 4);
+  REQUIRE_FALSE(s.fits.empty());
+  CHECK(s.fits.size() < s.tried);  // ZeRO-0 without splits holds everything on every device
+  for (std::size_t i = 0; i < s.fits.size(); ++i) {
+    const LayoutFit& f = s.fits[i];
+    const ParallelSpec& p = f.parallel;
+    CAPTURE(p.tensor, p.pipeline, p.context, p.data_parallel, p.zero_stage);
+    CHECK(p.tensor * p.pipeline * p.context * p.data_parallel == 4);
+    RunSpec at = run;
+    at.parallel = p;
+    at.training.recompute = f.recompute;
+    CHECK(f.need == bytes_needed(at));
+    CHECK(f.headroom == budget.usable() - f.need);
+    CHECK(f.largest_batch >= 1);
+    at.training.micro_batch = f.largest_batch;
+    CHECK(bytes_needed(at) <= budget.usable());
+    if (i > 0) CHECK(s.fits[i - 1].headroom >= f.headroom);
+  }
+}
