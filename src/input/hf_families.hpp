@@ -6,7 +6,6 @@
 
 #include <memest/model.hpp>
 
-#include <span>
 #include <string>
 #include <string_view>
 

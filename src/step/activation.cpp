@@ -10,13 +10,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 
 namespace memest {
 namespace {
-
-using u64 = std::uint64_t;
 
 ActFn parse_act(std::string_view name, bool& known) {
   known = true;
@@ -29,10 +25,6 @@ ActFn parse_act(std::string_view name, bool& known) {
   known = false;
   return ActFn::gelu;
 }
-
-}  // namespace
-
-namespace {
 
 // The architecture's dimensions and switches, as the layer graph reads them.
 void read_shape(const Architecture& arch, ActivationInputs& in) {
