@@ -78,7 +78,7 @@ u64 step_temporaries(const OptimizerSpec& o, const ParameterSums& sums, bool cud
     t.pair1 = std::max(t.pair1, n + prev);
     t.largest = std::max(t.largest, n);
   });
-  return temporaries_bytes(o, t, cuda, es, eg);
+  return temporaries_bytes(o, cuda ? o.impl : OptimizerImpl::single, t, es, eg);
 }
 
 const Inventory& walk_inventory(const RunSpec& run) {
@@ -121,8 +121,8 @@ OptimizerSizes optimizer_sizes(const RunSpec& run, const OptimizerSpec& opt,
 
 u64 one_tensor_temporaries(const RunSpec& run, const OptimizerSpec& opt, u64 n, bool cuda) {
   if (opt.paged && traits_of(opt.kind).pageable) return 0;  // bitsandbytes: one kernel a tensor
-  return temporaries_bytes(opt, StepShape{2 * n, n, n, n}, cuda, width(run.precision.state),
-                           width(run.precision.grad));
+  return temporaries_bytes(opt, cuda ? opt.impl : OptimizerImpl::single, StepShape{2 * n, n, n, n},
+                           width(run.precision.state), width(run.precision.grad));
 }
 
 void resize_optimizer(Step& step, const OptimizerSizes& sizes) {

@@ -169,9 +169,9 @@ std::uint64_t temporary_bytes(const Temporary& t, const StepShape& shape, std::u
 
 }  // namespace
 
-std::uint64_t temporaries_bytes(const OptimizerSpec& spec, const StepShape& shape, bool cuda,
-                                std::uint64_t state_width, std::uint64_t grad_width) {
-  const OptimizerImpl impl = cuda ? spec.impl : OptimizerImpl::single;
+std::uint64_t temporaries_bytes(const OptimizerSpec& spec, OptimizerImpl impl,
+                                const StepShape& shape, std::uint64_t state_width,
+                                std::uint64_t grad_width) {
   const StepTemporaries& temps = traits_of(spec.kind).temporaries[static_cast<std::size_t>(impl)];
   std::uint64_t total = 0;
   for (const Temporary& t : temps.terms) {

@@ -87,9 +87,11 @@ struct StepShape {
   std::uint64_t pair2 = 0, pair1 = 0, largest = 0, group = 0;
 };
 
-/// Bytes of `spec`'s step temporaries over tensors of `shape`, the state and gradient elements
-/// `state_width` and `grad_width` bytes wide; `cuda` false runs the single-tensor step.
-std::uint64_t temporaries_bytes(const OptimizerSpec& spec, const StepShape& shape, bool cuda,
-                                std::uint64_t state_width, std::uint64_t grad_width);
+/// Bytes of `spec`'s step temporaries when `impl` runs it (a CPU step runs the single-tensor
+/// one), over tensors of `shape`, the state and gradient elements `state_width` and
+/// `grad_width` bytes wide.
+std::uint64_t temporaries_bytes(const OptimizerSpec& spec, OptimizerImpl impl,
+                                const StepShape& shape, std::uint64_t state_width,
+                                std::uint64_t grad_width);
 
 }  // namespace memest::detail
