@@ -152,3 +152,21 @@ TEST_CASE("fit --gpus: each layout that fits is estimated like any run, most hea
     if (i > 0) CHECK(s.fits[i - 1].headroom >= f.headroom);
   }
 }
+
+TEST_CASE("fit of a split run asks the caller's NeedCache", "[search]") {
+  auto run = llama("bf16");
+  run.parallel.tensor = 2;
+  run.parallel.pipeline = 2;
+  run.parallel.microbatches = 4;
+  const Budget budget{find_gpu("a100-40gb").capacity, kDefaultReserve, "a100-40gb"};
+  const FitResult fresh = fit_largest(run, budget, FitTarget::micro_batch, 256);
+  REQUIRE(fresh.best);
+  NeedCache need;
+  const std::uint64_t at_run = need(run);  // fit_layouts asks first at the layout's own batch
+  const FitResult shared = fit_largest(run, budget, FitTarget::micro_batch, 256, need);
+  CHECK(shared.best == fresh.best);
+  CHECK(shared.need_at_best == fresh.need_at_best);
+  CHECK(shared.need_past_best == fresh.need_past_best);
+  CHECK(shared.evaluations == fresh.evaluations);
+  CHECK(at_run == bytes_needed(run));
+}

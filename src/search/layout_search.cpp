@@ -53,13 +53,13 @@ std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus) {
 
 // The layout (one check_layout accepts) at the run's micro-batch, and the largest micro-batch
 // it allows; nothing when it does not fit.
-std::optional<LayoutFit> try_layout(RunSpec run, const Budget& budget, u64 max_batch,
+std::optional<LayoutFit> try_layout(const RunSpec& run, const Budget& budget, u64 max_batch,
                                     NeedCache& need_of) {
   try {
     const u64 need = need_of(run);
     if (need > budget.usable()) return std::nullopt;
     LayoutFit f{run.parallel, run.training.recompute, need, budget.usable() - need, 0};
-    const FitResult best = fit_largest(run, budget, FitTarget::micro_batch, max_batch);
+    const FitResult best = fit_largest(run, budget, FitTarget::micro_batch, max_batch, need_of);
     f.largest_batch = best.best.value_or(0);
     return f;
   } catch (const Error&) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 namespace memest {
 namespace {
@@ -42,22 +43,29 @@ void search_largest(Need&& need, FitResult& r) {
   }
   std::uint64_t lo = 1, lo_need = *at_one, hi = 0;
   std::optional<std::uint64_t> hi_need;
-  const auto step = [&](std::uint64_t value) {
-    const auto n = need(value);
-    if (fits(n)) {
-      lo = value;
-      lo_need = *n;
-    } else {
-      hi = value;
-      hi_need = n;
-    }
-  };
   while (hi == 0) {
     const std::uint64_t next = lo > limit / 2 ? limit : lo * 2;
     if (next == lo) break;
-    step(next);
+    const auto n = need(next);
+    if (fits(n)) {
+      lo = next;
+      lo_need = *n;
+    } else {
+      hi = next;
+      hi_need = n;
+    }
   }
-  while (hi != 0 && hi - lo > 1) step(lo + (hi - lo) / 2);
+  while (hi != 0 && hi - lo > 1) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    const auto n = need(mid);
+    if (fits(n)) {
+      lo = mid;
+      lo_need = *n;
+    } else {
+      hi = mid;
+      hi_need = n;
+    }
+  }
   r.best = lo;
   r.need_at_best = lo_need;
   if (hi != 0) past(hi_need);
@@ -66,6 +74,12 @@ void search_largest(Need&& need, FitResult& r) {
 }  // namespace
 
 FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::uint64_t limit) {
+  NeedCache need;
+  return fit_largest(std::move(run), budget, target, limit, need);
+}
+
+FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::uint64_t limit,
+                      NeedCache& need) {
   complete_training(run);
   FitResult r;
   r.usable = budget.usable();
@@ -78,15 +92,14 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   r.limit = limit;
   // The model, precision and optimizer stay; only the searched size changes.
   const auto in = activation_inputs(run, false);
-  std::optional<PeakPlan> plan;  // a split run has a plan per stage, in `split`
+  std::optional<PeakPlan> plan;  // a split run has a plan per stage, in `need`
   if (in && !run.parallel.splits_model()) plan.emplace(run, *in);
-  NeedCache split;
   search_largest(
       [&](std::uint64_t value) -> std::optional<std::uint64_t> {
         target_of(run, target) = value;
         ++r.evaluations;
         try {
-          return plan ? plan->needed(run.training.micro_batch, run.training.seq_len) : split(run);
+          return plan ? plan->needed(run.training.micro_batch, run.training.seq_len) : need(run);
         } catch (const SizeOverflow&) {
           return std::nullopt;
         }
