@@ -1,13 +1,16 @@
+#include "model/families.hpp"
 #include "testutil.hpp"
 
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/model.hpp>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -292,4 +295,30 @@ TEST_CASE("an unknown preset suggests the closest name", "[hf_config]") {
       {"bloom-176b", "unknown model preset \"bloom-176b\" (see 'memest models')"},
   }));
   REQUIRE_THROWS_WITH(load_model_preset(name), message);
+}
+
+// supported_model_types() is the reader table of src/input/hf_families.cpp; each type needs a
+// family row (src/model/families.cpp) for its module names, and a line in the docs.
+TEST_CASE("every supported model_type has a family row and is documented", "[hf_config]") {
+  const auto types = supported_model_types();
+  REQUIRE(std::is_sorted(types.begin(), types.end()));
+  std::vector<std::string_view> rows;
+  for (const auto& f : detail::model_families()) rows.push_back(f.type);
+  REQUIRE(std::vector<std::string_view>(types.begin(), types.end()) == rows);
+
+  // docs/models.md's family table: the first cell of each row names its types ("`bert`,
+  // `roberta`").
+  std::istringstream models(test::read_file(std::string(MEMEST_SOURCE_DIR) + "/docs/models.md"));
+  std::string first_cells;
+  for (std::string line; std::getline(models, line);) {
+    if (line.starts_with("| `")) first_cells += line.substr(0, line.find('|', 1));
+  }
+  for (const std::string_view t : types) {
+    INFO(t);
+    CHECK(first_cells.find(fmt::format("`{}`", t)) != std::string::npos);
+  }
+  // README: "`--config PATH` takes any Hugging Face `config.json` of the N supported model types"
+  const std::string readme = test::read_file(std::string(MEMEST_SOURCE_DIR) + "/README.md");
+  CHECK(readme.find(fmt::format("of the {} supported model types", types.size())) !=
+        std::string::npos);
 }

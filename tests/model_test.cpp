@@ -67,3 +67,17 @@ TEST_CASE("an inline architecture gets the Llama layout", "[model]") {
   a.hidden_size = 0;
   REQUIRE_THROWS_AS(build_inventory(a), Error);
 }
+
+TEST_CASE("a bare count stands for a canonical Llama-style decoder", "[model]") {
+  // 7e9 parameters: hidden 4096 (5e9 <= P < 1e10), layers round((7e9 - 2 x 32000 x 4096) /
+  // (12 x 4096^2)) = round(33.46) = 33, MLP 8 x 4096 / 3 = 10923 -> 11008.
+  const Architecture a = canonical_architecture(7'000'000'000);
+  CHECK(a.hidden_size == 4096);
+  CHECK(a.num_layers == 33);
+  CHECK(a.intermediate_size == 11008);
+  CHECK(a.num_heads == 32);
+  const ModelSpec m = model_from_count(7'000'000'000);
+  CHECK_FALSE(m.inventory.shapes_known);
+  CHECK(parameter_count(m.inventory) == 7'000'000'000);
+  CHECK(m.canonical_inventory == build_inventory(a));
+}

@@ -121,3 +121,52 @@ TEST_CASE("sweep: every combination, each the estimate of its run", "[search]") 
     REQUIRE(row.fits == (row.need <= budget.usable()));
   }
 }
+
+TEST_CASE("fit --gpus: each layout that fits is estimated like any run, most headroom first",
+          "[search]") {
+  RunSpec run;
+  run.model = load_model_preset("llama-3.2-1b");
+  run.precision = precision_preset("mixed-bf16");
+  run.optimizer.kind = OptimizerKind::adamw;
+  run.training.micro_batch = 1;
+  run.training.seq_len = 2048;
+  // 1.2B parameters at 16 B each (~20 GB of model states): too much for one 16 GB T4.
+  const Budget budget{find_gpu("t4").capacity, kDefaultReserve, "t4", true};
+  const LayoutSearch s = fit_layouts(run, budget, 4, 64);
+  CHECK(s.gpus == 4);
+  REQUIRE_FALSE(s.fits.empty());
+  CHECK(s.fits.size() < s.tried);  // ZeRO-0 without splits holds everything on every device
+  for (std::size_t i = 0; i < s.fits.size(); ++i) {
+    const LayoutFit& f = s.fits[i];
+    const ParallelSpec& p = f.parallel;
+    CAPTURE(p.tensor, p.pipeline, p.context, p.data_parallel, p.zero_stage);
+    CHECK(p.tensor * p.pipeline * p.context * p.data_parallel == 4);
+    RunSpec at = run;
+    at.parallel = p;
+    at.training.recompute = f.recompute;
+    CHECK(f.need == bytes_needed(at));
+    CHECK(f.headroom == budget.usable() - f.need);
+    CHECK(f.largest_batch >= 1);
+    at.training.micro_batch = f.largest_batch;
+    CHECK(bytes_needed(at) <= budget.usable());
+    if (i > 0) CHECK(s.fits[i - 1].headroom >= f.headroom);
+  }
+}
+
+TEST_CASE("fit of a split run asks the caller's NeedCache", "[search]") {
+  auto run = llama("bf16");
+  run.parallel.tensor = 2;
+  run.parallel.pipeline = 2;
+  run.parallel.microbatches = 4;
+  const Budget budget{find_gpu("a100-40gb").capacity, kDefaultReserve, "a100-40gb"};
+  const FitResult fresh = fit_largest(run, budget, FitTarget::micro_batch, 256);
+  REQUIRE(fresh.best);
+  NeedCache need;
+  const std::uint64_t at_run = need(run);  // fit_layouts asks first at the layout's own batch
+  const FitResult shared = fit_largest(run, budget, FitTarget::micro_batch, 256, need);
+  CHECK(shared.best == fresh.best);
+  CHECK(shared.need_at_best == fresh.need_at_best);
+  CHECK(shared.need_past_best == fresh.need_past_best);
+  CHECK(shared.evaluations == fresh.evaluations);
+  CHECK(at_run == bytes_needed(run));
+}

@@ -13,13 +13,6 @@
 
 namespace memest {
 
-/// Which layer graph decides what is saved for backward (docs/activations.md):
-/// llama: RMSNorm computed in fp32, rotary, gated MLP, softmax(dtype=float32) (Llama, Mistral,
-/// Qwen2, Gemma, Mixtral, DeepSeek, Phi-3, OLMo, T5 by approximation);
-/// gpt2: LayerNorm (mean and rstd saved), biases, softmax in the score dtype (GPT-2, OPT, BERT,
-/// RoBERTa, GPT-NeoX, GPT-J, Phi, Falcon).
-enum class LayerGraph { llama, gpt2 };
-
 /// The MLP activation function, as far as what it saves is concerned.
 enum class ActFn { silu, gelu, gelu_new, relu };
 
@@ -92,12 +85,6 @@ struct ActivationInputs {
 
 /// The split of the token dimension the sizes use: t under sequence parallelism, else 1.
 inline std::uint64_t token_split(const ActivationInputs& in) { return in.sp ? in.t : 1; }
-
-/// The canonical Llama-style decoder memest assumes for a bare parameter count
-/// (docs/activations.md): hidden from a size table, layers = round((P - 2*32000*h) / (12 h^2)),
-/// vocab 32000, head_dim 128 (64 below h = 2048), no GQA, SwiGLU width 8h/3 rounded up to a
-/// multiple of 256, untied.
-Architecture canonical_architecture(std::uint64_t params);
 
 /// The activation inputs of a run; nullopt when --batch/--seq are not given. A bare parameter
 /// count uses canonical_architecture() and is marked approximate; `with_notes` false skips

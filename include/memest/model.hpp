@@ -107,7 +107,7 @@ struct Architecture {
   std::uint64_t norms_per_layer = 2;  ///< per (encoder) layer: 2 pre-norm, 1 parallel, 4 Gemma-2
   bool norm_affine = true;            ///< norms have a weight (false: OLMo's parameter-free norm)
   bool norm_bias = true;              ///< LayerNorms also have a bias (never RMSNorm)
-  bool final_norm = true;             ///< a norm after the last layer (of each stack)
+  bool final_norm = true;             ///< a norm after the last layer (T5: of each half)
   bool embedding_norm = false;        ///< a norm right after the embeddings (BERT)
   bool qk_norm = false;               ///< norms of head_dim on queries and keys (Phi qk_layernorm)
   /// The q and k norms span every head with weights of their own: heads x head_dim and
@@ -160,7 +160,7 @@ struct Architecture {
   // Encoder-decoder (T5).
   std::uint64_t num_decoder_layers = 0;          ///< 0 for decoder-only and encoder-only models
   std::uint64_t relative_attention_buckets = 0;  ///< T5 relative bias (buckets x heads), first
-                                                 ///< layer of each stack
+                                                 ///< layer of the encoder and of the decoder
 
   bool operator==(const Architecture&) const = default;
 };
@@ -173,6 +173,19 @@ Inventory build_inventory(const Architecture& arch);
 /// Parameters used per token: the total minus the routed experts a token skips
 /// ((num_experts - experts_per_token) experts in each MoE layer); the total for dense models.
 std::uint64_t active_parameter_count(const Architecture& arch, const Inventory& inventory);
+
+/// The canonical Llama-style decoder memest assumes for a bare parameter count
+/// (docs/activations.md): hidden from a size table, layers = round((P - 2*32000*h) / (12 h^2)),
+/// vocab 32000, head_dim 128 (64 below h = 2048), no GQA, SwiGLU width 8h/3 rounded up to a
+/// multiple of 256, untied.
+Architecture canonical_architecture(std::uint64_t params);
+
+/// Which layer graph decides what is saved for backward (docs/activations.md):
+/// llama: RMSNorm computed in fp32, rotary, gated MLP, softmax(dtype=float32) (Llama, Mistral,
+/// Qwen2, Gemma, Mixtral, DeepSeek, Phi-3, OLMo, T5 by approximation);
+/// gpt2: LayerNorm (mean and rstd saved), biases, softmax in the score dtype (GPT-2, OPT, BERT,
+/// RoBERTa, GPT-NeoX, GPT-J, Phi, Falcon).
+enum class LayerGraph { llama, gpt2 };
 
 /// How a checkpoint stores its weights when its config.json has a `quantization_config`: read so
 /// the output can say it, since the estimate sizes parameters by the precision policy (the
@@ -195,12 +208,17 @@ struct ModelSpec {
   Inventory inventory;
   /// Parameters used per token (MoE top-k); equals the total for dense models.
   std::uint64_t active_params = 0;
+  /// A bare parameter count's stand-in for the tensors it does not have: the inventory of
+  /// canonical_architecture(count), which the training step is walked over (model_from_count
+  /// fills it). Empty when the shapes are known.
+  Inventory canonical_inventory;
 
   bool operator==(const ModelSpec&) const = default;
 };
 
 /// A model known only by its parameter count: one group, shapes unknown, every parameter
-/// counted as a trainable matmul weight (the bulk of a transformer; stated in the output).
+/// counted as a trainable matmul weight (the bulk of a transformer; stated in the output), and
+/// the canonical architecture's tensors for the step.
 ModelSpec model_from_count(std::uint64_t params);
 
 }  // namespace memest

@@ -39,6 +39,14 @@ struct FitResult {
 FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target,
                       std::uint64_t limit = 1 << 20);
 
+class NeedCache;
+
+/// fit_largest asking the caller's `need` about a split run (one plan per pipeline stage), so a
+/// caller that asked about the same run first (fit_layouts, at the layout's micro-batch) does
+/// not compile its step again.
+FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::uint64_t limit,
+                      NeedCache& need);
+
 /// One change that lowers the memory a run needs, with its result.
 struct Remedy {
   std::string change;  ///< for people: "pure bf16 (--precision bf16)"

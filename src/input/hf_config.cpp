@@ -117,8 +117,6 @@ std::string model_name(const Json& root, const std::string& source) {
 
 }  // namespace
 
-std::span<const std::string_view> supported_model_types() { return detail::family_types(); }
-
 namespace {
 
 // For an unknown model_type whose keys are those of a Llama-style decoder: the --architecture
@@ -152,7 +150,7 @@ ModelSpec model_from_json(const Json& root, const std::string& source) {
     if (!detail::read_family(r, a, raw_type)) {
       r.fail("model_type",
              fmt::format("unsupported model_type \"{}\" (supported: {}){}", raw_type,
-                         fmt::join(detail::family_types(), ", "), architecture_hint(r)));
+                         fmt::join(supported_model_types(), ", "), architecture_hint(r)));
     }
     check(r, a, a.head_dim != 0);
     m.inventory = build_inventory(a);

@@ -6,6 +6,7 @@
 // (modeling_internlm2.py, modeling_chatglm.py); docs/models.md has the table.
 #include "input/hf_families.hpp"
 
+#include <memest/hf_config.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -546,15 +547,16 @@ void read_mamba(const JsonObject& r, Architecture& a) {
 }
 
 using Reader = void (*)(const JsonObject&, Architecture&);
-struct Family {
+struct FamilyReader {
   std::string_view type;
   Reader read;
 };
 
 void read_falcon_rw(const JsonObject& r, Architecture& a) { read_falcon(r, a, false); }
 
-// Every supported model_type and its reader, sorted by type.
-constexpr std::array<Family, 39> kFamilies = {{
+// Every supported model_type and its reader, sorted by type: the same types as the model
+// family rows of src/model/families.cpp (tests/hf_config_test.cpp checks it).
+constexpr std::array<FamilyReader, 39> kReaders = {{
     {"bert", read_bert},
     {"bloom", read_bloom},
     {"chatglm", read_chatglm},
@@ -596,23 +598,21 @@ constexpr std::array<Family, 39> kFamilies = {{
     {"t5", read_t5},
 }};
 
-constexpr std::array<std::string_view, kFamilies.size()> type_names() {
-  std::array<std::string_view, kFamilies.size()> names{};
-  for (std::size_t i = 0; i < kFamilies.size(); ++i) names[i] = kFamilies[i].type;
+constexpr std::array<std::string_view, kReaders.size()> type_names() {
+  std::array<std::string_view, kReaders.size()> names{};
+  for (std::size_t i = 0; i < kReaders.size(); ++i) names[i] = kReaders[i].type;
   return names;
 }
-constexpr std::array<std::string_view, kFamilies.size()> kModelTypes = type_names();
+constexpr std::array<std::string_view, kReaders.size()> kModelTypes = type_names();
 
 }  // namespace
-
-std::span<const std::string_view> family_types() { return kModelTypes; }
 
 bool read_family(const JsonObject& r, Architecture& a, const std::string& raw_type) {
   if (a.model_type == "falcon") {
     read_falcon(r, a, raw_type == "RefinedWeb");
     return true;
   }
-  for (const Family& f : kFamilies) {
+  for (const FamilyReader& f : kReaders) {
     if (f.type == a.model_type) {
       f.read(r, a);
       return true;
@@ -622,3 +622,9 @@ bool read_family(const JsonObject& r, Architecture& a, const std::string& raw_ty
 }
 
 }  // namespace memest::detail
+
+namespace memest {
+
+std::span<const std::string_view> supported_model_types() { return detail::kModelTypes; }
+
+}  // namespace memest

@@ -1,18 +1,15 @@
-// The config.json reader of each supported model_type (hf_families.cpp), private to the library.
+// The config.json reader of each supported model_type (hf_families.cpp; the list is
+// supported_model_types() of hf_config.hpp), private to the library.
 #pragma once
 
 #include "input/json_access.hpp"
 
 #include <memest/model.hpp>
 
-#include <span>
 #include <string>
 #include <string_view>
 
 namespace memest::detail {
-
-/// The supported model_type values, sorted.
-std::span<const std::string_view> family_types();
 
 /// Fills `a` from the config of `a.model_type` (already mapped: "falcon" for the RefinedWeb
 /// spellings, whose original is `raw_type`); false when the type has no reader.

@@ -66,7 +66,10 @@ void freeze_roles(Inventory& inventory, std::span<const Role> roles) {
 
 std::span<const std::string_view> lora_target_names() { return kTargets; }
 
-void apply_lora(ModelSpec& model, const LoraSpec& spec) {
+namespace {
+
+// The targets of `spec`, checked: a shaped model, a positive rank, known target names.
+std::set<std::string, std::less<>> checked_targets(const ModelSpec& model, const LoraSpec& spec) {
   if (!model.arch || !model.inventory.shapes_known) {
     throw Error(
         "LoRA needs the model's shapes (expected a model preset or a config.json, not a bare "
@@ -85,6 +88,13 @@ void apply_lora(ModelSpec& model, const LoraSpec& spec) {
     }
     targets.insert(t);
   }
+  return targets;
+}
+
+}  // namespace
+
+void apply_lora(ModelSpec& model, const LoraSpec& spec) {
+  const std::set<std::string, std::less<>> targets = checked_targets(model, spec);
   const bool all_linear = targets.contains("all-linear");
 
   Inventory& inv = model.inventory;

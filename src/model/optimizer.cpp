@@ -1,4 +1,5 @@
 #include "base/names.hpp"
+#include "model/optimizer_traits.hpp"
 
 #include <memest/error.hpp>
 #include <memest/optimizer.hpp>
@@ -11,10 +12,96 @@
 #include <utility>
 
 namespace memest {
+namespace detail {
 namespace {
 
-constexpr std::array<std::string_view, 9> kNames = {
-    "sgd", "sgd-momentum", "adam", "adamw", "adagrad", "rmsprop", "lion", "adafactor", "adam8bit"};
+using Opt = OptimizerOption;
+using W = TempWidth;
+
+// One temporary (one term of the table's steps).
+constexpr StepTemporaries only(Temporary t) { return {.terms = {t, Temporary{}}}; }
+// The same temporaries whichever implementation runs the step.
+constexpr std::array<StepTemporaries, 3> any_impl(Temporary t) {
+  return {only(t), only(t), only(t)};
+}
+
+// Each optimizer's states (torch.optim, lucidrains/lion-pytorch, transformers.Adafactor,
+// bitsandbytes.optim.Adam8bit; docs/method.md) and its step's temporaries at their worst moment
+// (docs/activation-derivation.md §4.4), in OptimizerKind order. Temporaries are listed for the
+// foreach, single-tensor and fused steps: foreach holds a whole group's intermediate, the
+// single-tensor step those of the largest tensors (with the step's 0-dim scalars), the fused
+// kernel none.
+constexpr std::array<OptimizerTraits, 9> kTraits = {{
+    {.kind = OptimizerKind::sgd, .name = "sgd", .temporaries_name = "optimizer step temporaries"},
+    {.kind = OptimizerKind::sgd_momentum,
+     .name = "sgd-momentum",
+     .states = {{{"momentum_buffer"}}},
+     .temporaries = {only({.span = Span::group, .width = W::grad, .when = Opt::nesterov}), {}, {}},
+     .temporaries_name = "SGD step: Nesterov look-ahead (one per gradient)"},
+    {.kind = OptimizerKind::adam,
+     .name = "adam",
+     .states = {{{"exp_avg"}, {"exp_avg_sq"}, {"max_exp_avg_sq", Opt::amsgrad}}},
+     .step_counter = true,
+     .temporaries = {only({.span = Span::group}), only({.span = Span::pair2, .scalars = true}), {}},
+     .temporaries_name = "Adam step: exp_avg_sq.sqrt() and the quotient (denom)",
+     .pageable = true},
+    {.kind = OptimizerKind::adamw,
+     .name = "adamw",
+     .states = {{{"exp_avg"}, {"exp_avg_sq"}, {"max_exp_avg_sq", Opt::amsgrad}}},
+     .step_counter = true,
+     .temporaries = {only({.span = Span::group}), only({.span = Span::pair2, .scalars = true}), {}},
+     .temporaries_name = "Adam step: exp_avg_sq.sqrt() and the quotient (denom)",
+     .pageable = true},
+    {.kind = OptimizerKind::adagrad,
+     .name = "adagrad",
+     .states = {{{"sum"}}},
+     .step_counter = true,
+     .temporaries = {only({.span = Span::group}), only({.span = Span::pair1, .scalars = true}), {}},
+     .temporaries_name = "Adagrad step: state_sum.sqrt() (this tensor's and the previous)"},
+    {.kind = OptimizerKind::rmsprop,
+     .name = "rmsprop",
+     .states = {{{"square_avg"}, {"momentum_buffer", Opt::momentum}, {"grad_avg", Opt::centered}}},
+     .step_counter = true,
+     .temporaries = {StepTemporaries{.terms = {Temporary{.span = Span::group},
+                                               {.span = Span::group, .when = Opt::centered}}},
+                     StepTemporaries{.terms = {Temporary{.span = Span::pair1},
+                                               {.span = Span::largest, .scalars = true}},
+                                     .larger = true},
+                     {}},
+     .temporaries_name = "RMSprop step: square_avg.sqrt() (this tensor's and the previous)"},
+    {.kind = OptimizerKind::lion,
+     .name = "lion",
+     .states = {{{"exp_avg"}}},
+     .temporaries = any_impl({.span = Span::largest, .copies = 2}),
+     .temporaries_name = "Lion step: interpolated update and its sign (largest tensor)",
+     .pageable = true},
+    {.kind = OptimizerKind::adafactor,
+     .name = "adafactor",
+     .states = {{{"exp_avg", Opt::first_moment}}},
+     .shape = StateShape::factored,
+     .temporaries = any_impl({.span = Span::largest, .copies = 2, .width = W::fp32}),
+     .temporaries_name = "Adafactor step: factored update buffers (fp32, largest tensor)"},
+    {.kind = OptimizerKind::adam8bit,
+     .name = "adam8bit",
+     .shape = StateShape::blockwise8,
+     .temporaries_name = "optimizer step temporaries",
+     .pageable = true},
+}};
+
+constexpr std::array<std::string_view, kTraits.size()> names_of_traits() {
+  std::array<std::string_view, kTraits.size()> names{};
+  for (std::size_t i = 0; i < kTraits.size(); ++i) names[i] = kTraits[i].name;
+  return names;
+}
+constexpr std::array<std::string_view, kTraits.size()> kNames = names_of_traits();
+
+constexpr bool in_kind_order() {
+  for (std::size_t i = 0; i < kTraits.size(); ++i) {
+    if (static_cast<std::size_t>(kTraits[i].kind) != i) return false;
+  }
+  return true;
+}
+static_assert(in_kind_order(), "kTraits lists the optimizers in OptimizerKind order");
 
 constexpr std::array<std::pair<std::string_view, OptimizerKind>, 4> kAliases = {{
     {"sgd+momentum", OptimizerKind::sgd_momentum},
@@ -23,38 +110,84 @@ constexpr std::array<std::pair<std::string_view, OptimizerKind>, 4> kAliases = {
     {"adam-8bit", OptimizerKind::adam8bit},
 }};
 
-// Full-size states: one element per trainable parameter each.
-std::vector<std::string_view> full_states(const OptimizerSpec& s) {
-  switch (s.kind) {
-    case OptimizerKind::sgd:
-      return {};
-    case OptimizerKind::sgd_momentum:
-      return {"momentum_buffer"};
-    case OptimizerKind::adam:
-    case OptimizerKind::adamw:
-      if (s.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-      return {"exp_avg", "exp_avg_sq"};
-    case OptimizerKind::adagrad:
-      return {"sum"};
-    case OptimizerKind::rmsprop: {
-      std::vector<std::string_view> v = {"square_avg"};
-      if (s.momentum) v.push_back("momentum_buffer");
-      if (s.centered) v.push_back("grad_avg");
-      return v;
-    }
-    case OptimizerKind::lion:
-      return {"exp_avg"};
-    case OptimizerKind::adafactor:
-    case OptimizerKind::adam8bit:
-      return {};  // shape-dependent, handled apart
+}  // namespace
+
+bool has_option(const OptimizerSpec& spec, OptimizerOption option) {
+  switch (option) {
+    case Opt::always:
+      return true;
+    case Opt::amsgrad:
+      return spec.amsgrad;
+    case Opt::nesterov:
+      return spec.nesterov;
+    case Opt::momentum:
+      return spec.momentum;
+    case Opt::centered:
+      return spec.centered;
+    case Opt::first_moment:
+      return spec.first_moment;
   }
-  return {};
+  return false;
 }
 
-bool keeps_step_tensor(OptimizerKind k) {
-  return k == OptimizerKind::adam || k == OptimizerKind::adamw || k == OptimizerKind::adagrad ||
-         k == OptimizerKind::rmsprop;
+const OptimizerTraits& traits_of(OptimizerKind kind) {
+  return kTraits[static_cast<std::size_t>(kind)];
 }
+
+std::uint64_t elementwise_states(const OptimizerSpec& spec) {
+  std::uint64_t n = 0;
+  for (const StateName& s : traits_of(spec.kind).states) {
+    if (!s.name.empty() && has_option(spec, s.when)) ++n;
+  }
+  return n;
+}
+
+namespace {
+
+std::uint64_t temporary_bytes(const Temporary& t, const StepShape& shape, std::uint64_t es,
+                              std::uint64_t eg) {
+  std::uint64_t n = 0;
+  switch (t.span) {
+    case Span::none:
+      return 0;
+    case Span::group:
+      n = shape.group;
+      break;
+    case Span::pair2:
+      n = shape.pair2;
+      break;
+    case Span::pair1:
+      n = shape.pair1;
+      break;
+    case Span::largest:
+      n = shape.largest;
+      break;
+  }
+  const std::uint64_t w = t.width == TempWidth::state ? es : t.width == TempWidth::grad ? eg : 4;
+  return t.copies * w * n + (t.scalars ? 8 + es : 0);
+}
+
+}  // namespace
+
+std::uint64_t temporaries_bytes(const OptimizerSpec& spec, OptimizerImpl impl,
+                                const StepShape& shape, std::uint64_t state_width,
+                                std::uint64_t grad_width) {
+  const StepTemporaries& temps = traits_of(spec.kind).temporaries[static_cast<std::size_t>(impl)];
+  std::uint64_t total = 0;
+  for (const Temporary& t : temps.terms) {
+    if (!has_option(spec, t.when)) continue;
+    const std::uint64_t bytes = temporary_bytes(t, shape, state_width, grad_width);
+    total = temps.larger ? std::max(total, bytes) : total + bytes;
+  }
+  return total;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::kAliases;
+using detail::kNames;
 
 std::uint64_t isqrt(std::uint64_t n) {
   auto r = static_cast<std::uint64_t>(std::sqrt(static_cast<double>(n)));
@@ -69,8 +202,8 @@ std::string params_formula(Dtype d, std::uint64_t n) {
 
 // transformers.Adafactor: a matrix keeps a row and a column second-moment vector
 // (exp_avg_sq_row, exp_avg_sq_col); a vector keeps a full exp_avg_sq.
-void add_adafactor(const OptimizerSpec& s, const Inventory& inv, Dtype d, OptimizerBytes& out) {
-  std::uint64_t factored = 0, full = 0, first = 0;
+void add_adafactor(const Inventory& inv, Dtype d, OptimizerBytes& out) {
+  std::uint64_t factored = 0, full = 0, elements = 0;
   for (const auto& g : inv.groups) {
     if (!g.trainable) continue;
     if (g.rows >= 2 && inv.shapes_known) {
@@ -78,11 +211,11 @@ void add_adafactor(const OptimizerSpec& s, const Inventory& inv, Dtype d, Optimi
     } else if (inv.shapes_known) {
       full = checked_add(full, g.elements());
     }
-    first = checked_add(first, g.elements());
+    elements = checked_add(elements, g.elements());
   }
   if (!inv.shapes_known) {
     // Without shapes the smallest factored state is that of one square matrix; say so.
-    const std::uint64_t side = isqrt(first);
+    const std::uint64_t side = isqrt(elements);
     factored = checked_mul(2, side);
     out.assumptions.push_back(fmt::format(
         "adafactor: shapes unknown, factored state assumes one square {}x{} matrix (a lower bound)",
@@ -95,9 +228,6 @@ void add_adafactor(const OptimizerSpec& s, const Inventory& inv, Dtype d, Optimi
   }
   if (full > 0) {
     out.states.push_back({"exp_avg_sq", d, bytes_for(d, full), params_formula(d, full)});
-  }
-  if (s.first_moment) {
-    out.states.push_back({"exp_avg", d, bytes_for(d, first), params_formula(d, first)});
   }
 }
 
@@ -161,16 +291,19 @@ OptimizerKind parse_optimizer(std::string_view text) {
 
 OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inventory,
                                Dtype state_dtype) {
+  const detail::OptimizerTraits& traits = detail::traits_of(spec.kind);
   OptimizerBytes out;
+  if (traits.shape == detail::StateShape::factored) add_adafactor(inventory, state_dtype, out);
+  if (traits.shape == detail::StateShape::blockwise8) add_adam8bit(inventory, out);
+  // The elementwise states after the shaped ones (Adafactor's exp_avg after its factored ones).
   const std::uint64_t n = trainable_count(inventory);
-  for (auto name : full_states(spec)) {
-    out.states.push_back({std::string(name), state_dtype, bytes_for(state_dtype, n),
+  for (const detail::StateName& s : traits.states) {
+    if (s.name.empty() || !detail::has_option(spec, s.when)) continue;
+    out.states.push_back({std::string(s.name), state_dtype, bytes_for(state_dtype, n),
                           params_formula(state_dtype, n)});
   }
-  if (spec.kind == OptimizerKind::adafactor) add_adafactor(spec, inventory, state_dtype, out);
-  if (spec.kind == OptimizerKind::adam8bit) add_adam8bit(inventory, out);
   for (const auto& s : out.states) out.state_bytes = checked_add(out.state_bytes, s.bytes);
-  if (keeps_step_tensor(spec.kind)) {
+  if (traits.step_counter) {
     out.step_counted = inventory.shapes_known;
     if (inventory.shapes_known) out.step_bytes = checked_mul(4, trainable_tensor_count(inventory));
   }
@@ -179,9 +312,11 @@ OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inven
 
 std::uint64_t paged_state_bytes(const OptimizerSpec& spec, const Inventory& inventory,
                                 Dtype state_dtype) {
-  if (!spec.paged) return 0;
-  const bool eight = spec.kind == OptimizerKind::adam8bit;
-  const std::uint64_t states = eight ? 2 : full_states(spec).size();
+  const detail::OptimizerTraits& traits = detail::traits_of(spec.kind);
+  if (!spec.paged || !traits.pageable) return 0;
+  // bitsandbytes pages state1 and state2: the elementwise states, uint8 for the 8-bit ones.
+  const bool eight = traits.shape == detail::StateShape::blockwise8;
+  const std::uint64_t states = eight ? 2 : detail::elementwise_states(spec);
   std::uint64_t n = 0;
   for (const auto& g : inventory.groups) {
     if (!g.trainable || g.quant_state) continue;

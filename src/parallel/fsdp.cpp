@@ -59,13 +59,12 @@ void add_flat(FsdpShards& s, const Flat& f, u64 copies, u64 W, Dtype stored, Dty
 
 FsdpShards flat_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype gathered,
                        bool orig) {
-  detail::Layout lay;
-  lay.L = std::max<u64>(1, L);
+  const u64 layers = std::max<u64>(1, L);
   // [frozen, trainable] flat parameters of a layer unit and of the root unit.
   std::array<Flat, 2> layer{}, root{};
   for (const auto& g : inv.groups) {
-    const bool per_layer = lay.per_layer(g);
-    const u64 copies = per_layer ? g.count / lay.L : g.count;
+    const bool per_layer = detail::per_layer(g, layers);
+    const u64 copies = per_layer ? g.count / layers : g.count;
     const u64 n = checked_mul(g.tensor_elements(), copies);
     Flat& f = (per_layer ? layer : root)[trainable_flat(g, orig) ? 1 : 0];
     f.stored += checked_mul(group_bytes(g, g.tensor_elements(), stored), copies);
@@ -73,7 +72,7 @@ FsdpShards flat_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype g
     if (g.trainable && !g.quant_state) f.trainable += n;
   }
   FsdpShards s;
-  for (const Flat& f : layer) add_flat(s, f, lay.L, W, stored, gathered, true);
+  for (const Flat& f : layer) add_flat(s, f, layers, W, stored, gathered, true);
   for (const Flat& f : root) add_flat(s, f, 1, W, stored, gathered, false);
   return s;
 }
@@ -81,8 +80,7 @@ FsdpShards flat_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype g
 // FSDP2: each parameter is sharded on dim 0, padded to a multiple of the ranks
 // (FSDPParam: padded_sharded_param_size = ceil(dim0 / ranks) rows).
 FsdpShards param_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype gathered) {
-  detail::Layout lay;
-  lay.L = std::max<u64>(1, L);
+  const u64 layers = std::max<u64>(1, L);
   FsdpShards s;
   for (const auto& g : inv.groups) {
     const bool vector = g.rows <= 1;
@@ -92,8 +90,8 @@ FsdpShards param_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype 
     s.param_bytes =
         checked_add(s.param_bytes, checked_mul(group_bytes(g, shard_n, stored), g.count));
     s.padding += checked_mul(padded_n - g.tensor_elements(), g.count);
-    const bool per_layer = lay.per_layer(g);
-    const u64 copies = per_layer ? g.count / lay.L : g.count;
+    const bool per_layer = detail::per_layer(g, layers);
+    const u64 copies = per_layer ? g.count / layers : g.count;
     (per_layer ? s.layer_bytes : s.root_bytes) +=
         checked_mul(group_bytes(g, padded_n, gathered), copies);
     if (!g.trainable || g.quant_state) continue;
@@ -115,15 +113,14 @@ void add_tensors(FsdpFlatParam& f, const TensorGroup& g, u64 copies, Dtype store
 
 std::vector<FsdpFlatParam> fsdp1_flat_params(const Inventory& inv, std::uint64_t layers,
                                              std::uint64_t ranks, Dtype stored, bool orig) {
-  detail::Layout lay;
-  lay.L = std::max<u64>(1, layers);
+  const u64 L = std::max<u64>(1, layers);
   const u64 W = std::max<u64>(1, ranks);
   // [trainable, frozen] of one layer unit, [frozen, trainable] of the root.
   std::array<FsdpFlatParam, 2> layer{}, root{};
   for (const auto& g : inv.groups) {
     const bool trains = trainable_flat(g, orig);
-    if (lay.per_layer(g)) {
-      add_tensors(layer[trains ? 0 : 1], g, g.count / lay.L, stored);
+    if (detail::per_layer(g, L)) {
+      add_tensors(layer[trains ? 0 : 1], g, g.count / L, stored);
     } else {
       add_tensors(root[trains ? 1 : 0], g, g.count, stored);
     }
@@ -136,7 +133,7 @@ std::vector<FsdpFlatParam> fsdp1_flat_params(const Inventory& inv, std::uint64_t
     f.shard_bytes = ceil_div(ceil_div(bytes, ws), W) * ws;
     out.push_back(std::move(f));
   };
-  for (u64 l = 0; l < lay.L; ++l) {
+  for (u64 l = 0; l < L; ++l) {
     for (const FsdpFlatParam& f : layer) add(f);
   }
   for (const FsdpFlatParam& f : root) add(f);

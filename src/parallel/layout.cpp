@@ -6,6 +6,8 @@
 // vocab_utils.py (vocabulary padding). The step of one device is then built like any other run.
 #include "parallel/layout.hpp"
 
+#include "model/model_state.hpp"
+
 #include <memest/activation.hpp>
 #include <memest/error.hpp>
 #include <memest/units.hpp>
@@ -293,7 +295,8 @@ Architecture rank_architecture(Architecture a, const Share& s) {
   return a;
 }
 
-RankSpec rank_of(const RunSpec& run, const Architecture& a, u64 stage) {
+// The device of pipeline stage `stage`: its layers, splits and in-flight micro-batches.
+RankSpec stage_rank_spec(const RunSpec& run, const Architecture& a, u64 stage) {
   const auto& p = run.parallel;
   RankSpec r;
   r.stage = stage;
@@ -319,13 +322,12 @@ std::vector<RunSpec> stage_runs(const RunSpec& run) {
   if (!run.parallel.splits_model() || run.rank.split()) return {run};
   check_layout(run);
   const Architecture a = full_architecture(run);
-  const Inventory canonical = run.model.inventory.shapes_known ? Inventory{} : build_inventory(a);
-  const Inventory& inv = run.model.inventory.shapes_known ? run.model.inventory : canonical;
+  const Inventory& inv = detail::walk_inventory(run);
   std::vector<RunSpec> out;
   out.reserve(static_cast<std::size_t>(run.parallel.pipeline));
   for (u64 stage = 0; stage < run.parallel.pipeline; ++stage) {
     RunSpec r = run;
-    r.rank = rank_of(run, a, stage);
+    r.rank = stage_rank_spec(run, a, stage);
     const Share s{&a, &r.rank, all_layers(a), r.rank.vocab};
     r.model.arch = rank_architecture(a, s);
     r.model.inventory = rank_inventory(inv, s);

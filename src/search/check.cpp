@@ -28,27 +28,22 @@ bool same_step(const RunSpec& a, const RunSpec& b) {
 
 }  // namespace
 
-std::uint64_t bytes_needed(const RunSpec& run) {
-  // The numeric core only: the step of each device compiled once per run (callers ask about
-  // one run at many sizes), evaluated at this micro-batch and sequence length.
+std::uint64_t NeedCache::operator()(const RunSpec& run) {
   if (run.training.micro_batch == 0 || run.training.seq_len == 0)
     return bytes_needed(estimate(run));
-  struct Cached {
-    RunSpec run;
-    std::vector<PeakPlan> plans;  // one per pipeline stage
-  };
-  thread_local std::optional<Cached> last;
-  if (!last || !same_step(last->run, run)) {
-    last.reset();
-    Cached c{run, {}};
-    for (const RunSpec& r : stage_runs(run)) c.plans.emplace_back(r, *activation_inputs(r, false));
-    last.emplace(std::move(c));
+  if (!run_ || !same_step(*run_, run)) {
+    run_.reset();
+    plans_.clear();
+    for (const RunSpec& r : stage_runs(run)) plans_.emplace_back(r, *activation_inputs(r, false));
+    run_ = run;
   }
   std::uint64_t needed = 0;
-  for (const PeakPlan& p : last->plans)
+  for (const PeakPlan& p : plans_)
     needed = std::max(needed, p.needed(run.training.micro_batch, run.training.seq_len));
   return needed;
 }
+
+std::uint64_t bytes_needed(const RunSpec& run) { return NeedCache{}(run); }
 
 CheckResult check_run_file(const std::string& path, const RunOptions& overrides) {
   CheckResult result;

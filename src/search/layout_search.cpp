@@ -53,12 +53,13 @@ std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus) {
 
 // The layout (one check_layout accepts) at the run's micro-batch, and the largest micro-batch
 // it allows; nothing when it does not fit.
-std::optional<LayoutFit> try_layout(RunSpec run, const Budget& budget, u64 max_batch) {
+std::optional<LayoutFit> try_layout(const RunSpec& run, const Budget& budget, u64 max_batch,
+                                    NeedCache& need_of) {
   try {
-    const u64 need = bytes_needed(run);
+    const u64 need = need_of(run);
     if (need > budget.usable()) return std::nullopt;
     LayoutFit f{run.parallel, run.training.recompute, need, budget.usable() - need, 0};
-    const FitResult best = fit_largest(run, budget, FitTarget::micro_batch, max_batch);
+    const FitResult best = fit_largest(run, budget, FitTarget::micro_batch, max_batch, need_of);
     f.largest_batch = best.best.value_or(0);
     return f;
   } catch (const Error&) {
@@ -74,6 +75,7 @@ LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, u64 gpus, u64
   RunSpec point = run;
   if (point.training.micro_batch == 0) point.training.micro_batch = 1;
   if (point.training.seq_len == 0) point.training.seq_len = kFitDefaultSeq;
+  NeedCache need;
   constexpr std::array<Recompute, 3> kRecompute = {Recompute::none, Recompute::selective,
                                                    Recompute::full};
   for (const ParallelSpec& p : candidate_layouts(run, gpus)) {
@@ -86,7 +88,7 @@ LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, u64 gpus, u64
         continue;
       }
       ++r.tried;
-      if (auto f = try_layout(point, budget, max_batch)) r.fits.push_back(*f);
+      if (auto f = try_layout(point, budget, max_batch, need)) r.fits.push_back(*f);
     }
   }
   std::stable_sort(r.fits.begin(), r.fits.end(),

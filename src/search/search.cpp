@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 namespace memest {
 namespace {
@@ -24,34 +25,12 @@ void complete_training(RunSpec& run) {
   if (run.training.seq_len == 0) run.training.seq_len = kFitDefaultSeq;
 }
 
-}  // namespace
-
-FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::uint64_t limit) {
-  complete_training(run);
-  FitResult r;
-  r.usable = budget.usable();
-  // A learned position table has no row past its length: the sequence stops there.
-  const auto& arch = run.model.arch;
-  if (target == FitTarget::seq_len && arch && arch->max_seq_len > 0 && arch->max_seq_len <= limit) {
-    limit = arch->max_seq_len;
-    r.limit_is_model = true;
-  }
-  r.limit = limit;
-  // The model, precision and optimizer stay; only the searched size changes.
-  const auto in = activation_inputs(run, false);
-  std::optional<PeakPlan> plan;  // a split run has a plan per stage, in bytes_needed
-  if (in && !run.parallel.splits_model()) plan.emplace(run, *in);
-  // The need at `value`; none past 2^64 bytes, the estimator's limit, which never fits.
-  auto need = [&](std::uint64_t value) -> std::optional<std::uint64_t> {
-    target_of(run, target) = value;
-    ++r.evaluations;
-    try {
-      return plan ? plan->needed(run.training.micro_batch, run.training.seq_len)
-                  : bytes_needed(run);
-    } catch (const SizeOverflow&) {
-      return std::nullopt;
-    }
-  };
+// The largest value in [1, r.limit] whose need fits r.usable, the need growing with the value:
+// doubling from 1 finds a value that does not fit (or the limit), bisection the boundary below
+// it. `need(value)` is none past 2^64 bytes, which never fits.
+template <typename Need>
+void search_largest(Need&& need, FitResult& r) {
+  const std::uint64_t limit = r.limit;
   const auto fits = [&](const std::optional<std::uint64_t>& n) { return n && *n <= r.usable; };
   const auto past = [&](const std::optional<std::uint64_t>& n) {
     r.need_past_best = n.value_or(0);
@@ -60,9 +39,8 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   const auto at_one = need(1);
   if (!fits(at_one)) {
     past(at_one);
-    return r;
+    return;
   }
-  // Doubling finds a value that does not fit (or the limit), bisection the boundary below it.
   std::uint64_t lo = 1, lo_need = *at_one, hi = 0;
   std::optional<std::uint64_t> hi_need;
   while (hi == 0) {
@@ -91,6 +69,42 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   r.best = lo;
   r.need_at_best = lo_need;
   if (hi != 0) past(hi_need);
+}
+
+}  // namespace
+
+FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::uint64_t limit) {
+  NeedCache need;
+  return fit_largest(std::move(run), budget, target, limit, need);
+}
+
+FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::uint64_t limit,
+                      NeedCache& need) {
+  complete_training(run);
+  FitResult r;
+  r.usable = budget.usable();
+  // A learned position table has no row past its length: the sequence stops there.
+  const auto& arch = run.model.arch;
+  if (target == FitTarget::seq_len && arch && arch->max_seq_len > 0 && arch->max_seq_len <= limit) {
+    limit = arch->max_seq_len;
+    r.limit_is_model = true;
+  }
+  r.limit = limit;
+  // The model, precision and optimizer stay; only the searched size changes.
+  const auto in = activation_inputs(run, false);
+  std::optional<PeakPlan> plan;  // a split run has a plan per stage, in `need`
+  if (in && !run.parallel.splits_model()) plan.emplace(run, *in);
+  search_largest(
+      [&](std::uint64_t value) -> std::optional<std::uint64_t> {
+        target_of(run, target) = value;
+        ++r.evaluations;
+        try {
+          return plan ? plan->needed(run.training.micro_batch, run.training.seq_len) : need(run);
+        } catch (const SizeOverflow&) {
+          return std::nullopt;
+        }
+      },
+      r);
   return r;
 }
 
@@ -199,9 +213,9 @@ void adapter_moves(const RunSpec& run, std::vector<Move>& out) {
 
 // The memory a changed run needs, or nothing when this model cannot take the change (LoRA
 // without an architecture).
-std::optional<std::uint64_t> try_need(const RunSpec& r) {
+std::optional<std::uint64_t> try_need(const RunSpec& r, NeedCache& need) {
   try {
-    return bytes_needed(r);
+    return need(r);
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -215,7 +229,8 @@ std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
   parallel_moves(run, moves);
   training_moves(run, moves);
   adapter_moves(run, moves);
-  const std::uint64_t before = bytes_needed(run);
+  NeedCache need;
+  const std::uint64_t before = need(run);
   std::vector<Remedy> out;
   std::vector<std::vector<std::size_t>> fitting;  // the change sets that fit, to keep them minimal
   auto consider = [&](const std::vector<std::size_t>& set) {
@@ -228,7 +243,7 @@ std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
       moves[i].apply(r);
       names.push_back(moves[i].change);
     }
-    const auto n = try_need(r);
+    const auto n = try_need(r, need);
     if (!n || *n >= before) return;
     const bool fits = *n <= budget.usable();
     if (set.size() > 1 && !fits) return;  // combinations are shown only when they fit
@@ -306,6 +321,7 @@ void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget
   };
   std::vector<std::optional<PeakPlan>> plans;
   plans.reserve(policies.size() * optimizers.size());
+  NeedCache split;
   RunSpec point = run;
   for (const auto& p : policies) {
     point.precision = p;
@@ -313,7 +329,7 @@ void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget
     point.training.micro_batch = batches.front() ? batches.front() : 1;
     point.training.seq_len = seqs.front() ? seqs.front() : 1;
     const auto in = activation_inputs(point, false);
-    std::optional<PeakPlan> base;  // a split run has a plan per stage, in bytes_needed
+    std::optional<PeakPlan> base;  // a split run has a plan per stage, in `split`
     if (in && !point.parallel.splits_model()) base.emplace(point, *in);
     const std::size_t first = plans.size();
     for (std::size_t k = 0; k < optimizers.size(); ++k) {
@@ -335,7 +351,7 @@ void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget
             point.training.seq_len = s;
             point.precision = p;
             point.optimizer = spec_of(o);
-            need = bytes_needed(point);
+            need = split(point);
           }
           ++i;
           SweepRow row{b, s, p.name, o, need, std::nullopt};

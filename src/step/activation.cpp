@@ -1,5 +1,7 @@
 // The numbers the step's tensors are sized by, resolved once from a run (the tensors themselves
 // are in layer_graph.cpp and walk.cpp).
+#include "model/families.hpp"
+
 #include <memest/activation.hpp>
 #include <memest/error.hpp>
 #include <memest/run_spec.hpp>
@@ -8,13 +10,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 
 namespace memest {
 namespace {
-
-using u64 = std::uint64_t;
 
 ActFn parse_act(std::string_view name, bool& known) {
   known = true;
@@ -28,52 +26,9 @@ ActFn parse_act(std::string_view name, bool& known) {
   return ActFn::gelu;
 }
 
-}  // namespace
-
-Architecture canonical_architecture(std::uint64_t params) {
-  struct Size {
-    std::uint64_t below, hidden;
-  };
-  constexpr std::array<Size, 9> kSizes = {{{200'000'000, 768},
-                                           {500'000'000, 1024},
-                                           {1'200'000'000, 2048},
-                                           {2'500'000'000, 2560},
-                                           {5'000'000'000, 3072},
-                                           {10'000'000'000, 4096},
-                                           {20'000'000'000, 5120},
-                                           {40'000'000'000, 6656},
-                                           {100'000'000'000, 8192}}};
-  Architecture a;
-  a.model_type = "llama";
-  a.hidden_size = 12288;
-  for (const auto& sz : kSizes) {
-    if (params < sz.below) {
-      a.hidden_size = sz.hidden;
-      break;
-    }
-  }
-  const u64 h = a.hidden_size;
-  a.vocab_size = 32000;
-  a.head_dim = h >= 2048 ? 128 : 64;
-  a.num_heads = h / a.head_dim;
-  a.num_kv_heads = a.num_heads;
-  a.intermediate_size = ceil_div(ceil_div(8 * h, 3), 256) * 256;
-  const u64 embed = 2 * a.vocab_size * h;
-  const double per_layer = 12.0 * static_cast<double>(h) * static_cast<double>(h);
-  const double layers =
-      params > embed ? std::round(static_cast<double>(params - embed) / per_layer) : 1.0;
-  a.num_layers = std::max<u64>(1, static_cast<u64>(layers));
-  a.gated_mlp = true;
-  a.rms_norm = true;
-  a.norm_bias = false;
-  return a;
-}
-
-namespace {
-
 // The architecture's dimensions and switches, as the layer graph reads them.
 void read_shape(const Architecture& arch, ActivationInputs& in) {
-  in.graph = arch.rms_norm ? LayerGraph::llama : LayerGraph::gpt2;
+  in.graph = detail::layer_graph(arch);
   in.V = arch.vocab_size;
   in.h = arch.hidden_size;
   in.L = arch.num_layers + arch.num_decoder_layers;
@@ -111,7 +66,7 @@ void read_dropout(const Architecture& arch, const TrainingSpec& t, ActivationInp
   in.p_embd = arch.embd_dropout;
   if (!t.dropout) return;
   const bool all_sites =
-      in.graph == LayerGraph::gpt2 || arch.model_type == "phi3" || arch.model_type == "t5";
+      in.graph == LayerGraph::gpt2 || detail::family_of(arch.model_type).dropout_everywhere;
   in.p_attn = *t.dropout;
   in.p_resid = all_sites ? *t.dropout : 0.0;
   in.p_embd = all_sites ? *t.dropout : 0.0;
@@ -230,28 +185,11 @@ void read_grads(const RunSpec& run, const Architecture& arch, ActivationInputs& 
   if (!lm_head) f.head = arch.tied_embeddings && f.embed;
 }
 
-// What the layer graph leaves out for a family it was not measured on, beyond the general
-// approximations of docs/activations.md; empty when nothing family-specific is known.
-std::string_view family_gap(std::string_view mt) {
-  if (mt == "olmo2") return "; its norms after attention and the MLP are taken as pre-norms";
-  if (mt == "bloom" || mt == "mpt") {
-    return "; ALiBi's position bias is left out and rotary's cos/sin counted instead";
-  }
-  if (mt == "gpt_oss") {
-    return "; the attention sinks and the clamped SwiGLU are taken as plain softmax and SiLU";
-  }
-  if (mt == "qwen3" || mt == "qwen3_moe" || mt == "gemma3_text" || mt == "olmoe" ||
-      mt == "cohere" || mt == "stablelm") {
-    return "; its k norm is taken as spanning all query heads";
-  }
-  return "";
-}
-
 // What was assumed: a canonical shape, a family not measured, an unknown activation function.
 void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_act, bool with_notes,
                       ActivationInputs& in) {
   const std::string& mt = arch.model_type;
-  const bool measured = mt == "llama" || mt == "mistral" || mt == "qwen2" || mt == "gpt2";
+  const detail::ModelFamily& family = detail::family_of(mt);
   const auto note = [&](std::string text) {
     in.approximate = true;
     if (with_notes) in.notes.push_back(std::move(text));
@@ -262,12 +200,13 @@ void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_a
         "(hidden {}, {} layers, {} heads of {}, MLP {}, vocab {}, untied); approximate",
         arch.hidden_size, arch.num_layers, arch.num_heads, arch.head_dim, arch.intermediate_size,
         arch.vocab_size));
-  } else if (!measured) {
+  } else if (!family.measured) {
     const bool llama = in.graph == LayerGraph::llama;
-    note(fmt::format(
-        "{}: activations follow the {} layer graph measured on {} (approximations "
-        "in docs/activations.md){}",
-        mt, llama ? "Llama" : "GPT-2", llama ? "Llama/Mistral/Qwen2" : "GPT-2", family_gap(mt)));
+    note(
+        fmt::format("{}: activations follow the {} layer graph measured on {} (approximations "
+                    "in docs/activations.md){}",
+                    mt, llama ? "Llama" : "GPT-2", llama ? "Llama/Mistral/Qwen2" : "GPT-2",
+                    family.approximation));
   }
   if (!known_act) {
     note(fmt::format(

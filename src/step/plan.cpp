@@ -291,7 +291,7 @@ PeakPlan PeakPlan::with_optimizer(const OptimizerSpec& optimizer) const {
   out.impl_ = std::make_unique<Impl>(*impl_);
   Impl& m = *out.impl_;
   const auto sizes =
-      detail::optimizer_sizes(*m.run, optimizer, detail::layout_of(*m.run, *m.in), m.in->cuda);
+      detail::optimizer_sizes(*m.run, optimizer, detail::parameter_sums(*m.run, *m.in), m.in->cuda);
   const Step& step = *m.step;
   const u64 states = checked_add(sizes.state_bytes, sizes.step_counter_bytes);
   for (std::size_t one = 0; one < 2; ++one) {

@@ -1,6 +1,8 @@
 // Private to the core: building a Step (include/memest/step.hpp) from a run.
 #pragma once
 
+#include "model/model_state.hpp"  // walk_inventory
+
 #include <memest/activation.hpp>
 #include <memest/step.hpp>
 
@@ -45,8 +47,5 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
 /// of the first step's when `first_step`, and Step::timeline when `timeline` (src/step/walk.cpp).
 Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step,
                 bool timeline = false);
-
-/// The inventory the walk reads: the run's, or the canonical one of a bare parameter count.
-const Inventory& walk_inventory(const RunSpec& run);
 
 }  // namespace memest::detail

@@ -141,10 +141,10 @@ std::vector<Entry> offload_stash(const Step& step, const ActivationInputs& in) {
   return out;
 }
 
-LargestTensors largest_tensors(const Layout& lay) {
+LargestTensors largest_tensors(const ParameterSums& lay) {
   LargestTensors out;
   bool seen_block = false;
-  for (const TensorGroup& g : lay.inv->groups) {
+  for (const TensorGroup& g : lay.inventory->groups) {
     if (g.quant_state) continue;
     const bool layer = lay.per_layer(g);
     seen_block = seen_block || layer;

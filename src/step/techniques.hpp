@@ -11,7 +11,7 @@
 
 namespace memest::detail {
 
-struct Layout;
+struct ParameterSums;
 
 /// Per-op selective checkpointing (torchtitan selective_ac_option "op"): the outputs each
 /// checkpointed layer caches besides its input, as Scope::checkpoint tensors (every other mm's
@@ -45,6 +45,6 @@ std::vector<Entry> offload_stash(const Step& step, const ActivationInputs& in);
 struct LargestTensors {
   std::uint64_t layer = 0, head = 0, embed = 0;
 };
-LargestTensors largest_tensors(const Layout& lay);
+LargestTensors largest_tensors(const ParameterSums& lay);
 
 }  // namespace memest::detail

@@ -26,7 +26,7 @@ struct ScoreAlternative;
 // Builds the moments of one step as lists of tensors.
 class Walker {
  public:
-  Walker(Step& step, const RunSpec& run, const ActivationInputs& in, const Layout& lay)
+  Walker(Step& step, const RunSpec& run, const ActivationInputs& in, const ParameterSums& lay)
       : st_(step),
         run_(run),
         in_(in),
@@ -53,7 +53,7 @@ class Walker {
   Step& st_;
   const RunSpec& run_;
   const ActivationInputs& in_;
-  const Layout& lp_;
+  const ParameterSums& lp_;
   Sharding sh_;
   // PyTorch FSDP (src/parallel/fsdp.cpp): the units all-gathered and the gradients being reduced.
   bool fsdp_ = false;
@@ -324,13 +324,13 @@ void Walker::statics(const Inventory& inv0) {
   }
   const u64 ew = in_.amp ? in_.ew : 0;
   const u64 I = in_.moe_layers == in_.L && in_.moe_layers ? in_.I_moe : in_.I;
-  const u64 down = std::min(ew * I * in_.h, ew * lp_.l_mm_mlp);
+  const u64 down = std::min(ew * I * in_.h, ew * lp_.layer_mlp_matmul);
   cast_down_ = constant("autocast copy of the MLP down projection", Part::param_casts, down);
   cast_mlp_ = constant("autocast copies of the other MLP weights", Part::param_casts,
-                       ew * lp_.l_mm_mlp - down);
-  cast_o_ = constant("autocast copy of o_proj", Part::param_casts, ew * lp_.l_mm_o);
+                       ew * lp_.layer_mlp_matmul - down);
+  cast_o_ = constant("autocast copy of o_proj", Part::param_casts, ew * lp_.layer_o_matmul);
   cast_rest_ = constant("autocast copies of the attention input projections", Part::param_casts,
-                        ew * (lp_.l_mm - lp_.l_mm_mlp - lp_.l_mm_o));
+                        ew * (lp_.layer_matmul - lp_.layer_mlp_matmul - lp_.layer_o_matmul));
   loss_ = constant("loss (0-d fp32)", Part::other, 4);
   held_ = add_tensor(st_, "logits of the model's output, held by the training loop", Part::other,
                      Scope::state, Slot::none, in_.loss == Loss::hf_upcast ? 4 : in_.ec,
@@ -448,9 +448,10 @@ void Walker::fsdp_post_backward(bool steady, u64 j) {
 void Walker::attention_tensors() {
   const Sym h = D_.h, a = D_.a, d = D_.d;
   const bool amp = in_.amp;
-  bias_cache_ = constant("autocast bias cache", Part::param_casts, amp ? in_.ew * lp_.bias_mm : 0);
+  bias_cache_ =
+      constant("autocast bias cache", Part::param_casts, amp ? in_.ew * lp_.matmul_biases : 0);
   qkv_casts_ = constant("autocast copies of this layer's q/k/v weights", Part::param_casts,
-                        amp ? in_.ew * lp_.l_qkv : 0);
+                        amp ? in_.ew * lp_.layer_qkv_matmul : 0);
   norm32_ = temp("norm output in fp32 (autocast input)", Part::other, 4, shape({sym::N, h}));
   qkv32_ = temp("q, k, v in fp32 (rotary under autocast)", Part::other, 4,
                 shape({dim("3", 3), sym::N, a, d}));
@@ -496,7 +497,7 @@ void Walker::forward_end(bool steady) {
   stash();
   if (in_.amp) {
     add(constant("autocast weight cache (every matmul weight and bias)", Part::param_casts,
-                 in_.ew * (lp_.mm_all + lp_.bias_mm) +
+                 in_.ew * (lp_.autocast_weights + lp_.matmul_biases) +
                      (in_.tied && in_.lm_head ? in_.ew * in_.V * in_.h : 0)));
     add(temp("final norm output (fp32, referenced by forward)", Part::other, 4,
              shape({sym::N, h})));
@@ -718,7 +719,8 @@ void Walker::backward_start(bool steady) {
   u64 casts = 0;
   if (in_.amp) {
     const u64 tied_copy = in_.tied && in_.lm_head ? in_.ew * in_.V * in_.h : 0;
-    casts = ck() ? (in_.lm_head ? in_.ew * in_.V * in_.h : 0) : in_.ew * lp_.mm_all + tied_copy;
+    casts = ck() ? (in_.lm_head ? in_.ew * in_.V * in_.h : 0)
+                 : in_.ew * lp_.autocast_weights + tied_copy;
   }
   add(constant("autocast weight copies saved for backward", Part::param_casts, casts));
   if (in_.lm_head && (in_.loss == Loss::hf || in_.loss == Loss::hf_upcast)) {
@@ -836,7 +838,7 @@ void Walker::backward_mlp(bool steady, u64 j) {
   const Shape NI = all_moe ? shape({sym::N, dim("top_k", in_.topk), I}) : shape({sym::N, I});
   const u64 ec = in_.ec, eg = flight_grad_width();
   const std::uint32_t down_grad = in_flight("gradient of the down projection weight", Part::grads,
-                                            in_bwd_ ? 0 : eg * lp_.l_down);
+                                            in_bwd_ ? 0 : eg * lp_.down_trainable);
   const auto current = [&](bool keep_down_copy, bool keep_mmask) {
     layer_x0(steady, j);
     layers(j, 1, [&](Slot s) { return !keep_mmask && s == Slot::mmask; });
@@ -903,7 +905,9 @@ void Walker::attention_backward_base(bool steady, u64 j, Slot also) {
   });
   add(cast_rest_);
   add(in_flight("gradients of the MLP, post-attention norm and o_proj weights", Part::grads,
-                in_bwd_ ? 0 : flight_grad_width() * (lp_.l_mlp + lp_.l_n2 + lp_.l_o)));
+                in_bwd_ ? 0
+                        : flight_grad_width() * (lp_.layer_mlp_trainable + lp_.norm_trainable +
+                                                 lp_.layer_o_trainable)));
   if (in_.attention == Attention::eager && in_.recompute == Recompute::selective) {
     for (const std::uint32_t i : scope_ids_[static_cast<std::size_t>(Scope::core)]) {
       if (st_.tensors[i].slot != also) add(i);  // the recomputed core is live again
@@ -1101,7 +1105,7 @@ Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step,
   step.tensors.reserve(96);
   step.entries.reserve(first_step ? 768 : 384);
   add_saved_tensors(step, in);
-  Layout lay = layout_of(run, in);
+  ParameterSums lay = parameter_sums(run, in);
   // FSDP's gradients and optimizer states are shards of padded flat (or dim-0) parameters.
   const Sharding sh = sharding_of(run.parallel);
   if (run.parallel.fsdp_version > 0 && sh.grads)
