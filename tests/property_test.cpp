@@ -5,6 +5,7 @@
 #include <memest/check.hpp>
 #include <memest/config.hpp>
 #include <memest/report.hpp>
+#include <memest/run_config.hpp>
 #include <memest/search.hpp>
 
 #include <fmt/format.h>
@@ -182,7 +183,7 @@ TEST_CASE("properties: JSON totals equal their parts, and the table agrees with 
     const RunSpec run = resolve(o);
     CAPTURE(describe(run));
     const Estimate e = estimate(run);
-    const auto j = nlohmann::json::parse(render_json(run, e, ReportOptions{}));
+    const auto j = nlohmann::json::parse(render_json(run, e, ReportOptions{}, run_config_of(o)));
     std::uint64_t device = 0, host = 0;
     for (const auto& [key, c] : j["categories"].items()) {
       if (c["bytes"].is_null()) continue;
