@@ -76,6 +76,9 @@ enum class ValueKind {
   name,         ///< a name, one of `choices` or another form the option looks up (a Hub id)
 };
 
+/// The kind's name as the Python module's options() and docs/design.md write it ("count").
+std::string_view value_kind_name(ValueKind kind);
+
 /// What an option is when the run does not give it.
 struct OptionDefault {
   /// The constant the run takes ("adamw", "1", "false" for a flag); empty when none.

@@ -452,6 +452,13 @@ void merge(RunOptions& b, const RunOptions& o) {
   }
 }
 
+std::string_view value_kind_name(ValueKind kind) {
+  static constexpr std::array<std::string_view, 10> kNames = {
+      "flag",   "count", "param_count", "size", "probability",
+      "choice", "list",  "json",        "path", "name"};
+  return kNames[static_cast<std::size_t>(kind)];
+}
+
 std::span<const std::string_view> fsdp_mode_names() { return kFsdpModeNames; }
 std::span<const std::string_view> zero_grad_names() { return kZeroGradNames; }
 std::span<const std::string_view> offload_names() { return kOffloadNames; }
