@@ -97,7 +97,6 @@ Loss parse_loss(std::string_view text);
 std::string_view loss_name(Loss l);
 std::span<const std::string_view> qlora_init_names();
 QloraInit parse_qlora_init(std::string_view text);
-std::string_view qlora_init_name(QloraInit q);
 std::span<const std::string_view> transformer_impl_names();
 TransformerImpl parse_transformer_impl(std::string_view text);
 std::span<const std::string_view> model_code_names();

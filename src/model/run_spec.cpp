@@ -72,9 +72,6 @@ std::span<const std::string_view> model_code_names() { return kModelCodeNames; }
 ModelCode parse_model_code(std::string_view t) {
   return detail::parse_enum<ModelCode>(kModelCodeNames, t, "model code");
 }
-std::string_view qlora_init_name(QloraInit q) {
-  return kQloraInitNames[static_cast<std::size_t>(q)];
-}
 
 std::span<const std::string_view> model_loading_names() { return kModelLoadingNames; }
 ModelLoading parse_model_loading(std::string_view t) {
