@@ -149,6 +149,7 @@ TEST_CASE("the schema's JSON types are the value kinds'", "[schema]") {
   CHECK_FALSE(accepts("--freeze", "embedding,"));
   CHECK(accepts("--model", "meta-llama/Llama-2-7b-hf"));
   CHECK(accepts("--architecture", {{"model_type", "llama"}}));
+  CHECK(accepts("--architecture", {{"model_type", "RefinedWeb"}}));  // read as falcon
   CHECK_FALSE(accepts("--architecture", {{"model_type", "no-such-model"}}));
   CHECK_FALSE(valid(schema(), {{"model", {{"params", "7B"}, {"nope", 1}}}}));
 }

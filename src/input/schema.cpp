@@ -1,6 +1,8 @@
 // The JSON Schema of run config files, generated from the run option table (each option's value
 // kind and names) so that the schema, the loader and the flags cannot disagree on which keys
 // exist and what they take.
+#include "input/hf_families.hpp"
+
 #include <memest/hf_config.hpp>
 #include <memest/run_config.hpp>
 #include <memest/units.hpp>
@@ -94,9 +96,11 @@ ordered_json list_schema(const RunOptionInfo& info) {
 
 // An inline config.json: an object with a model_type memest reads.
 ordered_json architecture() {
+  ordered_json types = names_of(supported_model_types());
+  for (const auto legacy : detail::falcon_legacy_types()) types.push_back(legacy);
   return {{"type", "object"},
           {"required", ordered_json::array({"model_type"})},
-          {"properties", {{"model_type", enum_of(names_of(supported_model_types()))}}}};
+          {"properties", {{"model_type", enum_of(std::move(types))}}}};
 }
 
 ordered_json value_schema(const RunOptionInfo& info) {
