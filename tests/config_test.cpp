@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <set>
 
 using namespace memest;
 using memest::test::read_file;
@@ -39,17 +38,6 @@ TEST_CASE("flags override a run config", "[config]") {
       {"--file", "tests/data/runs/seed_fp32.json", "--precision", "bf16", "--format", "json"});
   REQUIRE(over.code == 0);
   REQUIRE_THAT(over.out, Catch::Contains("\"bytes\": 56000000000"));
-}
-
-TEST_CASE("every flag has a config key and every key a flag", "[config]") {
-  std::set<std::string> flags, keys;
-  for (const auto& info : run_option_table()) {
-    REQUIRE((info.text == nullptr) != (info.boolean == nullptr));
-    REQUIRE(flags.insert(info.flag).second);
-    REQUIRE(keys.insert(info.section + "/" + info.key).second);
-  }
-  auto help = run_cli({"--help"});
-  for (const auto& f : flags) REQUIRE_THAT(help.out, Catch::Contains(f));
 }
 
 TEST_CASE("a run config's values are named by file and pointer", "[config]") {

@@ -35,7 +35,7 @@ RunOptions options_of(std::vector<std::pair<std::string, std::string>> settings)
 
 }  // namespace
 
-TEST_CASE("every row's kind, names and default agree", "[run_options]") {
+TEST_CASE("every flag has one key; every row's kind, names and default agree", "[run_options]") {
   std::set<std::string> flags, keys;
   for (const auto& info : run_option_table()) {
     CAPTURE(info.flag);
@@ -78,6 +78,9 @@ TEST_CASE("every row's kind, names and default agree", "[run_options]") {
       CHECK(said == d);
     }
   }
+  // Every flag has a key (above: one each) and is in --help.
+  const auto help = test::run_cli({"--help"});
+  for (const auto& f : flags) CHECK_THAT(help.out, Catch::Contains(f));
 }
 
 TEST_CASE("every spelling names an option, every rule options that exist", "[run_options]") {
