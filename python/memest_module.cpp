@@ -4,9 +4,9 @@
 // ("--lora-rank": lora_rank); results are the CLI's JSON as Python objects, in the CLI's key order.
 #include "cli/cli.hpp"
 
-#include <memest/config.hpp>
 #include <memest/report.hpp>
 #include <memest/run_config.hpp>
+#include <memest/run_options.hpp>
 #include <memest/suggest.hpp>
 
 #include <fmt/format.h>
@@ -285,6 +285,17 @@ py::list options() {
     d["section"] = info.section;
     d["key"] = info.key;
     d["type"] = info.boolean ? std::string("bool") : info.type_name;
+    d["kind"] = std::string(memest::value_kind_name(info.kind));
+    py::list choices;
+    if (info.choices) {
+      for (const auto name : info.choices()) choices.append(std::string(name));
+    }
+    d["choices"] = choices;
+    d["default"] = info.fallback.value.empty()
+                       ? py::none()
+                       : py::object(py::str(std::string(info.fallback.value)));
+    d["alias_of"] =
+        info.alias_of.empty() ? py::none() : py::object(py::str(std::string(info.alias_of)));
     d["help"] = info.help;
     out.append(d);
   }
@@ -309,7 +320,8 @@ PYBIND11_MODULE(memest, m) {
       "estimate", [](const py::kwargs& kw) { return json_result("estimate", kw, kEstimateExtras); },
       ("estimate(**options) -> dict\n\n"
        "One training run: what `memest --format json` prints (categories with integer bytes,\n"
-       "the peak over a step with its phase and live tensors, the inputs echoed back).\n" +
+       "the peak over a step with its phase and live tensors; `inputs`, the run config that\n"
+       "reproduces the run, which estimate(file=...) takes back; `run`, the run as resolved).\n" +
        options_doc(kEstimateExtras))
           .c_str());
   m.def(
@@ -345,5 +357,7 @@ PYBIND11_MODULE(memest, m) {
       "schema() -> dict\n\nThe JSON Schema of run config files, as `memest schema` prints it.");
   m.def("options", &options,
         "options() -> list of dict\n\n"
-        "The run options: keyword, flag, run-config section and key, type and help.");
+        "The run options: keyword, flag, run-config section and key, type, kind (flag, count,\n"
+        "choice, ...), choices (the names it takes), default (None when none is constant),\n"
+        "alias_of (the option it is another spelling of) and help.");
 }

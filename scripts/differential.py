@@ -4,7 +4,8 @@
 A refactor that must not change any output (docs/design.md, "Refactors and the differential
 run") is checked by drawing command lines across every run option, running them through the old
 and the new binary and comparing exit codes, standard output (the JSON document without its
-`inputs` echo, which may change shape), standard error and any --plot picture.
+`inputs` echo, which may change shape, and the layout's `schema_version`; a layout-1 document's
+`inputs` is compared as layout 2's `run`), standard error and any --plot picture.
 
     python3 scripts/differential.py draw N SEED > runs.jsonl     # N command lines
     python3 scripts/differential.py run BINARY runs.jsonl > results.jsonl
@@ -58,6 +59,8 @@ VALUES = {
     "--qlora-init": lambda r: r.choice(["none", "whole", "chunked"]),
     "--model-code": lambda r: r.choice(["hf", "litgpt"]),
     "--layer-clones": None,
+    "--model-loading": lambda r: r.choice(["none", "layer-clones", "nf4-whole", "nf4-chunked",
+                                           "layer-clones,nf4-whole", "fsdp-sync", "full"]),
     "--optimizer": lambda r: r.choice(["sgd", "sgd-momentum", "adam", "adamw", "adagrad",
                                        "rmsprop", "lion", "adafactor", "adam8bit"]),
     "--nesterov": None, "--amsgrad": None, "--rmsprop-momentum": None, "--centered": None,
@@ -208,7 +211,14 @@ def run_one(binary, args):
         try:
             doc = json.loads(out)
             if isinstance(doc, dict) and "inputs" in doc:
-                doc.pop("inputs")
+                # Layout 1 echoed the run as resolved under `inputs`; layout 2 has it under
+                # `run`, and `inputs` is a run config (compared by the round-trip tests).
+                resolved = doc.pop("inputs") if doc.get("schema_version") == 1 else None
+                if resolved is not None:
+                    doc["run"] = resolved
+                doc.pop("inputs", None)
+            if isinstance(doc, dict):
+                doc.pop("schema_version", None)
                 out = json.dumps(doc, sort_keys=True).encode()
         except ValueError:
             pass

@@ -37,13 +37,15 @@ TEST_CASE("JSON carries exact integer bytes under stable keys", "[cli]") {
   auto r = run_cli({"--params", "7B", "--optimizer", "adamw", "--format", "json"});
   REQUIRE(r.code == 0);
   auto j = nlohmann::json::parse(r.out);
-  REQUIRE(j["schema_version"] == 1);
+  REQUIRE(j["schema_version"] == 2);
   REQUIRE(j["categories"]["params"]["bytes"] == 28'000'000'000ULL);
   REQUIRE(j["categories"]["grads"]["bytes"] == 28'000'000'000ULL);
   REQUIRE(j["categories"]["optimizer_states"]["bytes"] == 56'000'000'000ULL);
   REQUIRE(j["categories"]["activations"]["bytes"].is_null());
   REQUIRE(j["total"]["bytes"] == 112'000'000'000ULL);
-  REQUIRE(j["inputs"]["optimizer"]["name"] == "adamw");
+  REQUIRE(j["inputs"]["optimizer"]["name"] == "adamw");  // a run config: --file takes it
+  REQUIRE(j["inputs"]["model"]["params"] == "7B");
+  REQUIRE(j["run"]["precision"]["param_dtype"] == "fp32");  // the run as resolved
   REQUIRE(j["parameters"]["total"] == 7'000'000'000ULL);
 }
 

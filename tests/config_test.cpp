@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <set>
 
 using namespace memest;
 using memest::test::read_file;
@@ -39,17 +38,6 @@ TEST_CASE("flags override a run config", "[config]") {
       {"--file", "tests/data/runs/seed_fp32.json", "--precision", "bf16", "--format", "json"});
   REQUIRE(over.code == 0);
   REQUIRE_THAT(over.out, Catch::Contains("\"bytes\": 56000000000"));
-}
-
-TEST_CASE("every flag has a config key and every key a flag", "[config]") {
-  std::set<std::string> flags, keys;
-  for (const auto& info : run_option_table()) {
-    REQUIRE((info.text == nullptr) != (info.boolean == nullptr));
-    REQUIRE(flags.insert(info.flag).second);
-    REQUIRE(keys.insert(info.section + "/" + info.key).second);
-  }
-  auto help = run_cli({"--help"});
-  for (const auto& f : flags) REQUIRE_THAT(help.out, Catch::Contains(f));
 }
 
 TEST_CASE("a run config's values are named by file and pointer", "[config]") {
@@ -91,4 +79,65 @@ TEST_CASE("a file that cannot be read gets the same words from every loader", "[
       parse_run_config(fmt::format(R"({{"model": {{"config": "{}"}}}})", path), "run.json");
   REQUIRE_THROWS_WITH(resolve(options),
                       fmt::format("run.json: /model/config: {}: {}", path, problem));
+}
+
+TEST_CASE("a result reproduces itself: stacks, QLoRA, FSDP, model loading and files", "[config]") {
+  using memest::test::check_round_trip;
+  const std::vector<std::string> llama = {"--model", "llama-2-7b", "--batch", "2", "--seq", "512"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), llama.begin(), llama.end());
+    return more;
+  };
+  SECTION("a stack, its defaults written out") {
+    check_round_trip(with({"--stack", "torchtune", "--lora-rank", "8", "--qlora", "--layer-clones",
+                           "--allocator", "cuda", "--gpu", "a100-80gb"}),
+                     "stack.json");
+    check_round_trip(with({"--stack", "megatron", "--dp", "4", "--distributed-optimizer",
+                           "--precision", "bf16", "--tp", "2", "--sp"}),
+                     "megatron.json");
+  }
+  SECTION("LoRA, QLoRA and FSDP, with the older spellings") {
+    check_round_trip(with({"--lora-rank", "16", "--lora-targets", "all-linear", "--lora-dropout",
+                           "0.1", "--qlora", "--double-quant", "--qlora-init", "whole",
+                           "--precision", "bf16", "--fused-optimizer", "--allocator", "cuda"}),
+                     "qlora.json");
+    check_round_trip(
+        with({"--dp", "8", "--fsdp", "hybrid", "--fsdp-group", "4", "--fsdp-param-dtype", "bf16",
+              "--fsdp-orig-params", "--fsdp-sync-module-states", "--grad-accum", "2",
+              "--fsdp-no-sync", "--allocator", "cuda", "--amp"}),
+        "fsdp.json");
+    check_round_trip(with({"--dp", "2", "--zero", "3", "--offload", "optimizer,params",
+                           "--model-loading", "full", "--budget", "20GB", "--reserve", "1GiB"}),
+                     "zero.json");
+  }
+  SECTION("a config.json by path and inline, a run config") {
+    check_round_trip({"--config", "configs/models/gpt2.json", "--batch", "1", "--seq", "64"},
+                     "config.json");
+    check_round_trip({"--architecture", read_file("configs/models/pythia-70m.json"), "--batch", "1",
+                      "--seq", "64", "--device", "cpu"},
+                     "architecture.json");
+    for (const auto& entry : std::filesystem::directory_iterator("configs/examples")) {
+      CAPTURE(entry.path().string());
+      check_round_trip({"--file", entry.path().string()}, "example.json");
+    }
+  }
+}
+
+TEST_CASE("a run config holds only the keys that apply to its run", "[config]") {
+  const auto j = memest::test::run_json({"--params", "7B", "--optimizer", "sgd-momentum"});
+  const auto& in = j["inputs"];
+  CHECK(in["optimizer"]["nesterov"] == false);           // sgd-momentum's own option
+  CHECK_FALSE(in["optimizer"].contains("amsgrad"));      // adam's and adamw's
+  CHECK_FALSE(in["model"].contains("lora_targets"));     // no adapters
+  CHECK_FALSE(in["parallel"].contains("fsdp_version"));  // no FSDP
+  CHECK_FALSE(in["precision"].contains("amp"));          // a shorter spelling of the preset
+  CHECK_FALSE(in["training"].contains("micro_batch"));   // not given: no activations
+  CHECK(in["model"]["loading"] == "none");
+  const auto q = memest::test::run_json({"--model", "llama-2-7b", "--lora-rank", "8", "--qlora",
+                                         "--qlora-init", "chunked", "--layer-clones", "--amp"});
+  CHECK(q["inputs"]["model"]["loading"] == "layer-clones,nf4-chunked");
+  CHECK_FALSE(q["inputs"]["model"].contains("qlora_init"));
+  CHECK_FALSE(q["inputs"]["model"].contains("layer_clones"));
+  CHECK(q["inputs"]["precision"]["preset"] == "amp");
+  CHECK(q["inputs"]["model"]["lora_targets"] == "q,v");  // the default, written out
 }

@@ -4,7 +4,9 @@
 
 #include <memest/check.hpp>
 #include <memest/config.hpp>
+#include <memest/error.hpp>
 #include <memest/report.hpp>
+#include <memest/run_config.hpp>
 #include <memest/search.hpp>
 
 #include <fmt/format.h>
@@ -182,7 +184,7 @@ TEST_CASE("properties: JSON totals equal their parts, and the table agrees with 
     const RunSpec run = resolve(o);
     CAPTURE(describe(run));
     const Estimate e = estimate(run);
-    const auto j = nlohmann::json::parse(render_json(run, e, ReportOptions{}));
+    const auto j = nlohmann::json::parse(render_json(run, e, ReportOptions{}, run_config_of(o)));
     std::uint64_t device = 0, host = 0;
     for (const auto& [key, c] : j["categories"].items()) {
       if (c["bytes"].is_null()) continue;
@@ -264,4 +266,113 @@ TEST_CASE("issue 12: frozen weights get no gradients in the walk (LoRA on a tied
     CAPTURE(m.name);
     REQUIRE(m.parts[static_cast<std::size_t>(Part::grads)] <= adapter_grads);
   }
+}
+
+namespace {
+
+// random_run widened to the options a run config holds beyond it: a stack, adapters, the ways
+// of loading the model, FSDP, model splits, the loss, the techniques, hardware. Some draws are
+// refused (a split the model does not divide, a technique a layout cannot do); the round trip
+// takes the runs that are accepted.
+RunOptions wider_run(Draw& d) {
+  RunOptions o = random_run(d);
+  auto set = [](TextSetting& s, std::string v) { s = Setting<std::string>{std::move(v), "test"}; };
+  auto on = [](FlagSetting& s) { s = Setting<bool>{true, "test"}; };
+  constexpr std::array<const char*, 5> kStacks = {"hf", "torchtune", "litgpt", "torchtitan",
+                                                  "megatron"};
+  constexpr std::array<const char*, 5> kLoss = {"hf", "vocab-parallel", "chunked", "chunked-tokens",
+                                                "hf-upcast"};
+  constexpr std::array<const char*, 4> kFsdp = {"full", "hybrid", "grad-op", "no-shard"};
+  constexpr std::array<const char*, 4> kLoading = {"layer-clones", "nf4-whole",
+                                                   "layer-clones,nf4-chunked", "full"};
+  constexpr std::array<const char*, 3> kGpus = {"a100-80gb", "h100-80gb", "t4"};
+  if (d.below(4) == 0) set(o.stack, d.pick(kStacks));
+  if (d.below(4) == 0) {
+    set(o.lora_rank, std::to_string(1 + d.below(16)));
+    if (d.coin()) set(o.lora_targets, d.coin() ? "all-linear" : "q,k,v,o");
+    if (d.coin()) set(o.lora_dropout, "0.05");
+    if (d.coin()) {
+      on(o.qlora);
+      if (d.coin()) on(o.double_quant);
+      if (d.coin()) set(o.model_loading, d.pick(kLoading));
+    }
+  } else if (d.below(6) == 0) {
+    set(o.model_loading, d.coin() ? "layer-clones" : "full");
+  }
+  if (d.below(6) == 0) set(o.model_code, "litgpt");
+  if (d.below(4) == 0) {
+    set(o.loss, d.pick(kLoss));
+    if (d.coin()) set(o.loss_chunk, std::to_string(1 + d.below(200)));
+  }
+  if (d.below(4) == 0) {
+    o.zero_stage.reset();
+    set(o.data_parallel, "8");
+    set(o.fsdp, d.pick(kFsdp));
+    if (o.fsdp->value == "hybrid") set(o.fsdp_group, "4");
+    if (d.coin()) set(o.fsdp_version, d.coin() ? "1" : "2");
+    if (d.coin()) set(o.fsdp_param_dtype, "bf16");
+    if (d.below(4) == 0) on(o.fsdp_orig_params);
+    if (d.below(4) == 0) {
+      on(o.fsdp_no_sync);
+      set(o.grad_accum, "4");
+    }
+    if (d.below(4) == 0) {
+      o.model_loading.reset();
+      on(o.fsdp_sync_module_states);
+    }
+  }
+  if (d.below(8) == 0) {
+    set(o.tensor_parallel, "2");
+    if (d.coin()) on(o.sequence_parallel);
+  }
+  if (d.below(10) == 0) set(o.pipeline_parallel, "2");
+  if (d.below(6) == 0) set(o.offload, d.coin() ? "activations" : "optimizer");
+  for (FlagSetting* f : {&o.compile, &o.loop_keeps_output, &o.softmax_keeps_input, &o.amp,
+                         &o.fused_optimizer, &o.paged_optimizer, &o.ddp_bucket_view}) {
+    if (d.below(8) == 0) on(*f);
+  }
+  if (d.below(8) == 0) on(o.layer_clones);
+  if (d.below(6) == 0) set(o.transformer_impl, "transformer_engine");
+  if (d.below(6) == 0) set(o.master_dtype, "none");
+  if (d.below(8) == 0) set(o.dropout, "0.1");
+  if (d.below(8) == 0) set(o.zero_grad, "zero");
+  if (d.below(8) == 0) set(o.freeze, "embedding,norm");
+  if (d.below(4) == 0) set(o.gpu, d.pick(kGpus));
+  if (!o.gpu && d.below(6) == 0) set(o.budget, "40GB");
+  if (d.below(8) == 0) set(o.context_reserve, "v100-cuda11.2");
+  return o;
+}
+
+// The command line of `o`: each setting as its flag.
+std::vector<std::string> words_of(const RunOptions& o) {
+  std::vector<std::string> words;
+  for (const auto& info : run_option_table()) {
+    if (info.boolean && o.*info.boolean && (o.*info.boolean)->value) words.push_back(info.flag);
+    if (info.text && o.*info.text) {
+      words.push_back(info.flag);
+      words.push_back((o.*info.text)->value);
+    }
+  }
+  return words;
+}
+
+}  // namespace
+
+TEST_CASE("properties: a result reproduces itself through its inputs and --file",
+          "[property][config]") {
+  Draw d(2020);
+  int accepted = 0;
+  for (int i = 0; i < kRuns; ++i) {
+    const RunOptions o = wider_run(d);
+    try {
+      resolve(o);
+    } catch (const Error&) {
+      continue;  // a draw the options refuse
+    }
+    const auto words = words_of(o);
+    CAPTURE(fmt::format("{}", fmt::join(words, " ")));
+    test::check_round_trip(words, "property.json");
+    ++accepted;
+  }
+  CHECK(accepted >= kRuns / 2);
 }

@@ -47,8 +47,9 @@ TEST_CASE("a stack gives the estimate its defaults spelled out as flags give", "
       flags.insert(flags.end(), spelled.begin(), spelled.end());
       json a = run_json(with), b = run_json(flags);
       CHECK(a["inputs"]["training"]["stack"] == s.name);
+      CHECK(a["run"]["training"]["stack"] == s.name);
       a["inputs"]["training"].erase("stack");
-      b["inputs"]["training"].erase("stack");
+      a["run"]["training"]["stack"] = nullptr;
       CHECK(a == b);
     }
   }
@@ -58,6 +59,7 @@ TEST_CASE("a flag or a run-config key overrides the stack's default", "[stacks]"
   const json j = run_json({"--model", "gpt2", "--stack", "megatron", "--attention", "eager"});
   CHECK(j["inputs"]["training"]["attention"] == "eager");
   CHECK(j["inputs"]["training"]["loss"] == "vocab-parallel");  // the stack's, not overridden
+  CHECK(j["run"]["training"]["attention"] == "eager");
   const json f = run_json({"--model", "gpt2", "--stack", "megatron", "--fused-optimizer"});
   CHECK(f["inputs"]["optimizer"]["impl"] == "fused");  // a short flag does not conflict
   const auto path = std::filesystem::temp_directory_path() / "memest-stack-run.json";

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -70,6 +71,33 @@ inline nlohmann::json run_json(std::vector<std::string> args) {
   INFO(r.err);
   REQUIRE(r.code == 0);
   return nlohmann::json::parse(r.out);
+}
+
+/// A result reproduces itself: the run config the JSON document of `args` echoes as `inputs`,
+/// given back with --file, gives the same document (its `inputs` the same again) and exit code
+/// (0, or 1 over a budget); only the model's source may differ, as a path is written absolute.
+/// `name` names the temporary file.
+inline void check_round_trip(std::vector<std::string> args, const std::string& name) {
+  args.insert(args.end(), {"--format", "json"});
+  const CliResult a = run_cli(args);
+  INFO(a.err);
+  REQUIRE((a.code == 0 || a.code == 1));
+  nlohmann::json first = nlohmann::json::parse(a.out);
+  const auto path = std::filesystem::temp_directory_path() / ("memest-round-trip-" + name);
+  std::ofstream(path, std::ios::binary) << first["inputs"].dump(2);
+  const CliResult b = run_cli({"--file", path.string(), "--format", "json"});
+  std::filesystem::remove(path);
+  INFO("inputs: " << first["inputs"].dump() << "\n" << b.err);
+  REQUIRE(b.code == a.code);
+  nlohmann::json second = nlohmann::json::parse(b.out);
+  CHECK(second["inputs"] == first["inputs"]);
+  CHECK(second["categories"] == first["categories"]);
+  CHECK(second["peak"] == first["peak"]);
+  for (auto* doc : {&first, &second}) {
+    doc->erase("inputs");
+    (*doc)["run"]["model"].erase("source");
+  }
+  CHECK(second == first);
 }
 
 /// Compares `actual` with tests/golden/<name>; MEMEST_UPDATE_GOLDEN=1 rewrites the file.

@@ -34,7 +34,8 @@ function optionOf(section, key, schema) {
   if (!m) return null;
   const help = schema.description.slice(0, m.index);
   const alternatives = schema.anyOf || [schema];
-  const choices = alternatives.flatMap((a) => (a.enum || []).map(String));
+  // A numbered choice (--zero) is an enum of numbers and one of strings: one list of names.
+  const choices = [...new Set(alternatives.flatMap((a) => (a.enum || []).map(String)))];
   const onlyChoices = alternatives.every((a) => a.enum);
   const d = /\(default ([^;)]+)/.exec(help);
   let kind = 'text';

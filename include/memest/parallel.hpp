@@ -55,10 +55,6 @@ struct ParallelSpec {
   /// FSDP1's use_orig_params=True: frozen and trainable parameters share a unit's flat
   /// parameter, whose gradient covers all of it.
   bool fsdp_orig_params = false;
-  /// FSDP1's constructor given sync_module_states=True and a device_id on a model held on the
-  /// host (or the meta device): unit by unit, its parameters are moved to the device, broadcast
-  /// from rank 0, flattened and sharded (src/replay/fsdp_init.cpp), which leaves segments cached.
-  bool fsdp_sync_module_states = false;
   /// FSDP's no_sync() (FSDP2: set_requires_gradient_sync(False)) around the micro-batches of an
   /// accumulation: nothing is reduce-scattered until the last, so each unit keeps its whole
   /// unsharded gradient (with use_orig_params, over the frozen parameters too) between them.

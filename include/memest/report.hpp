@@ -8,6 +8,7 @@
 #include <memest/units.hpp>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace memest {
@@ -19,8 +20,9 @@ struct ReportOptions {
   bool color = false;    ///< ANSI colours in the chart (a terminal, NO_COLOR unset)
 };
 
-/// Version of the JSON layout; bumped when a key changes meaning or disappears.
-inline constexpr int kJsonSchemaVersion = 1;
+/// Version of the JSON layout; bumped when a key changes meaning or disappears. 2: an estimate's
+/// `inputs` is a run config (run_config_of) and what it held before is under `run`.
+inline constexpr int kJsonSchemaVersion = 2;
 
 /// The library's version, e.g. "0.1.0".
 std::string_view version();
@@ -29,9 +31,12 @@ std::string_view version();
 /// total and the assumptions. Ends with a newline.
 std::string render_table(const RunSpec& run, const Estimate& est, const ReportOptions& options);
 
-/// JSON with stable snake_case keys, integer byte counts, the inputs echoed back and
-/// `schema_version`. Categories not estimated have `"bytes": null`. Ends with a newline.
-std::string render_json(const RunSpec& run, const Estimate& est, const ReportOptions& options);
+/// JSON with stable snake_case keys, integer byte counts and `schema_version`: `inputs` is
+/// `run_config` (JSON text: the run config that reproduces the run, run_config_of in
+/// run_config.hpp), `run` the run as resolved (the model's name and source, the precision
+/// policy's dtypes, ...). Categories not estimated have `"bytes": null`. Ends with a newline.
+std::string render_json(const RunSpec& run, const Estimate& est, const ReportOptions& options,
+                        std::string_view run_config);
 
 /// A stacked bar of the device categories, against the budget when there is one, with a legend:
 /// Unicode blocks, coloured when options.color. Ends with a newline.

@@ -60,6 +60,25 @@ enum class TransformerImpl { local, transformer_engine };
 /// litgpt (LitGPT's lit_gpt/model.py and lora.py, read at 8641822: RMSNorm in the model's
 /// dtype, one fused qkv linear whose LoRA has one dropout, F.gelu; docs/activations.md).
 enum class ModelCode { hf, litgpt };
+/// How the model reaches the device before the first step (--model-loading; with --allocator
+/// cuda, the set-up stretch of the replay): none (it arrives as stored: nothing on the device
+/// before the model is loaded); layer-clones (built on the device as one decoder layer
+/// deep-copied num_layers times, that layer then freed: torchtune's Llama-2 builders); nf4-whole
+/// and nf4-chunked (QLoRA base weights built in 16 bits on the device and quantised there, as
+/// QloraInit::whole and chunked say); layer-clones,nf4-whole and layer-clones,nf4-chunked (both:
+/// torchtune's QLoRA Llama-2 builders, each copy quantised again); fsdp-sync (FSDP1's
+/// constructor with sync_module_states=True on a model held on the host); full (the whole model
+/// materialised on every device before it is sharded). docs/techniques.md, "Model loading".
+enum class ModelLoading {
+  none,
+  layer_clones,
+  nf4_whole,
+  nf4_chunked,
+  layer_clones_nf4_whole,
+  layer_clones_nf4_chunked,
+  fsdp_sync,
+  full
+};
 
 std::span<const std::string_view> attention_names();
 Attention parse_attention(std::string_view text);
@@ -78,11 +97,17 @@ Loss parse_loss(std::string_view text);
 std::string_view loss_name(Loss l);
 std::span<const std::string_view> qlora_init_names();
 QloraInit parse_qlora_init(std::string_view text);
-std::string_view qlora_init_name(QloraInit q);
 std::span<const std::string_view> transformer_impl_names();
 TransformerImpl parse_transformer_impl(std::string_view text);
 std::span<const std::string_view> model_code_names();
 ModelCode parse_model_code(std::string_view text);
+std::span<const std::string_view> model_loading_names();
+ModelLoading parse_model_loading(std::string_view text);
+std::string_view model_loading_name(ModelLoading m);
+/// How the QLoRA base weights are quantised on the device under `m` (none when they are not).
+QloraInit nf4_init(ModelLoading m);
+/// Whether `m` builds the model as copies of one decoder layer (torchtune's _get_clones).
+bool clones_layers(ModelLoading m);
 
 /// The training loop around the model.
 struct TrainingSpec {
@@ -102,8 +127,6 @@ struct TrainingSpec {
   /// Transformer Engine's cuBLAS workspace (--transformer-impl transformer_engine): kTeWorkspace,
   /// or kTeWorkspaceSm90 from sm90 on; 0 without TE layers.
   std::uint64_t te_workspace = 0;
-  /// Model loading materialises the whole model on each device before sharding it (--load-full).
-  bool load_full = false;
   Loss loss = Loss::hf;
   /// chunked: chunks of the sequence (0: torchtune's 8); chunked-tokens: positions per chunk
   /// (0: LitGPT's 128).
@@ -120,12 +143,10 @@ struct TrainingSpec {
   /// bitsandbytes before 0.43.2: each 4-bit linear keeps its input for backward although it
   /// has no weight gradient (MatMul4Bit's ctx.tensors = (A, B), dropped in PR #1270).
   bool nf4_keeps_input = false;
-  /// QLoRA: the base weights quantised on the device as the model is built (--qlora-init); with
-  /// --allocator cuda the set-up stretch of the replay holds the quantisation's temporaries.
-  QloraInit qlora_init = QloraInit::none;
-  /// The model is built on the device as one decoder layer deep-copied num_layers times, that
-  /// layer then freed (torchtune's Llama-2 builders, _get_clones; --layer-clones).
-  bool layer_clones = false;
+  /// How the model reaches the device (--model-loading, or its older flags --qlora-init,
+  /// --layer-clones, --fsdp-sync-module-states, --load-full); with --allocator cuda the set-up
+  /// stretch of the replay.
+  ModelLoading model_loading = ModelLoading::none;
   ModelCode model_code = ModelCode::hf;
   std::string stack;  ///< the training stack whose defaults the run took (--stack); empty: none
   /// The optimizer step fused into backward (torchtune optimizer_in_bwd, PyTorch's

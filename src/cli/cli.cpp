@@ -342,11 +342,12 @@ int run_compare(const std::string& policies, const RunOptions& flag_options,
 int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::ostream& out) {
   ReportOptions report = report_options(flags, {"table", "json", "markdown"});
   report.color = flags.color;
-  const RunSpec spec = resolve(with_file(flag_options, flags));
+  const RunOptions options = with_file(flag_options, flags);
+  const RunSpec spec = resolve(options);
   const Estimate est = estimate(spec, {.timeline = !flags.plot.empty()});
   if (!flags.plot.empty()) write_plot(flags.plot, render_step_svg(spec, est, report));
   if (flags.format == "json") {
-    out << render_json(spec, est, report);
+    out << render_json(spec, est, report, run_config_of(options));
   } else if (flags.format == "markdown") {
     out << render_markdown(spec, est, report);
   } else {
@@ -432,6 +433,103 @@ bool use_color(const std::ostream& out) {
   return &out == &std::cout && isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;
 }
 
+// The subcommands and what each one's own options are read into.
+struct Subcommands {
+  CLI::App* models = nullptr;
+  std::string models_filter;
+  CLI::App* gpus = nullptr;
+  CLI::App* check = nullptr;
+  std::vector<std::string> check_files;
+  CLI::App* compare = nullptr;
+  std::string policies = "fp32,amp,mixed,bf16";
+  CLI::App* fit = nullptr;
+  FitFlags fit_flags;
+  CLI::App* sweep = nullptr;
+  SweepFlags sweep_flags;
+  CLI::App* schema = nullptr;
+};
+
+// The commands that list presets or check and compare runs.
+void add_listing_commands(CLI::App& app, Subcommands& c) {
+  c.models = app.add_subcommand(
+      "models", "List the model presets: Hub id, family, parameter count and layout");
+  c.models
+      ->add_option("filter", c.models_filter, "Only presets whose name, Hub id or family has it")
+      ->type_name("TEXT");
+  c.gpus = app.add_subcommand("gpus", "List the GPU presets with their memory");
+  c.check = app.add_subcommand(
+      "check",
+      "Check run config files against their budgets: exit 0 all fit, 1 some over, 2 some invalid");
+  c.check->add_option("files", c.check_files, "Run config files (JSON)")
+      ->required()
+      ->type_name("FILE");
+  c.compare =
+      app.add_subcommand("compare", "The same run under several precision policies, side by side");
+  c.compare
+      ->add_option("--policies", c.policies,
+                   "Comma-separated policies (default fp32,amp,mixed,bf16)")
+      ->type_name("LIST");
+}
+
+// The commands that search sizes or grids, and the schema.
+void add_search_commands(CLI::App& app, Subcommands& c) {
+  c.fit = app.add_subcommand(
+      "fit",
+      "The largest micro-batch (or sequence) that fits the budget; if none, what would help");
+  c.fit->add_option("--for", c.fit_flags.target, "What to maximise: batch or seq (default batch)")
+      ->type_name("TARGET");
+  c.fit
+      ->add_option("--gpus", c.fit_flags.gpus,
+                   "Search the layouts of N GPUs (tp, pp, cp, dp with ZeRO, recompute) that fit, "
+                   "most headroom first; memory only, speed is not modelled")
+      ->type_name("N");
+  c.fit->add_option("--max", c.fit_flags.max, "The largest value to try (default 1048576)")
+      ->type_name("N");
+  c.sweep = app.add_subcommand(
+      "sweep", "Every combination of the lists given, as CSV (--format csv) or JSON lines (jsonl)");
+  SweepFlags& sf = c.sweep_flags;
+  c.sweep->add_option("--batches", sf.batches, "Micro-batch sizes, e.g. 1,2,4,8")
+      ->type_name("LIST");
+  c.sweep->add_option("--seqs", sf.seqs, "Sequence lengths, e.g. 1024,2048")->type_name("LIST");
+  c.sweep->add_option("--policies", sf.policies, "Precision policies, e.g. fp32,bf16")
+      ->type_name("LIST");
+  c.sweep->add_option("--optimizers", sf.optimizers, "Optimizers, e.g. adamw,adam8bit")
+      ->type_name("LIST");
+  c.schema = app.add_subcommand("schema", "Print the JSON Schema of run config files");
+}
+
+void add_subcommands(CLI::App& app, Subcommands& c) {
+  add_listing_commands(app, c);
+  add_search_commands(app, c);
+  for (auto* sub : {c.models, c.gpus, c.check, c.compare, c.fit, c.sweep, c.schema}) {
+    sub->fallthrough();  // the run and output options of memest apply here too
+    sub->footer(
+        "\nThe run options of 'memest --help' (--model, --batch, --seq, --gpu, --format, ...)\n"
+        "apply to this command too, before or after its name.");
+  }
+}
+
+// Runs the subcommand given, or a plain estimate.
+int dispatch(const Subcommands& c, const RunOptions& options, const OutputFlags& output,
+             std::ostream& out) {
+  for (const auto* sub : {c.models, c.gpus, c.check, c.compare, c.fit, c.schema}) {
+    if (sub->parsed() && !output.plot.empty())
+      throw Error(fmt::format("--plot: not used by {} (an estimate or a sweep draws one)",
+                              sub->get_name()));
+  }
+  if (c.models->parsed()) return run_models(c.models_filter, output, out);
+  if (c.gpus->parsed()) return run_gpus(output, out);
+  if (c.check->parsed()) return run_check(c.check_files, options, output, out);
+  if (c.compare->parsed()) return run_compare(c.policies, options, output, out);
+  if (c.fit->parsed()) return run_fit(c.fit_flags, options, output, out);
+  if (c.schema->parsed()) {
+    out << run_config_schema();
+    return kExitOk;
+  }
+  if (c.sweep->parsed()) return run_sweep(c.sweep_flags, options, output, out);
+  return run_estimate(options, output, out);
+}
+
 }  // namespace
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -461,54 +559,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   binder.bind(app, options);
   add_output_flags(app, output);
   app.require_subcommand(0, 1);
-  auto* models = app.add_subcommand(
-      "models", "List the model presets: Hub id, family, parameter count and layout");
-  std::string models_filter;
-  models->add_option("filter", models_filter, "Only presets whose name, Hub id or family has it")
-      ->type_name("TEXT");
-  auto* gpus = app.add_subcommand("gpus", "List the GPU presets with their memory");
-  auto* check = app.add_subcommand(
-      "check",
-      "Check run config files against their budgets: exit 0 all fit, 1 some over, 2 some invalid");
-  std::vector<std::string> check_files;
-  check->add_option("files", check_files, "Run config files (JSON)")->required()->type_name("FILE");
-  auto* compare =
-      app.add_subcommand("compare", "The same run under several precision policies, side by side");
-  std::string policies = "fp32,amp,mixed,bf16";
-  compare
-      ->add_option("--policies", policies, "Comma-separated policies (default fp32,amp,mixed,bf16)")
-      ->type_name("LIST");
-  auto* fit = app.add_subcommand(
-      "fit",
-      "The largest micro-batch (or sequence) that fits the budget; if none, what would help");
-  FitFlags fit_flags;
-  fit->add_option("--for", fit_flags.target, "What to maximise: batch or seq (default batch)")
-      ->type_name("TARGET");
-  fit->add_option("--gpus", fit_flags.gpus,
-                  "Search the layouts of N GPUs (tp, pp, cp, dp with ZeRO, recompute) that fit, "
-                  "most headroom first; memory only, speed is not modelled")
-      ->type_name("N");
-  fit->add_option("--max", fit_flags.max, "The largest value to try (default 1048576)")
-      ->type_name("N");
-  auto* sweep_cmd = app.add_subcommand(
-      "sweep", "Every combination of the lists given, as CSV (--format csv) or JSON lines (jsonl)");
-  SweepFlags sweep_flags;
-  sweep_cmd->add_option("--batches", sweep_flags.batches, "Micro-batch sizes, e.g. 1,2,4,8")
-      ->type_name("LIST");
-  sweep_cmd->add_option("--seqs", sweep_flags.seqs, "Sequence lengths, e.g. 1024,2048")
-      ->type_name("LIST");
-  sweep_cmd->add_option("--policies", sweep_flags.policies, "Precision policies, e.g. fp32,bf16")
-      ->type_name("LIST");
-  sweep_cmd->add_option("--optimizers", sweep_flags.optimizers, "Optimizers, e.g. adamw,adam8bit")
-      ->type_name("LIST");
-  auto* schema = app.add_subcommand("schema", "Print the JSON Schema of run config files");
-  for (auto* sub : {models, gpus, check, compare, fit, sweep_cmd, schema}) {
-    sub->fallthrough();  // the run and output options of memest apply here too
-    sub->footer(
-        "\nThe run options of 'memest --help' (--model, --batch, --seq, --gpu, --format, ...)\n"
-        "apply to this command too, before or after its name.");
-  }
-
+  Subcommands commands;
+  add_subcommands(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -524,22 +576,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   output.color = use_color(out);
   return guarded(err, [&] {
     binder.collect();
-    for (const auto* sub : {models, gpus, check, compare, fit, schema}) {
-      if (sub->parsed() && !output.plot.empty())
-        throw Error(fmt::format("--plot: not used by {} (an estimate or a sweep draws one)",
-                                sub->get_name()));
-    }
-    if (models->parsed()) return run_models(models_filter, output, out);
-    if (gpus->parsed()) return run_gpus(output, out);
-    if (check->parsed()) return run_check(check_files, options, output, out);
-    if (compare->parsed()) return run_compare(policies, options, output, out);
-    if (fit->parsed()) return run_fit(fit_flags, options, output, out);
-    if (schema->parsed()) {
-      out << run_config_schema();
-      return kExitOk;
-    }
-    if (sweep_cmd->parsed()) return run_sweep(sweep_flags, options, output, out);
-    return run_estimate(options, output, out);
+    return dispatch(commands, options, output, out);
   });
 }
 

@@ -1,3 +1,4 @@
+#include "input/model_loading.hpp"
 #include "input/stacks.hpp"
 #include "model/adapters.hpp"
 #include "parallel/layout.hpp"
@@ -146,15 +147,8 @@ ModelSpec resolve_model(const RunOptions& o) {
     });
     freeze_roles(model.inventory, roles);
   }
-  if (!o.lora_rank) {
-    for (const auto* s : {&o.lora_targets, &o.lora_dropout, &o.qlora_init}) {
-      if (*s) throw Error(fmt::format("{} needs --lora-rank", (*s)->where));
-    }
-    for (const auto* s : {&o.qlora, &o.double_quant, &o.qlora_keeps_input}) {
-      if (*s && (*s)->value) throw Error(fmt::format("{} needs --lora-rank", (*s)->where));
-    }
-    return model;
-  }
+  check_rules(o, Check::lora);
+  if (!o.lora_rank) return model;
   LoraSpec lora;
   lora.rank =
       parse_setting(*o.lora_rank, [](std::string_view v) { return parse_positive(v, "rank"); });
@@ -162,15 +156,7 @@ ModelSpec resolve_model(const RunOptions& o) {
       o.lora_targets ? split_list(o.lora_targets->value) : std::vector<std::string>{"q", "v"};
   lora.qlora = flag(o.qlora);
   lora.double_quant = flag(o.double_quant);
-  if (lora.double_quant && !lora.qlora) {
-    throw Error(fmt::format("{} needs --qlora", o.double_quant->where));
-  }
-  if (flag(o.qlora_keeps_input) && !lora.qlora) {
-    throw Error(fmt::format("{} needs --qlora", o.qlora_keeps_input->where));
-  }
-  if (o.qlora_init && !lora.qlora) {
-    throw Error(fmt::format("{} needs --qlora", o.qlora_init->where));
-  }
+  check_rules(o, Check::qlora);
   const auto& where = o.lora_targets ? o.lora_targets->where : o.lora_rank->where;
   try {
     apply_lora(model, lora);
@@ -183,48 +169,24 @@ ModelSpec resolve_model(const RunOptions& o) {
 OptimizerSpec resolve_optimizer(const RunOptions& o) {
   OptimizerSpec spec;
   if (o.optimizer) spec.kind = parse_setting(*o.optimizer, parse_optimizer);
-  const auto name = optimizer_name(spec.kind);
-  auto option = [&](const std::optional<Setting<bool>>& s, std::initializer_list<OptimizerKind> ok,
-                    std::string_view accepted) {
-    if (!s) return false;
-    bool fits = false;
-    for (auto k : ok) fits = fits || k == spec.kind;
-    if (!fits) {
-      throw Error(fmt::format("{}: applies only to optimizer {}, got optimizer \"{}\"", s->where,
-                              accepted, name));
-    }
-    return s->value;
-  };
-  using K = OptimizerKind;
-  spec.nesterov = option(o.nesterov, {K::sgd_momentum}, "sgd-momentum");
-  spec.amsgrad = option(o.amsgrad, {K::adam, K::adamw}, "adam or adamw");
-  spec.momentum = option(o.rmsprop_momentum, {K::rmsprop}, "rmsprop");
-  spec.centered = option(o.centered, {K::rmsprop}, "rmsprop");
-  spec.first_moment = option(o.first_moment, {K::adafactor}, "adafactor");
+  check_rules(o, Check::optimizer);  // each optimizer's own options
+  spec.nesterov = flag(o.nesterov);
+  spec.amsgrad = flag(o.amsgrad);
+  spec.momentum = flag(o.rmsprop_momentum);
+  spec.centered = flag(o.centered);
+  spec.first_moment = flag(o.first_moment);
   if (o.optimizer_impl) spec.impl = parse_setting(*o.optimizer_impl, parse_optimizer_impl);
   spec.paged = flag(o.paged_optimizer);
-  if (flag(o.fused_optimizer)) {
-    if (o.optimizer_impl && spec.impl != OptimizerImpl::fused) {
-      throw Error(
-          fmt::format("{} conflicts with {} \"{}\" ({} is short for --optimizer-impl fused)",
-                      o.fused_optimizer->where, o.optimizer_impl->where, o.optimizer_impl->value,
-                      o.fused_optimizer->where));
-    }
-    spec.impl = OptimizerImpl::fused;
-  }
+  check_rules(o, Check::optimizer_impl);
+  if (flag(o.fused_optimizer)) spec.impl = OptimizerImpl::fused;
   return spec;
 }
 
 PrecisionPolicy resolve_precision(const RunOptions& o) {
   std::string name = "fp32";
   if (o.precision) name = o.precision->value;
-  if (flag(o.amp)) {
-    if (o.precision && o.precision->value != "amp") {
-      throw Error(fmt::format("{} conflicts with {} \"{}\" ({} is short for --precision amp)",
-                              o.amp->where, o.precision->where, o.precision->value, o.amp->where));
-    }
-    name = "amp";
-  }
+  check_rules(o, Check::precision);
+  if (flag(o.amp)) name = "amp";
   PrecisionPolicy policy =
       o.precision ? parse_setting(*o.precision, precision_preset) : precision_preset(name);
   PrecisionOverrides ov;
@@ -256,17 +218,8 @@ void resolve_fsdp(const RunOptions& o, ParallelSpec& p) {
           v));
     });
   }
-  const bool hybrid = o.fsdp->value == "hybrid";
-  if (hybrid && !o.fsdp_group) {
-    throw Error(fmt::format(
-        "{} hybrid: give --fsdp-group N, the ranks one replica is sharded over (a node, e.g. 8)",
-        o.fsdp->where));
-  }
-  if (o.fsdp_group && !hybrid) {
-    throw Error(fmt::format("{} \"{}\": a shard group applies to --fsdp hybrid, not \"{}\"",
-                            o.fsdp_group->where, o.fsdp_group->value, o.fsdp->value));
-  }
-  if (hybrid) {
+  check_rules(o, Check::fsdp_mode);
+  if (o.fsdp->value == "hybrid") {
     p.shard_group =
         parse_setting(*o.fsdp_group, [](std::string_view v) { return parse_positive(v, "ranks"); });
     if (p.data_parallel % p.shard_group != 0) {
@@ -275,17 +228,9 @@ void resolve_fsdp(const RunOptions& o, ParallelSpec& p) {
           o.fsdp_group->where, p.shard_group, p.data_parallel, p.data_parallel));
     }
   }
+  check_rules(o, Check::fsdp1);
   p.fsdp_orig_params = flag(o.fsdp_orig_params);
-  if (p.fsdp_orig_params && p.fsdp_version != 1) {
-    throw Error(fmt::format("{}: use_orig_params is FSDP1's (expected --fsdp-version 1)",
-                            o.fsdp_orig_params->where));
-  }
-  p.fsdp_sync_module_states = flag(o.fsdp_sync_module_states);
   p.fsdp_no_sync = flag(o.fsdp_no_sync);
-  if (p.fsdp_sync_module_states && p.fsdp_version != 1) {
-    throw Error(fmt::format("{}: sync_module_states is FSDP1's (expected --fsdp-version 1)",
-                            o.fsdp_sync_module_states->where));
-  }
   if (o.fsdp_param_dtype) p.fsdp_param_dtype = parse_setting(*o.fsdp_param_dtype, parse_dtype);
   if (o.fsdp_reduce_dtype) p.fsdp_reduce_dtype = parse_setting(*o.fsdp_reduce_dtype, parse_dtype);
 }
@@ -308,23 +253,13 @@ void resolve_sharding_names(const RunOptions& o, ParallelSpec& p) {
       if (v == "full" || v == "hybrid") return 3;
       if (v == "grad-op") return 2;
       if (v == "no-shard") return 0;
-      throw Error(fmt::format(
-          "unknown FSDP mode \"{}\" (expected one of: full, hybrid, grad-op, no-shard)", v));
+      throw Error(fmt::format("unknown FSDP mode \"{}\" (expected one of: {})", v,
+                              fmt::join(fsdp_mode_names(), ", ")));
     });
     stage_from(*o.fsdp, stage);
     resolve_fsdp(o, p);
   } else {
-    for (const TextSetting* s :
-         {&o.fsdp_version, &o.fsdp_group, &o.fsdp_param_dtype, &o.fsdp_reduce_dtype}) {
-      if (*s)
-        throw Error(fmt::format("{} \"{}\": applies to FSDP (expected --fsdp MODE as well)",
-                                (*s)->where, (*s)->value));
-    }
-    for (const FlagSetting* s :
-         {&o.fsdp_orig_params, &o.fsdp_sync_module_states, &o.fsdp_no_sync}) {
-      if (flag(*s))
-        throw Error(fmt::format("{}: applies to FSDP (expected --fsdp MODE as well)", (*s)->where));
-    }
+    check_rules(o, Check::fsdp);  // FSDP's settings without --fsdp
   }
   if (flag(o.distributed_optimizer)) {
     const Setting<std::string> s{"on", o.distributed_optimizer->where};
@@ -372,10 +307,9 @@ Offload parse_offload(std::string_view text) {
     } else if (v == "activations") {
       out.activations = true;
     } else {
-      throw Error(fmt::format(
-          "unknown offload \"{}\" (expected none, or a comma-separated list of: optimizer, "
-          "params, activations)",
-          v));
+      throw Error(
+          fmt::format("unknown offload \"{}\" (expected none, or a comma-separated list of: {})", v,
+                      fmt::join(offload_names(), ", ")));
     }
     start = comma + 1;
   }
@@ -396,7 +330,8 @@ ParallelSpec resolve_parallel(const RunOptions& o) {
   if (o.zero_stage) {
     p.zero_stage = parse_setting(*o.zero_stage, [](std::string_view v) -> unsigned {
       if (v.size() != 1 || v[0] < '0' || v[0] > '3') {
-        throw Error(fmt::format("unknown ZeRO stage \"{}\" (expected one of: 0, 1, 2, 3)", v));
+        throw Error(fmt::format("unknown ZeRO stage \"{}\" (expected one of: {})", v,
+                                fmt::join(zero_stage_names(), ", ")));
       }
       return static_cast<unsigned>(v[0] - '0');
     });
@@ -417,19 +352,7 @@ ParallelSpec resolve_parallel(const RunOptions& o) {
 }
 
 std::optional<Budget> resolve_budget(const RunOptions& o) {
-  if (o.gpu && o.budget) {
-    throw Error(fmt::format("{} \"{}\" conflicts with {} \"{}\" (give a GPU or a budget)",
-                            o.gpu->where, o.gpu->value, o.budget->where, o.budget->value));
-  }
-  // Both would count the CUDA context: --reserve takes it from the budget, --context-reserve
-  // adds it to the need.
-  if (o.reserve && o.context_reserve) {
-    throw Error(fmt::format(
-        "{} \"{}\" conflicts with {} \"{}\" (both count the CUDA context: {} takes it from the "
-        "budget, {} adds it to the need; give one)",
-        o.reserve->where, o.reserve->value, o.context_reserve->where, o.context_reserve->value,
-        o.reserve->where, o.context_reserve->where));
-  }
+  check_rules(o, Check::budget);
   std::optional<std::uint64_t> reserve;
   if (o.reserve) reserve = parse_setting(*o.reserve, parse_size_or_zero);
   if (o.gpu) {
@@ -443,11 +366,7 @@ std::optional<Budget> resolve_budget(const RunOptions& o) {
     const auto bytes = parse_setting(*o.budget, parse_bytes);
     return Budget{bytes, reserve.value_or(0), fmt::format("budget {}", o.budget->value)};
   }
-  if (o.reserve) {
-    throw Error(
-        fmt::format("{} needs --gpu or --budget (a reserve is taken from a device's memory)",
-                    o.reserve->where));
-  }
+  check_rules(o, Check::reserve);
   return std::nullopt;
 }
 
@@ -470,8 +389,8 @@ class Problems {
   std::vector<std::string> messages_;
 };
 
-TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
-  TrainingSpec t;
+// The sizes of a step: sequences per micro-batch, tokens per sequence, micro-batches per step.
+void resolve_sizes(const RunOptions& o, Problems& problems, TrainingSpec& t) {
   auto positive = [&](const TextSetting& s, std::string_view what, std::uint64_t& out) {
     if (!s) return;
     problems.attempt([&] {
@@ -481,6 +400,11 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
   positive(o.batch, "sequences", t.micro_batch);
   positive(o.seq, "tokens", t.seq_len);
   positive(o.grad_accum, "micro-batches", t.grad_accum);
+}
+
+// What the layers run and keep: attention, recompute, dropout, zero_grad, device, allocator and
+// the loss over the vocabulary.
+void resolve_kernels(const RunOptions& o, Problems& problems, TrainingSpec& t) {
   problems.attempt([&] {
     if (o.attention) t.attention = parse_setting(*o.attention, parse_attention);
   });
@@ -494,7 +418,8 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     if (!o.zero_grad) return;
     t.grads_set_to_none = parse_setting(*o.zero_grad, [](std::string_view v) {
       if (v != "none" && v != "zero") {
-        throw Error(fmt::format("unknown zero_grad mode \"{}\" (expected one of: none, zero)", v));
+        throw Error(fmt::format("unknown zero_grad mode \"{}\" (expected one of: {})", v,
+                                fmt::join(zero_grad_names(), ", ")));
       }
       return v == "none";
     });
@@ -508,21 +433,22 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
   problems.attempt([&] {
     if (o.loss) t.loss = parse_setting(*o.loss, parse_loss);
     if (!o.loss_chunk) return;
-    if (t.loss != Loss::chunked && t.loss != Loss::chunked_tokens) {
-      throw Error(fmt::format("{} needs --loss chunked or chunked-tokens", o.loss_chunk->where));
-    }
+    check_rules(o, Check::loss);
     t.loss_chunk = parse_setting(
         *o.loss_chunk, [](std::string_view v) { return parse_positive(v, "chunks or positions"); });
   });
+}
+
+// The framework around the model: whose modelling code, how the model is loaded, the techniques
+// of docs/techniques.md that are on or off.
+void resolve_framework(const RunOptions& o, Problems& problems, TrainingSpec& t) {
   problems.attempt([&] {
     if (o.lora_dropout) t.lora_dropout = parse_setting(*o.lora_dropout, parse_probability);
     t.nf4_keeps_input = flag(o.qlora_keeps_input);
-    if (o.qlora_init) t.qlora_init = parse_setting(*o.qlora_init, parse_qlora_init);
+    t.model_loading = model_loading_of(o);
     if (o.model_code) t.model_code = parse_setting(*o.model_code, parse_model_code);
   });
-  problems.attempt([&] {
-    if (o.stack) t.stack = o.stack->value;
-  });
+  if (o.stack) t.stack = o.stack->value;
   t.optimizer_in_backward = flag(o.optimizer_in_backward);
   t.compile = flag(o.compile);
   t.loop_keeps_output = flag(o.loop_keeps_output);
@@ -533,13 +459,14 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     } catch (const Error&) {
     }
   }
+}
+
+// The CUDA context and the cuBLAS workspaces: PyTorch's is larger on sm90, none on the CPU;
+// Transformer Engine's own, with its layers, larger from sm90 on.
+void resolve_device_memory(const RunOptions& o, Problems& problems, TrainingSpec& t) {
   problems.attempt([&] {
     if (o.context_reserve) t.context_reserve = parse_setting(*o.context_reserve, parse_context);
   });
-  t.load_full = flag(o.load_full);
-  t.layer_clones = flag(o.layer_clones);
-  // PyTorch's cuBLAS workspace: larger on sm90; none on the CPU. Transformer Engine's own,
-  // with its layers: larger from sm90 on.
   problems.attempt([&] {
     const bool te =
         o.transformer_impl && parse_setting(*o.transformer_impl, parse_transformer_impl) ==
@@ -555,15 +482,15 @@ TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
     if (g.sm == 90) t.cublas_workspace = kCublasWorkspaceSm90;
     if (te && g.sm >= 90) t.te_workspace = kTeWorkspaceSm90;
   });
-  if (o.batch.has_value() != o.seq.has_value()) {
-    const auto& given = o.batch ? o.batch->where : o.seq->where;
-    problems.attempt([&] {
-      const bool flag_given = given.starts_with("--");
-      const char* other = o.batch ? (flag_given ? "--seq" : "/training/seq_len")
-                                  : (flag_given ? "--batch" : "/training/micro_batch");
-      throw Error(fmt::format("{} needs {} as well (activations depend on both)", given, other));
-    });
-  }
+}
+
+TrainingSpec resolve_training(const RunOptions& o, Problems& problems) {
+  TrainingSpec t;
+  resolve_sizes(o, problems, t);
+  resolve_kernels(o, problems, t);
+  resolve_framework(o, problems, t);
+  resolve_device_memory(o, problems, t);
+  problems.attempt([&] { check_rules(o, Check::sizes); });  // a micro-batch and a sequence
   return t;
 }
 
@@ -578,24 +505,6 @@ void check_trainable_dtype(const RunSpec& run, const RunOptions& o) {
       "{}: {} parameters cannot be trained (autograd gives gradients to floating-point tensors "
       "only): store a frozen base in 4 bits with --lora-rank R --qlora, or use fp32, bf16 or fp16",
       where, dtype_name(d)));
-}
-
-// The ways a model reaches the device exclude each other: built on it by torchtune's builders
-// (--qlora-init, --layer-clones, which combine), built unit by unit by FSDP1's constructor from
-// the host (--fsdp-sync-module-states), or materialised whole before sharding (--load-full).
-void check_model_loading(const RunSpec& run, const RunOptions& o) {
-  std::vector<std::string> ways;  // each as it names itself
-  if (run.training.qlora_init != QloraInit::none) {
-    ways.push_back(fmt::format("{} {}", o.qlora_init->where, o.qlora_init->value));
-  } else if (run.training.layer_clones) {
-    ways.push_back(o.layer_clones->where);
-  }
-  if (run.parallel.fsdp_sync_module_states) ways.push_back(o.fsdp_sync_module_states->where);
-  if (run.training.load_full) ways.push_back(o.load_full->where);
-  if (ways.size() > 1) {
-    throw Error(fmt::format("{}: conflicts with {} (two ways of loading the model; give one)",
-                            ways[0], ways[1]));
-  }
 }
 
 // The techniques of docs/techniques.md, where they cannot be combined as given.
@@ -662,6 +571,11 @@ void check_layout_where(const RunSpec& run, const RunOptions& o) {
       if (o.sequence_parallel && !o.sequence_parallel->where.starts_with("--") &&
           line.starts_with("--sp"))
         line = o.sequence_parallel->where + line.substr(4);
+      // check_layout names the older flag; --model-loading fsdp-sync is named as given.
+      constexpr std::string_view kSync = "--fsdp-sync-module-states:";
+      if (o.model_loading && line.starts_with(kSync))
+        line = fmt::format("{} {}:{}", o.model_loading->where, o.model_loading->value,
+                           line.substr(kSync.size()));
       lines.push_back(std::move(line));
     }
     throw Error(fmt::format("{}", fmt::join(lines, "\n")));
@@ -686,7 +600,7 @@ RunSpec resolve(const RunOptions& given) {
   if (run.parallel.fsdp_param_dtype && !options.activation_dtype)
     run.precision.activation = *run.parallel.fsdp_param_dtype;
   check_trainable_dtype(run, options);
-  check_model_loading(run, options);
+  check_rules(options, Check::loading);
   check_techniques(run, options);
   // bitsandbytes' 32-bit optimizers keep fp32 states whatever the parameters' dtype.
   if (run.optimizer.paged && run.optimizer.kind != OptimizerKind::adam8bit && !options.state_dtype)

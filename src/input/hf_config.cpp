@@ -144,7 +144,9 @@ ModelSpec model_from_json(const Json& root, const std::string& source) {
   if (!r.has("model_type") || r.is_null("model_type")) r.fail("model_type", "missing required key");
   const std::string raw_type = r.string({"model_type"}, "");
   Architecture a;
-  a.model_type = raw_type == "RefinedWebModel" || raw_type == "RefinedWeb" ? "falcon" : raw_type;
+  const auto legacy = detail::falcon_legacy_types();
+  a.model_type =
+      std::find(legacy.begin(), legacy.end(), raw_type) != legacy.end() ? "falcon" : raw_type;
   ModelSpec m;
   try {
     if (!detail::read_family(r, a, raw_type)) {

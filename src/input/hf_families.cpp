@@ -607,6 +607,11 @@ constexpr std::array<std::string_view, kReaders.size()> kModelTypes = type_names
 
 }  // namespace
 
+std::span<const std::string_view> falcon_legacy_types() {
+  static constexpr std::array<std::string_view, 2> kLegacy = {"RefinedWebModel", "RefinedWeb"};
+  return kLegacy;
+}
+
 bool read_family(const JsonObject& r, Architecture& a, const std::string& raw_type) {
   if (a.model_type == "falcon") {
     read_falcon(r, a, raw_type == "RefinedWeb");

@@ -1,11 +1,15 @@
-// The run-config file loader: JSON into RunOptions, every problem named by file and pointer. It
-// uses config (the option table, resolve) and json_access; neither calls back into it.
+// Run config files: the loader (JSON into RunOptions, every problem named by file and pointer)
+// and the writer (the run config that reproduces a run: the JSON echo's `inputs`). It uses config
+// (the option table, resolve), stacks and json_access; none of them calls back into it.
 #include "input/json_access.hpp"
+#include "input/model_loading.hpp"
+#include "input/stacks.hpp"
 
 #include <memest/error.hpp>
 #include <memest/run_config.hpp>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <sstream>
@@ -85,18 +89,20 @@ class Loader {
         options.*info.boolean = Setting<bool>{v.as_bool(), where};
         return;
       }
-      if (info.text == &RunOptions::architecture && v.json().is_object()) {
-        options.*info.text = Setting<std::string>{v.json().dump(), where};
-        return;
-      }
-      std::string text = info.json_number ? v.as_text() : v.as_string();
-      if (info.text == &RunOptions::config && !text.empty() &&
-          std::filesystem::path(text).is_relative()) {
-        text = (dir_ / text).lexically_normal().string();  // relative to the run config file
-      }
-      options.*info.text = Setting<std::string>{text, where};
+      options.*info.text = Setting<std::string>{text_of(info, v), where};
       return;
     }
+  }
+
+  // The value as its flag would take it, the JSON types checked by the option's kind.
+  std::string text_of(const RunOptionInfo& info, const JsonValue& v) const {
+    if (info.kind == ValueKind::json && v.json().is_object()) return v.json().dump();
+    std::string text = takes_number(info) ? v.as_text() : v.as_string();
+    if (info.kind == ValueKind::path && !text.empty() &&
+        std::filesystem::path(text).is_relative()) {
+      text = (dir_ / text).lexically_normal().string();  // relative to the run config file
+    }
+    return text;
   }
 
   std::string source_;
@@ -121,7 +127,56 @@ RunOptions options_from_json(const Json& root, const std::string& source) {
   return loader.options;
 }
 
+// The options with each older or shorter spelling written as the option it names.
+RunOptions canonical_spellings(RunOptions o) {
+  if (o.amp && o.amp->value) o.precision = Setting<std::string>{"amp", o.amp->where};
+  if (o.fused_optimizer && o.fused_optimizer->value)
+    o.optimizer_impl = Setting<std::string>{"fused", o.fused_optimizer->where};
+  const std::string loading(model_loading_name(model_loading_of(o)));
+  o.model_loading = Setting<std::string>{loading, o.model_loading ? o.model_loading->where : ""};
+  for (const auto& info : run_option_table()) {
+    if (info.alias_of.empty()) continue;
+    if (info.text) (o.*info.text).reset();
+    if (info.boolean) (o.*info.boolean).reset();
+  }
+  return o;
+}
+
+// A value in the JSON type its key reads back the same: a number where the option takes one
+// and the text is that number as JSON writes it, an object for an inline config.json, an
+// absolute path, else the text.
+nlohmann::ordered_json json_value(const RunOptionInfo& info, const std::string& v) {
+  using nlohmann::ordered_json;
+  switch (info.kind) {
+    case ValueKind::flag:
+      return v == "true";
+    case ValueKind::json:
+      return ordered_json::parse(v, nullptr, true, true);
+    case ValueKind::path:
+      return std::filesystem::absolute(v).lexically_normal().string();
+    default:
+      break;
+  }
+  if (takes_number(info)) {
+    const auto number = ordered_json::parse(v, nullptr, false);
+    if (number.is_number() && number.dump() == v) return number;
+  }
+  return v;
+}
+
 }  // namespace
+
+std::string run_config_of(const RunOptions& options) {
+  const RunOptions o = canonical_spellings(with_stack(options));
+  nlohmann::ordered_json doc = nlohmann::ordered_json::object();
+  for (const auto& info : run_option_table()) {
+    if (!info.alias_of.empty() || !applies(o, info)) continue;
+    const auto v = effective_value(o, info);
+    if (v) doc[info.section][info.key] = json_value(info, *v);
+  }
+  // A path need not be UTF-8; JSON text must be: such bytes are written as U+FFFD.
+  return doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 RunOptions parse_run_config(std::string_view json_text, const std::string& source) {
   return options_from_json(detail::parse_json(json_text, source), source);

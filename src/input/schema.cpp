@@ -1,9 +1,8 @@
-// The JSON Schema of run config files, generated from the run option table so that the schema,
-// the loader and the flags cannot disagree on which keys exist.
-#include "input/stacks.hpp"
-#include "model/adapters.hpp"
+// The JSON Schema of run config files, generated from the run option table (each option's value
+// kind and names) so that the schema, the loader and the flags cannot disagree on which keys
+// exist and what they take.
+#include "input/hf_families.hpp"
 
-#include <memest/hardware.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/run_config.hpp>
 #include <memest/units.hpp>
@@ -18,9 +17,8 @@ namespace {
 
 using nlohmann::ordered_json;
 
-ordered_json names_of(std::span<const std::string_view> names, bool with_none = false) {
+ordered_json names_of(std::span<const std::string_view> names) {
   ordered_json e = ordered_json::array();
-  if (with_none) e.push_back("none");
   for (auto n : names) e.push_back(n);
   return e;
 }
@@ -70,82 +68,71 @@ ordered_json size() {
                                                                   fmt::join(units, "|"))}}})}};
 }
 
-std::vector<std::string_view> preset_names() {
-  static const auto presets = model_presets();
-  std::vector<std::string_view> names;
-  names.reserve(presets.size());
-  for (const auto& p : presets) names.push_back(p.name);
-  return names;
+// A choice whose names are whole numbers (--zero, --fsdp-version) is a JSON number too.
+ordered_json choice_of(const RunOptionInfo& info) {
+  ordered_json names = names_of(info.choices());
+  if (!takes_number(info)) return enum_of(std::move(names));
+  ordered_json numbers = ordered_json::array();
+  for (const auto& n : names) numbers.push_back(std::stoi(n.get<std::string>()));
+  return {{"anyOf", ordered_json::array(
+                        {{{"type", "integer"}, {"enum", numbers}}, enum_of(std::move(names))})}};
 }
 
-std::vector<std::string_view> gpu_names() {
-  std::vector<std::string_view> names;
-  for (const auto& g : gpu_presets()) names.push_back(g.name);
-  return names;
+ordered_json probability() {
+  return {
+      {"anyOf", ordered_json::array({{{"type", "number"}, {"minimum", 0}, {"exclusiveMaximum", 1}},
+                                     {{"type", "string"}, {"pattern", "^0?\\.[0-9]+$|^0$"}}})}};
+}
+
+// none, or a comma-separated list: the names that stand alone, or a list of the others.
+ordered_json list_schema(const RunOptionInfo& info) {
+  ordered_json list = list_of(info.choices());
+  if (info.alone.empty()) return list;
+  const std::string items = fmt::format("{}", fmt::join(info.choices(), "|"));
+  return {
+      {"type", "string"},
+      {"pattern", fmt::format("^({}|({})(,({}))*)$", fmt::join(info.alone, "|"), items, items)}};
+}
+
+// An inline config.json: an object with a model_type memest reads.
+ordered_json architecture() {
+  ordered_json types = names_of(supported_model_types());
+  for (const auto legacy : detail::falcon_legacy_types()) types.push_back(legacy);
+  return {{"type", "object"},
+          {"required", ordered_json::array({"model_type"})},
+          {"properties", {{"model_type", enum_of(std::move(types))}}}};
 }
 
 ordered_json value_schema(const RunOptionInfo& info) {
-  if (info.boolean) return {{"type", "boolean"}};
-  const std::string k = info.section + "/" + info.key;
-  if (k == "model/params") return count();
-  if (k == "model/name") {
-    // A preset, or a Hub id ("org/name") memest finds among the presets or in the local cache.
-    return {
-        {"anyOf", ordered_json::array({enum_of(names_of(preset_names())),
-                                       {{"type", "string"}, {"pattern", "^[^/\\s]+/[^/\\s]+$"}}})}};
+  switch (info.kind) {
+    case ValueKind::flag:
+      return {{"type", "boolean"}};
+    case ValueKind::count:
+      return positive_integer();
+    case ValueKind::param_count:
+      return count();
+    case ValueKind::probability:
+      return probability();
+    case ValueKind::choice:
+      return choice_of(info);
+    case ValueKind::list:
+      return list_schema(info);
+    case ValueKind::json:
+      return architecture();
+    case ValueKind::path:
+      return {{"type", "string"}, {"minLength", 1}};
+    case ValueKind::name:  // a name listed, or a Hub id ("org/name") looked up
+      return {{"anyOf",
+               ordered_json::array({enum_of(names_of(info.choices())),
+                                    {{"type", "string"}, {"pattern", "^[^/\\s]+/[^/\\s]+$"}}})}};
+    case ValueKind::size: {  // a size, or a stated one by name
+      if (!info.choices) return size();
+      ordered_json any = size()["anyOf"];
+      any.push_back(enum_of(names_of(info.choices())));
+      return {{"anyOf", any}};
+    }
   }
-  if (k == "model/config") return {{"type", "string"}, {"minLength", 1}};
-  if (k == "model/architecture") {
-    return {{"type", "object"}, {"required", ordered_json::array({"model_type"})}};
-  }
-  if (k == "model/freeze") return list_of(role_names());
-  if (k == "model/lora_targets") return list_of(lora_target_names());
-  if (k == "optimizer/name") return enum_of(names_of(optimizer_names()));
-  if (k == "optimizer/impl") return enum_of(names_of(optimizer_impl_names()));
-  if (k == "precision/preset") return enum_of(names_of(precision_names()));
-  if (k == "precision/master_dtype" || k == "precision/working_dtype" ||
-      k == "precision/grad_accum_dtype") {
-    return enum_of(names_of(dtype_names(), true));
-  }
-  if (info.section == "precision") return enum_of(names_of(dtype_names()));
-  if (k == "training/attention") return enum_of(names_of(attention_names()));
-  if (k == "training/recompute") return enum_of(names_of(recompute_names()));
-  if (k == "training/device") return enum_of(names_of(device_names()));
-  if (k == "training/loss") return enum_of(names_of(loss_names()));
-  if (k == "training/stack") return enum_of(names_of(stack_names()));
-  if (k == "training/zero_grad") return enum_of({"none", "zero"});
-  if (k == "training/dropout" || k == "model/lora_dropout") {
-    return {{"anyOf",
-             ordered_json::array({{{"type", "number"}, {"minimum", 0}, {"exclusiveMaximum", 1}},
-                                  {{"type", "string"}, {"pattern", "^0?\\.[0-9]+$|^0$"}}})}};
-  }
-  if (k == "parallel/zero_stage") {
-    return {{"anyOf", ordered_json::array({{{"type", "integer"}, {"minimum", 0}, {"maximum", 3}},
-                                           {{"type", "string"}, {"enum", {"0", "1", "2", "3"}}}})}};
-  }
-  if (k == "parallel/offload") {  // none, or a comma-separated list
-    return {
-        {"type", "string"},
-        {"pattern", "^(none|(optimizer|params|activations)(,(optimizer|params|activations))*)$"}};
-  }
-  if (k == "parallel/fsdp") return enum_of({"full", "hybrid", "grad-op", "no-shard"});
-  if (k == "parallel/fsdp_version") {
-    return {{"anyOf", ordered_json::array({{{"type", "integer"}, {"minimum", 1}, {"maximum", 2}},
-                                           {{"type", "string"}, {"enum", {"1", "2"}}}})}};
-  }
-  if (k == "parallel/fsdp_param_dtype" || k == "parallel/fsdp_reduce_dtype")
-    return enum_of(names_of(dtype_names()));
-  if (k == "hardware/allocator") return enum_of(names_of(allocator_names()));
-  if (k == "hardware/gpu") return enum_of(names_of(gpu_names()));
-  if (k == "hardware/context_reserve") {  // a size, or a stated context by name
-    std::vector<std::string_view> names;
-    for (const auto& c : cuda_context_presets()) names.push_back(c.name);
-    ordered_json any = size()["anyOf"];
-    any.push_back(enum_of(names_of(names)));
-    return {{"anyOf", any}};
-  }
-  if (k == "hardware/budget" || k == "hardware/reserve") return size();
-  return positive_integer();  // lora_rank, micro_batch, seq_len, grad_accum
+  return {};
 }
 
 }  // namespace

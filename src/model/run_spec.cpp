@@ -16,6 +16,15 @@ constexpr std::array<std::string_view, 5> kLossNames = {"hf", "vocab-parallel", 
 constexpr std::array<std::string_view, 3> kQloraInitNames = {"none", "whole", "chunked"};
 constexpr std::array<std::string_view, 2> kTransformerImplNames = {"local", "transformer_engine"};
 constexpr std::array<std::string_view, 2> kModelCodeNames = {"hf", "litgpt"};
+// The pairs are named as the list a user writes: torchtune's QLoRA builders do both.
+constexpr std::array<std::string_view, 8> kModelLoadingNames = {"none",
+                                                                "layer-clones",
+                                                                "nf4-whole",
+                                                                "nf4-chunked",
+                                                                "layer-clones,nf4-whole",
+                                                                "layer-clones,nf4-chunked",
+                                                                "fsdp-sync",
+                                                                "full"};
 
 }  // namespace
 
@@ -63,8 +72,29 @@ std::span<const std::string_view> model_code_names() { return kModelCodeNames; }
 ModelCode parse_model_code(std::string_view t) {
   return detail::parse_enum<ModelCode>(kModelCodeNames, t, "model code");
 }
-std::string_view qlora_init_name(QloraInit q) {
-  return kQloraInitNames[static_cast<std::size_t>(q)];
+
+std::span<const std::string_view> model_loading_names() { return kModelLoadingNames; }
+ModelLoading parse_model_loading(std::string_view t) {
+  return detail::parse_enum<ModelLoading>(kModelLoadingNames, t, "model loading");
+}
+std::string_view model_loading_name(ModelLoading m) {
+  return kModelLoadingNames[static_cast<std::size_t>(m)];
+}
+QloraInit nf4_init(ModelLoading m) {
+  switch (m) {
+    case ModelLoading::nf4_whole:
+    case ModelLoading::layer_clones_nf4_whole:
+      return QloraInit::whole;
+    case ModelLoading::nf4_chunked:
+    case ModelLoading::layer_clones_nf4_chunked:
+      return QloraInit::chunked;
+    default:
+      return QloraInit::none;
+  }
+}
+bool clones_layers(ModelLoading m) {
+  return m == ModelLoading::layer_clones || m == ModelLoading::layer_clones_nf4_whole ||
+         m == ModelLoading::layer_clones_nf4_chunked;
 }
 
 }  // namespace memest

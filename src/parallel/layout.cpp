@@ -125,11 +125,12 @@ void check_layout(const RunSpec& run) {
         "(expected --tp 2 or more)");
   if (p.virtual_stages > 1 && p.pipeline == 1)
     problems.emplace_back("--vpp: virtual stages need a pipeline (expected --pp 2 or more)");
-  if (p.fsdp_sync_module_states && p.pipeline > 1)
+  const bool fsdp_sync = run.training.model_loading == ModelLoading::fsdp_sync;
+  if (fsdp_sync && p.pipeline > 1)
     problems.emplace_back(
         "--fsdp-sync-module-states: FSDP1's constructor is replayed for the whole model, not a "
         "pipeline stage (expected --pp 1)");
-  if (p.fsdp_sync_module_states && !run.model.inventory.shapes_known)
+  if (fsdp_sync && !run.model.inventory.shapes_known)
     problems.emplace_back(
         "--fsdp-sync-module-states: FSDP1's units need the model's tensors (expected --model or "
         "--config, not --params)");

@@ -163,6 +163,7 @@ class Replay {
  private:
   void setup();
   void build_on_device();
+  std::vector<Handle> materialise_whole();
   void construct_fsdp_units(const MomentSpec& loaded);
   void adopt_shards(const MomentSpec& loaded, std::vector<Handle> shards, std::vector<u64> sizes);
   void replay_events(const std::vector<AllocEvent>& events, std::vector<Handle>& slot);
@@ -347,7 +348,7 @@ void Replay::replay_events(const std::vector<AllocEvent>& events, std::vector<Ha
 // NF4 data is returned.
 Handle Replay::quantise(const TensorGroup& g, Handle weight) {
   std::vector<Handle> slot(kNf4Slots, CachingAllocator::kNone);
-  replay_events(nf4_quantisation(g.tensor_elements(), run_.training.qlora_init), slot);
+  replay_events(nf4_quantisation(g.tensor_elements(), nf4_init(run_.training.model_loading)), slot);
   a_.free(weight);
   return slot[kNf4Data];
 }
@@ -377,20 +378,20 @@ Handle Replay::clone(const TensorGroup& g, Handle from) {
   return quantise(g, slot[kNf4Original]);
 }
 
-// The model built on the device (--layer-clones, --qlora-init), as torchtune's builders do:
-// with --layer-clones (lora_llama2 in torchtune/models/llama2/_component_builders.py,
-// 0914d5cfb and 1814feb17) one decoder layer is built, the rest of the model where it stands,
-// and TransformerDecoder deep-copies that layer num_layers times (_get_clones); the first
-// layer goes when the builder returns. Without it every tensor is built where it stands
-// (llama3_2's builders loop over the layers). QLoRA base weights are quantised as their
-// LoRALinear is created or copied; then load_state_dict copies each in from the host: it is
-// moved to the device and quantised there (torchtune's inplace_copy for torchao < 0.2,
-// 0914d5cfb; torchao's NF4Tensor.copy_ from 0ed30902e), and the new NF4 data replaces the
-// old. What was built stays until the loading below allocates the same tensors again: its
-// segments stay cached.
+// The model built on the device (--model-loading layer-clones, nf4-whole, nf4-chunked or a
+// pair), as torchtune's builders do: with layer clones (lora_llama2 in
+// torchtune/models/llama2/_component_builders.py, 0914d5cfb and 1814feb17) one decoder layer is
+// built, the rest of the model where it stands, and TransformerDecoder deep-copies that layer
+// num_layers times (_get_clones); the first layer goes when the builder returns. Without it every
+// tensor is built where it stands (llama3_2's builders loop over the layers). QLoRA base weights
+// are quantised as their LoRALinear is created or copied; then load_state_dict copies each in from
+// the host: it is moved to the device and quantised there (torchtune's inplace_copy for torchao <
+// 0.2, 0914d5cfb; torchao's NF4Tensor.copy_ from 0ed30902e), and the new NF4 data replaces the old.
+// What was built stays until the loading below allocates the same tensors again: its segments stay
+// cached.
 void Replay::build_on_device() {
-  const bool quant = run_.training.qlora_init != QloraInit::none;
-  const bool clones = run_.training.layer_clones;
+  const bool quant = nf4_init(run_.training.model_loading) != QloraInit::none;
+  const bool clones = clones_layers(run_.training.model_loading);
   now_ = {"set-up", quant ? "model built, base weights quantised to NF4" : "model built"};
   const Inventory& inv = walk_inventory(run_);
   std::map<const TensorGroup*, std::vector<Handle>> first_layer;
@@ -421,7 +422,7 @@ void Replay::build_on_device() {
   for (auto it = built.rbegin(); it != built.rend(); ++it) a_.free(*it);
 }
 
-// FSDP1's constructor from the host (--fsdp-sync-module-states, src/replay/fsdp_init.cpp): flat
+// FSDP1's constructor from the host (--model-loading fsdp-sync, src/replay/fsdp_init.cpp): flat
 // parameter after flat parameter, what it allocates and frees; the shards it keeps are the
 // parameters of the loaded model. With CPUOffload(offload_params=True) each shard goes to the
 // host as soon as it is cut (_init_param_handle_from_params: flat_param_to(cpu)).
@@ -464,25 +465,45 @@ void Replay::adopt_shards(const MomentSpec& loaded, std::vector<Handle> shards,
   for (auto it = shards.rbegin(); it != shards.rend(); ++it) a_.free(*it);
 }
 
-// Model loading: the parameters (one block per tensor, in parameters() order), the master
-// weights of an implementation that keeps them, the buffers.
+// --model-loading full: every parameter whole, one block per tensor, before the shards are
+// taken; freed once the model is loaded.
+std::vector<Handle> Replay::materialise_whole() {
+  now_ = {"set-up", "whole model materialised"};
+  auto& params = parts_[static_cast<std::size_t>(Part::params)];
+  if (!params) params = part_blocks(run_, step_, Part::params, L_);
+  std::vector<Handle> whole;
+  for (const u64 bytes : params->all) {
+    whole.push_back(a_.malloc(bytes));
+    note();
+  }
+  return whole;
+}
+
+// Model loading: how the model reaches the device (--model-loading), then the parameters (one
+// block per tensor, in parameters() order), the master weights of an implementation that keeps
+// them, the buffers.
 void Replay::setup() {
   const auto& walk = step_.first.empty() ? step_.steady : step_.first;
   if (walk.empty()) return;
-  if (run_.training.qlora_init != QloraInit::none || run_.training.layer_clones) build_on_device();
-  // --load-full: every parameter whole, one block per tensor, before the shards are taken.
-  std::vector<Handle> whole;
-  if (run_.training.load_full) {
-    now_ = {"set-up", "whole model materialised"};
-    auto& params = parts_[static_cast<std::size_t>(Part::params)];
-    if (!params) params = part_blocks(run_, step_, Part::params, L_);
-    for (const u64 bytes : params->all) {
-      whole.push_back(a_.malloc(bytes));
-      note();
-    }
-  }
   const MomentSpec& m = walk[in_time_order(walk).front()];
-  if (run_.parallel.fsdp_sync_module_states) construct_fsdp_units(m);
+  std::vector<Handle> whole;
+  switch (run_.training.model_loading) {
+    case ModelLoading::none:
+      break;
+    case ModelLoading::layer_clones:
+    case ModelLoading::nf4_whole:
+    case ModelLoading::nf4_chunked:
+    case ModelLoading::layer_clones_nf4_whole:
+    case ModelLoading::layer_clones_nf4_chunked:
+      build_on_device();
+      break;
+    case ModelLoading::fsdp_sync:
+      construct_fsdp_units(m);
+      break;
+    case ModelLoading::full:
+      whole = materialise_whole();
+      break;
+  }
   now_ = {"set-up", "model loaded"};
   moment(m, [&](const Entry& e) {
     const Tensor& t = step_.tensors[e.tensor];

@@ -505,25 +505,38 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
   return out;
 }
 
-std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptions& options) {
-  ordered_json j;
-  j["schema_version"] = kJsonSchemaVersion;
-  j["memest_version"] = version();
-  j["inputs"] = {{"model",
-                  {{"name", run.model.name},
-                   {"architecture", run.model.arch ? ordered_json(run.model.arch->model_type)
-                                                   : ordered_json(nullptr)}}},
-                 {"precision", precision_json(run.precision)},
-                 {"optimizer", optimizer_json(run.optimizer)},
-                 {"training", training_json(run.training)},
-                 {"parallel", parallel_json(run.parallel)}};
+namespace {
+
+// The run as resolved: what a run config cannot hold (the model's name and source, the
+// policy's dtypes, the layout's world size).
+ordered_json resolved_run_json(const RunSpec& run) {
+  ordered_json r = {{"model",
+                     {{"name", run.model.name},
+                      {"architecture", run.model.arch ? ordered_json(run.model.arch->model_type)
+                                                      : ordered_json(nullptr)}}},
+                    {"precision", precision_json(run.precision)},
+                    {"optimizer", optimizer_json(run.optimizer)},
+                    {"training", training_json(run.training)},
+                    {"parallel", parallel_json(run.parallel)}};
   // Present only when the model was looked up or its checkpoint is quantised.
-  auto& model = j["inputs"]["model"];
+  auto& model = r["model"];
   if (!run.model.source.empty()) model["source"] = run.model.source;
   if (const auto& q = run.model.checkpoint_quant) {
     model["checkpoint_quantization"] = {
         {"method", q->method}, {"bits_per_weight", q->bits_per_weight}, {"detail", q->detail}};
   }
+  return r;
+}
+
+}  // namespace
+
+std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptions& options,
+                        std::string_view run_config) {
+  ordered_json j;
+  j["schema_version"] = kJsonSchemaVersion;
+  j["memest_version"] = version();
+  j["inputs"] = ordered_json::parse(run_config);
+  j["run"] = resolved_run_json(run);
   j["parameters"] = {{"total", e.params},
                      {"trainable", e.trainable},
                      {"active", e.active},

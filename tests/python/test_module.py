@@ -85,13 +85,15 @@ SCHEMA = memest.schema()
 PRESETS = [m["name"] for m in json.loads(cli(["models", "--format", "json"])[1])["models"]]
 
 
-def enum_of(option):
+def schema_of(option):
+    """The schema of an option's key (a section with a short form is anyOf string, object)."""
     prop = SCHEMA["properties"][option["section"]]
-    prop = prop.get("properties", prop) if "properties" in prop else prop
-    for candidate in (prop.get(option["key"], {}),):
-        if "enum" in candidate:
-            return candidate["enum"]
-    return None
+    prop = prop if "properties" in prop else next(a for a in prop["anyOf"] if "properties" in a)
+    return prop["properties"][option["key"]]
+
+
+def enum_of(option):
+    return schema_of(option).get("enum")
 
 
 def random_run(rng):
@@ -102,7 +104,11 @@ def random_run(rng):
         k = option["keyword"]
         if k in kw or k in ("model", "params", "config", "architecture", "file"):
             continue
+        if option["alias_of"] is not None:
+            continue  # drawn as the option it spells
         values = enum_of(option)
+        if k == "model_loading":
+            values = ["none", "layer-clones", "full"]  # the NF4 ways need QLoRA
         if option["type"] == "bool":
             if rng.random() < 0.02:
                 kw[k] = True
@@ -220,6 +226,31 @@ def test_config_takes_a_dict_or_a_path():
 
 def test_schema_is_the_cli_schema():
     assert memest.schema() == json.loads(cli(["schema"])[1])
+
+
+def test_options_carry_the_choices_the_schema_enumerates():
+    for o in OPTIONS:
+        if o["kind"] == "choice":
+            s = schema_of(o)
+            enums = [e for e in [s.get("enum")] + [a.get("enum") for a in s.get("anyOf", [])] if e]
+            assert o["choices"] in [[str(v) for v in e] for e in enums], o
+        if o["default"] is not None and o["kind"] == "choice":
+            assert o["default"] in o["choices"], o
+        if o["alias_of"] is not None:
+            assert o["alias_of"] in BY_FLAG and BY_FLAG[o["alias_of"]]["alias_of"] is None
+    assert BY_FLAG["--model-code"]["choices"] == ["hf", "litgpt"]
+
+
+def test_a_result_reproduces_itself_through_file(tmp_path):
+    kw = dict(model="llama-2-7b", batch=1, seq=512, stack="torchtune", lora_rank=8, qlora=True,
+              layer_clones=True, allocator="cuda", gpu="a100-80gb")
+    first = memest.estimate(**kw)
+    assert first["inputs"]["model"]["loading"] == "layer-clones,nf4-chunked"
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(first["inputs"]))
+    second = memest.estimate(file=path)
+    assert second["inputs"] == first["inputs"]
+    assert second["categories"] == first["categories"] and second["peak"] == first["peak"]
 
 
 def test_help_lists_every_option_with_its_doc():

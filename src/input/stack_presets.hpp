@@ -1,0 +1,35 @@
+#pragma once
+// Training-stack presets as data: what each stack does by default, as the flags a user would
+// type. Applying them to a run is stacks.hpp's with_stack(); this file needs no option table, so
+// the table can list the stacks' names.
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace memest {
+
+/// One default a training stack applies, as the flag a user would type, with where in that
+/// project's code the default is set (docs/stacks.md quotes each line).
+struct StackDefault {
+  std::string_view flag;    ///< "--attention"
+  std::string_view value;   ///< "sdpa"; "on" for an on/off flag
+  std::string_view source;  ///< "torchtune recipes/configs/... @1814feb17"
+  std::string_view needs;   ///< applied only when the run gives this option ("--lora-rank")
+};
+
+/// What a training stack does unless told otherwise: `--stack NAME` lays these defaults under
+/// the run's own flags and file, so that anything the user gives overrides them.
+struct StackPreset {
+  std::string_view name;     ///< "torchtune"
+  std::string_view summary;  ///< one line for --help and docs
+  std::span<const StackDefault> defaults;
+};
+
+/// Every stack preset, in display order.
+std::span<const StackPreset> stack_presets();
+
+/// The stack names, for --help and the schema.
+std::span<const std::string_view> stack_names();
+
+}  // namespace memest
