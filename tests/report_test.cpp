@@ -78,7 +78,10 @@ TEST_CASE("report: the table prints each row as the estimate states it", "[repor
 
 TEST_CASE("report: the JSON document carries exact bytes and null for what is not estimated",
           "[report]") {
-  const auto j = nlohmann::json::parse(render_json(hand_run(), hand_built(), ReportOptions{}));
+  const std::string config = R"({"model": {"params": 1000}, "precision": "bf16"})";
+  const auto j =
+      nlohmann::json::parse(render_json(hand_run(), hand_built(), ReportOptions{}, config));
+  CHECK(j["inputs"] == nlohmann::json::parse(config));  // the run config, as given
   CHECK(j["schema_version"] == kJsonSchemaVersion);
   CHECK(j["total"]["bytes"] == 123'456'789);
   CHECK(j["total"]["complete"] == false);

@@ -34,7 +34,8 @@ TEST_CASE("run enums: each name table matches its enum", "[run_spec]") {
   round_trips<Device>(device_names(), parse_device, device_name);
   round_trips<Allocator>(allocator_names(), parse_allocator, allocator_name);
   round_trips<Loss>(loss_names(), parse_loss, loss_name);
-  round_trips<QloraInit>(qlora_init_names(), parse_qlora_init, qlora_init_name);
+  parses<QloraInit>(qlora_init_names(), parse_qlora_init);
+  round_trips<ModelLoading>(model_loading_names(), parse_model_loading, model_loading_name);
   parses<TransformerImpl>(transformer_impl_names(), parse_transformer_impl);
   parses<ModelCode>(model_code_names(), parse_model_code);
   CHECK(attention_name(Attention::flash) == "flash");
