@@ -47,7 +47,7 @@ def strip_code(text):
             end = text.find(")" + m.group(1) + '"', i) + len(m.group(1)) + 2
             out.append('R"' + re.sub(r"[^\n]", " ", text[i + 2:end - 1]) + '"')
             i = end
-        elif c in "\"'":
+        elif c == '"' or (c == "'" and not (i > 0 and text[i - 1].isalnum())):  # 1'000 is a number
             j = i + 1
             while j < n and text[j] != c:
                 j += 2 if text[j] == "\\" else 1

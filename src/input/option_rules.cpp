@@ -32,6 +32,7 @@ constexpr std::string_view kLoadingAlias =
 const std::vector<std::string_view> kQuantisedLoading = {
     "nf4-whole", "nf4-chunked", "layer-clones,nf4-whole", "layer-clones,nf4-chunked"};
 
+// data table: one row per rule, in the order the messages print
 std::vector<OptionRule> build_rules() {
   using C = Check;
   const auto needs = RuleKind::needs;

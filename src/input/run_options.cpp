@@ -83,6 +83,7 @@ std::string names(std::span<const std::string_view> list) {
   return fmt::format("{}", fmt::join(list, ", "));
 }
 
+// data table: one row per option, in --help order
 std::vector<RunOptionInfo> build_table() {
   using R = RunOptions;
   using K = ValueKind;
