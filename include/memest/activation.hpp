@@ -79,7 +79,8 @@ struct ActivationInputs {
   std::uint64_t loss_chunk = 0;      ///< chunks (chunked) or positions per chunk (chunked-tokens)
   bool keeps_output = false;         ///< the training loop holds the model's output (its logits)
   bool softmax_keeps_input = false;  ///< PyTorch < 1.11: softmax keeps its input as well
-  bool litgpt = false;  ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
+  bool litgpt = false;   ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
+  bool offload = false;  ///< activation offloading (--offload activations; docs/techniques.md)
   GradFlow grads;
   // One device of a split run (src/parallel/layout.hpp): the dimensions above are its share.
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank

@@ -1,6 +1,6 @@
 #include "parallel/fsdp.hpp"
 #include "parallel/layout.hpp"
-#include "step/techniques.hpp"
+#include "step/rules/rules.hpp"
 
 #include <memest/error.hpp>
 #include <memest/estimate.hpp>
@@ -243,7 +243,7 @@ Category activations_and_peak(const RunSpec& run, const EstimateOptions& options
   Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
   const auto in = activation_inputs(run);
   if (in) {
-    StepEstimate se = estimate_step(run, *in, true, true, options.timeline);
+    StepEstimate se = estimate_step(run, *in, {.with_terms = true, .timeline = options.timeline});
     const ActivationBytes& ab = se.activations;
     act.bytes = ab.total;
     act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
