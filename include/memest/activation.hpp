@@ -74,7 +74,7 @@ struct ActivationInputs {
   bool cuda = true;
   Attention attention = Attention::sdpa;  ///< PyTorch 2 and transformers default
   Recompute recompute = Recompute::none;
-  bool compile = false;  ///< torch.compile of each layer (src/step/techniques.cpp)
+  bool compile = false;  ///< torch.compile of each layer (src/step/rules/compile.cpp)
   Loss loss = Loss::hf;
   std::uint64_t loss_chunk = 0;      ///< chunks (chunked) or positions per chunk (chunked-tokens)
   bool keeps_output = false;         ///< the training loop holds the model's output (its logits)

@@ -146,7 +146,7 @@ class Replay {
   Handle quantise(const TensorGroup& g, Handle weight);
   Handle build(const TensorGroup& g, bool quantise);
   Handle clone(const TensorGroup& g, Handle from);
-  void stretch(const std::vector<MomentSpec>& walk, bool first, std::string_view name);
+  void stretch(const std::vector<MomentSpec>& walk, StepOf step, std::string_view name);
   template <typename Keep>
   void moment(const MomentSpec& m, Keep&& keep);
   void transition();
@@ -471,14 +471,14 @@ void Replay::setup() {
 
 // One step in time order; the first step has no optimizer states before its optimizer phase
 // (torch.optim creates them lazily), unless it has a walk of its own (Step::first).
-void Replay::stretch(const std::vector<MomentSpec>& walk, bool first, std::string_view name) {
+void Replay::stretch(const std::vector<MomentSpec>& walk, StepOf step, std::string_view name) {
   for (const std::size_t k : in_time_order(walk)) {
     const MomentSpec& m = walk[k];
     now_ = {name, moment_name(m.id)};
     const Phase phase = phase_of(m.id.kind);
     const bool before_optimizer =
         phase != Phase::optimizer && phase != Phase::master_copy && phase != Phase::zero_grad;
-    const bool drop_states = first && step_.first.empty() && before_optimizer;
+    const bool drop_states = step == StepOf::first && step_.first.empty() && before_optimizer;
     moment(m, [&](const Entry& e) { return !(drop_states && e.tensor == step_.states_tensor); });
   }
 }
@@ -496,8 +496,8 @@ AllocatorReplay Replay::run() {
   now_ = {"first step", "Transformer Engine workspace"};
   (void)a_.malloc(out_.te_workspace);
   note();
-  stretch(step_.first.empty() ? step_.steady : step_.first, true, "first step");
-  stretch(step_.steady, false, "steady state");
+  stretch(step_.first.empty() ? step_.steady : step_.first, StepOf::first, "first step");
+  stretch(step_.steady, StepOf::steady, "steady state");
   out_.segments = a_.segments();
   return out_;
 }

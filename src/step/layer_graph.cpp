@@ -19,33 +19,33 @@ using u64 = std::uint64_t;
 class Saver {
  public:
   Saver(Step& step, const ActivationInputs& in)
-      : st_(step),
+      : step_(step),
         in_(in),
-        D(in),
-        T(in.sp ? sym::Nt : sym::N),
-        other_(flow(in.grads.embed || in.grads.layers)),
+        dims_(in),
+        tokens_(in.sp ? sym::Nt : sym::N),
+        later_(flow(in.grads.embed || in.grads.layers)),
         first_(flow(in.grads.embed)) {}
 
   void all() {
     layer();
-    mlp(Scope::dense_mlp, {sym::N}, D.I);
+    mlp(Scope::dense_mlp, {sym::N}, dims_.I);
     if (in_.moe_layers > 0) moe();
     shared();
     embed();
     head();
-    apply_saved_rules(st_, in_);
+    apply_saved_rules(step_, in_);
     count_layers();
-    st_.walk_mlp = walk_mlp();
+    step_.walk_mlp = walk_mlp();
   }
 
  private:
-  Step& st_;
+  Step& step_;
   const ActivationInputs& in_;
-  Dims D;
-  Sym T;  // the tokens of the replicated (or, under sequence parallelism, split) regions
+  Dims dims_;
+  Sym tokens_;  // the tokens of the replicated (or, under sequence parallelism, split) regions
 
   using Flow = LayerFlow;
-  Flow other_, first_;  // the layers after the first, and the first
+  Flow later_, first_;  // the layers after the first, and the first
   bool skip_first_ = false;
 
   bool adapters_on(Slot sl) const {
@@ -79,7 +79,7 @@ class Saver {
   // the first layer when only the later layers keep it.
   template <typename Cond>
   bool when(Cond&& cond) {
-    const bool later = cond(other_);
+    const bool later = cond(later_);
     skip_first_ = later && !cond(first_);
     return later;
   }
@@ -88,9 +88,9 @@ class Saver {
 
   void add(std::string_view name, Scope sc, Slot sl, u64 width, const Shape& sh,
            Batch batch = Batch::any) {
-    const std::uint32_t i = add_tensor(st_, name, Part::activations, sc, sl, width, sh, batch);
+    const std::uint32_t i = add_tensor(step_, name, Part::activations, sc, sl, width, sh, batch);
     const bool layer = sc == Scope::layer || sc == Scope::dense_mlp || sc == Scope::moe_mlp;
-    st_.tensors[i].skips_first = layer && skip_first_;
+    step_.tensors[i].skips_first = layer && skip_first_;
   }
   // A shape with a leading count, left out when it is 1.
   static Shape counted(u64 n, const char* n_name, std::initializer_list<Sym> rest) {
@@ -109,19 +109,21 @@ class Saver {
             bool weight) {
     const NormNames& names = norm_names(site);
     const bool qk = site == NormSite::qk;
-    const Shape full = qk ? counted(n, n_name, {sym::N, D.a, D.d}) : counted(n, n_name, {T, D.h});
+    const Shape full = qk ? counted(n, n_name, {sym::N, dims_.a, dims_.d})
+                          : counted(n, n_name, {tokens_, dims_.h});
     if (llama()) {
       if (when(input)) {
         add(names.fp32_input, sc, sl, 4, full);
         add(names.rsqrt, sc, sl, 4,
-            qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {T}));
+            qk ? counted(n, n_name, {sym::N, dims_.a}) : counted(n, n_name, {tokens_}));
       }
       if (when([&](const Flow&) { return weight; })) add(names.output, sc, sl, in_.ex, full);
     } else if (when([&](const Flow& f) { return weight || input(f); })) {
       const u64 eln = in_.cuda ? 4 : in_.ex;  // CPU keeps the statistics in the input dtype
       add(names.ln_input, sc, sl, in_.ex, full);
       add(names.ln_stats, sc, sl, eln,
-          qk ? counted(2 * n, "2 stats x norms", {sym::N, D.a}) : counted(2, "2 stats", {T}));
+          qk ? counted(2 * n, "2 stats x norms", {sym::N, dims_.a})
+             : counted(2, "2 stats", {tokens_}));
     }
     skip_first_ = false;
   }
@@ -147,11 +149,11 @@ class Saver {
     }
     if (in_.p_resid > 0 && when([](const Flow& f) { return f.attention_out; })) {
       add("residual dropout mask after attention (bool)", Scope::layer, Slot::rmask, 1,
-          shape({T, D.h}));
+          shape({tokens_, dims_.h}));
     }
     if (in_.p_resid > 0 && when([](const Flow& f) { return f.mlp_out; })) {
       add("residual dropout mask after the MLP (bool)", Scope::layer, Slot::mmask, 1,
-          shape({T, D.h}));
+          shape({tokens_, dims_.h}));
     }
     skip_first_ = false;
     if (in_.norms > 2) {
@@ -215,20 +217,21 @@ class Saver {
       const u64 m_casts = in_.gated && !in_.fused_gate_up ? g.mlp_in : std::min<u64>(1, g.mlp_in);
       if (q_casts > 0) {
         add("attention input: autocast casts of the norm output", Scope::layer, Slot::q_in, in_.ew,
-            counted(q_casts, "projections", {T, D.h}));
+            counted(q_casts, "projections", {tokens_, dims_.h}));
       }
       if (m_casts > 0) {
         add("MLP input: autocast casts of the norm output", Scope::layer, Slot::mlp_in, in_.ew,
-            counted(m_casts, "projections", {T, D.h}));
+            counted(m_casts, "projections", {tokens_, dims_.h}));
       }
       return;
     }
     // Under sequence parallelism the linear saves its input before the all-gather.
     if (when([](const Flow& f) { return f.qkv_keeps_input; }))
-      add("attention input (norm output)", Scope::layer, Slot::q_in, in_.ex, shape({T, D.h}));
+      add("attention input (norm output)", Scope::layer, Slot::q_in, in_.ex,
+          shape({tokens_, dims_.h}));
     if ((main_norms == 2 || !in_.parallel) &&
         when([](const Flow& f) { return f.mlp_keeps_input; })) {
-      add("MLP input (norm output)", Scope::layer, Slot::mlp_in, in_.ex, shape({T, D.h}));
+      add("MLP input (norm output)", Scope::layer, Slot::mlp_in, in_.ex, shape({tokens_, dims_.h}));
     }
     skip_first_ = false;
   }
@@ -239,7 +242,7 @@ class Saver {
     if (when([](const Flow& f) { return f.core; })) eager_core();
     if (when([](const Flow& f) { return f.o_keeps_input; })) {
       add("attention output (o_proj input)", Scope::layer, Slot::o_in, ec,
-          shape({sym::N, D.a, D.dv}));
+          shape({sym::N, dims_.a, dims_.dv}));
     }
     skip_first_ = false;
   }
@@ -248,30 +251,30 @@ class Saver {
   // frozen k_proj reads a frozen embedding, q@k^T would keep only k: counted as the others).
   void eager_core() {
     const u64 ec = in_.ec;
-    add("q (matmul operand copy)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
+    add("q (matmul operand copy)", Scope::layer, Slot::q, ec, shape({sym::N, dims_.a, dims_.d}));
     if (llama() && in_.k == 1) {
       // MQA with batch 1: repeat_kv is a stride-0 view bmm uses without copying.
       add("k (repeated for GQA, matmul operand)", Scope::layer, Slot::k, ec,
-          shape({sym::N, D.a, D.d}), in_.amp ? Batch::any : Batch::many);
+          shape({sym::N, dims_.a, dims_.d}), in_.amp ? Batch::any : Batch::many);
       if (!in_.amp) {
-        add("k (a stride-0 view at batch 1)", Scope::layer, Slot::k, ec, shape({sym::N, D.d}),
+        add("k (a stride-0 view at batch 1)", Scope::layer, Slot::k, ec, shape({sym::N, dims_.d}),
             Batch::one);
       }
       add("v (repeated for GQA, matmul operand)", Scope::layer, Slot::v, ec,
-          shape({sym::N, D.a, D.dv}), Batch::many);
-      add("v (a stride-0 view at batch 1)", Scope::layer, Slot::v, ec, shape({sym::N, D.dv}),
+          shape({sym::N, dims_.a, dims_.dv}), Batch::many);
+      add("v (a stride-0 view at batch 1)", Scope::layer, Slot::v, ec, shape({sym::N, dims_.dv}),
           Batch::one);
     } else {
       add("k (repeated for GQA, matmul operand)", Scope::layer, Slot::k, ec,
-          shape({sym::N, D.a, D.d}));
+          shape({sym::N, dims_.a, dims_.d}));
       add("v (repeated for GQA, matmul operand)", Scope::layer, Slot::v, ec,
-          shape({sym::N, D.a, D.dv}));
+          shape({sym::N, dims_.a, dims_.dv}));
     }
     const Scope core = in_.recompute == Recompute::selective ? Scope::core : Scope::layer;
     add(llama() ? "scaling 1/sqrt(d) (wrapped Python float, float64)"
                 : "divisor sqrt(d) (0-d tensor)",
         core, Slot::scale, llama() ? 8 : ec, shape({}));
-    const Shape S2 = shape({sym::b, D.a, sym::s2});
+    const Shape S2 = shape({sym::b, dims_.a, sym::s2});
     const bool drop = in_.p_attn > 0;
     const u64 e_sm = llama() || ec == 4 || (in_.amp && in_.cuda) ? 4 : ec;
     add(llama() ? "softmax output (softmax(dtype=float32))" : "softmax output", core, Slot::sm,
@@ -294,17 +297,17 @@ class Saver {
     // output (one storage) for its own weight gradient too.
     if (when([](const Flow& f) { return f.core || f.o_keeps_input; })) {
       add("attention output = o_proj input (one storage)", Scope::layer, Slot::o_in, ec,
-          shape({sym::N, D.a, D.dv}));
+          shape({sym::N, dims_.a, dims_.dv}));
     }
     skip_first_ = false;
     if (!when([](const Flow& f) { return f.core; })) return;
-    add("q (kernel input)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
+    add("q (kernel input)", Scope::layer, Slot::q, ec, shape({sym::N, dims_.a, dims_.d}));
     add(grouped ? "k (kernel input, not repeated)" : "k (kernel input, repeated)", Scope::layer,
-        Slot::k, ec, shape({sym::N, grouped ? D.k : D.a, D.d}));
+        Slot::k, ec, shape({sym::N, grouped ? dims_.k : dims_.a, dims_.d}));
     add(grouped ? "v (kernel input, not repeated)" : "v (kernel input, repeated)", Scope::layer,
-        Slot::v, ec, shape({sym::N, grouped ? D.k : D.a, D.dv}));
+        Slot::v, ec, shape({sym::N, grouped ? dims_.k : dims_.a, dims_.dv}));
     add("log-sum-exp (fp32, one per row)", Scope::layer, Slot::lse, 4,
-        shape({sym::b, D.a, flash ? sym::s : sym::s32}));
+        shape({sym::b, dims_.a, flash ? sym::s : sym::s32}));
     add("philox seed and offset (int64)", Scope::layer, Slot::lse, 8, shape({dim("2", 2)}));
     skip_first_ = false;
   }
@@ -364,14 +367,14 @@ class Saver {
   // An MoE layer: the routed experts on N*top_k tokens, the gathered inputs and outputs, the
   // router's fp32 softmax, the routing weights and indices, and any shared expert.
   void moe() {
-    mlp(Scope::moe_mlp, {sym::N, D.topk}, D.Imoe);
+    mlp(Scope::moe_mlp, {sym::N, dims_.topk}, dims_.Imoe);
     add("MoE: gathered expert inputs and outputs", Scope::moe_mlp, Slot::mlp, in_.ec,
-        shape({dim("2", 2), sym::N, D.topk, D.h}));
-    add("MoE: router probabilities (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, D.E}));
-    add("MoE: routing weights (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, D.topk}));
-    add("MoE: expert indices (int64)", Scope::moe_mlp, Slot::mlp, 8, shape({sym::N, D.topk}));
+        shape({dim("2", 2), sym::N, dims_.topk, dims_.h}));
+    add("MoE: router probabilities (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, dims_.E}));
+    add("MoE: routing weights (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, dims_.topk}));
+    add("MoE: expert indices (int64)", Scope::moe_mlp, Slot::mlp, 8, shape({sym::N, dims_.topk}));
     if (in_.I_shared > 0) {
-      mlp(Scope::moe_mlp, {sym::N}, D.Ishared);
+      mlp(Scope::moe_mlp, {sym::N}, dims_.Ishared);
       if (in_.shared_gate) {
         add("MoE: shared expert gate (logit and sigmoid)", Scope::moe_mlp, Slot::mlp, in_.ec,
             shape({dim("2", 2), sym::N}));
@@ -381,9 +384,9 @@ class Saver {
 
   void shared() {
     const bool full = checkpointed(in_.recompute);
-    if (in_.rotary && other_.core) {  // kept by q*cos and k*cos when q or k requires grad
+    if (in_.rotary && later_.core) {  // kept by q*cos and k*cos when q or k requires grad
       add("rotary cos and sin", Scope::shared, Slot::none, in_.ex,
-          shape({dim("2", 2), sym::s, D.d}));
+          shape({dim("2", 2), sym::s, dims_.d}));
     }
     if (llama()) {
       if (full && in_.causal) {
@@ -395,7 +398,7 @@ class Saver {
     }
     if (full) {
       add("layer input (kept by full recompute)", Scope::checkpoint, Slot::none, in_.ex,
-          shape({T, D.h}));
+          shape({tokens_, dims_.h}));
     }
   }
 
@@ -411,13 +414,13 @@ class Saver {
           trained);
     }
     if (in_.p_embd > 0 && trained) {
-      add("embedding dropout mask (bool)", Scope::embed, Slot::none, 1, shape({T, D.h}));
+      add("embedding dropout mask (bool)", Scope::embed, Slot::none, 1, shape({tokens_, dims_.h}));
     }
   }
 
   // Final norm and lm_head input (§3.1 head rows); the loss's tensors are a rule's
   // (src/step/rules/loss.cpp). The last layer's output requires grad when anything before it
-  // is trained (other_.input); a frozen lm_head keeps no input.
+  // is trained (later_.input); a frozen lm_head keeps no input.
   void head() {
     const GradFlow& g = in_.grads;
     if (in_.final_norm) {
@@ -427,7 +430,7 @@ class Saver {
     }
     if (in_.lm_head && g.head) {
       add(in_.amp ? "lm_head input (autocast cast)" : "lm_head input (final norm output)",
-          Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({T, D.h}));
+          Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({tokens_, dims_.h}));
     }
   }
 
@@ -437,7 +440,7 @@ class Saver {
     if (in_.moe_layers == 0) return Scope::dense_mlp;
     if (in_.moe_layers == in_.L) return Scope::moe_mlp;
     Poly dense, moe;
-    for (const auto& t : st_.tensors) {
+    for (const auto& t : step_.tensors) {
       if (t.scope == Scope::dense_mlp) dense.add(t.bytes);
       if (t.scope == Scope::moe_mlp) moe.add(t.bytes);
     }
@@ -451,8 +454,8 @@ class Saver {
     const u64 L = in_.L;
     const bool full = checkpointed(in_.recompute);
     const u64 moe_layers = in_.moe_layers, dense_layers = L - moe_layers;
-    for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
-      const Tensor& t = st_.tensors[i];
+    for (std::uint32_t i = 0; i < step_.tensors.size(); ++i) {
+      const Tensor& t = step_.tensors[i];
       if (t.part != Part::activations) continue;
       u64 n = 0;
       const u64 skip = t.skips_first ? 1 : 0;  // the first layer does not keep it
@@ -477,7 +480,7 @@ class Saver {
         default:
           break;
       }
-      if (n > 0) st_.saved.push_back({i, 1, n});
+      if (n > 0) step_.saved.push_back({i, 1, n});
     }
   }
 };

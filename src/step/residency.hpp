@@ -2,6 +2,7 @@
 // the moments of a walk (docs/design.md, "Splitting entries over ranks").
 #pragma once
 
+#include <memest/activation.hpp>
 #include <memest/parallel.hpp>
 #include <memest/step.hpp>
 
@@ -29,8 +30,9 @@ struct Placement {
 /// offloading, ZeRO-Offload of the optimizer, parameter offload, ZeRO's sharding.
 class Residency {
  public:
-  Residency(const Sharding& sharding, bool offload_activations)
-      : sharding_(sharding), offload_activations_(offload_activations) {}
+  /// `in` says whether activations are offloaded.
+  Residency(const Sharding& sharding, const ActivationInputs& in)
+      : sharding_(sharding), offload_activations_(in.offload) {}
 
   Placement place(const Tensor& t, std::uint32_t id, const EntryContext& context) const;
   /// A tensor of part `other` that is no temporary of the optimizer step, even in its phase

@@ -68,6 +68,10 @@ enum class Terms : std::uint8_t { sums_only, listed };
 ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
                             Terms terms);
 
+/// Which step a walk is of: the steady state, or the first step of a run (no step before it;
+/// the optimizer creates its states in it). The timeline is a steady step.
+enum class StepOf : std::uint8_t { steady, first };
+
 /// Which walks build_step makes besides the steady one.
 struct WalkOptions {
   /// The first step's own walk (Step::first), when gradients kept between steps make it differ.

@@ -54,7 +54,7 @@ Walker::Walker(Step& step, const RunSpec& run, const ActivationInputs& in, const
             if (fsdp_.no_sync()) sh.grads = false;
             return sh;
           }(),
-          in.offload),
+          in),
       w_(step, residency_),
       in_backward_(run) {}
 
@@ -85,17 +85,25 @@ void Walker::begin(MomentKind kind, u64 j) {
   });
 }
 
-// What exists when the step starts (§2.2), with or without the states and gradients.
-void Walker::baseline(bool with_states, bool with_grads) {
+// What exists when the step starts (§2.2). The optimizer states exist in a steady step, and in
+// the first from the optimizer phase on (torch.optim creates them lazily in step()); the
+// gradients as `grads` says.
+void Walker::baseline(AllGrads grads) {
   enter_lived(Anchor::state);
   w_.add(state_.params);
   w_.add(state_.master);
-  if (with_states) w_.add_kept(state_.optimizer_states);
+  const Phase phase = phase_of(w_.current().kind);
+  const bool states = step_of_ == StepOf::steady || phase == Phase::optimizer ||
+                      phase == Phase::master_copy || phase == Phase::zero_grad;
+  if (states) w_.add_kept(state_.optimizer_states);
   w_.add(state_.grad_accum);
   w_.add(state_.input_ids);
   w_.add(state_.buffers);
   w_.add(state_.ddp_buckets);
-  if (with_grads) w_.add(state_.grads);
+  const bool all = grads == AllGrads::when_kept         ? grads_live()
+                   : grads == AllGrads::at_backward_end ? !in_backward_.on()
+                                                        : false;
+  if (all) w_.add(state_.grads);
 }
 
 // The rules' tensors live at the moment being written, at `anchor`: one tensor for its whole
@@ -193,7 +201,7 @@ void Walker::timeline() {
 // At nll_loss: everything saved, the logits, the padded labels, the loss (§4.1).
 void Walker::forward_end() {
   begin(MomentKind::forward_end);
-  baseline(step_of_ == StepOf::steady, grads_live());
+  baseline(AllGrads::when_kept);
   enter_saved();
   if (in_.amp) {
     w_.add(constant("autocast weight cache (every matmul weight and bias)", Part::param_casts,
@@ -211,7 +219,7 @@ void Walker::forward_end() {
 // After NllLossBackward0, while LogSoftmaxBackward0 allocates grad_logits (§4.2).
 void Walker::backward_start() {
   begin(MomentKind::backward_start);
-  baseline(step_of_ == StepOf::steady, grads_live());
+  baseline(AllGrads::when_kept);
   enter_saved_except(Slot::target);
   u64 casts = 0;
   if (in_.amp) {
@@ -230,7 +238,7 @@ void Walker::backward_start() {
 // The embedding's backward, when every gradient exists.
 void Walker::backward_end() {
   begin(MomentKind::backward_end);
-  baseline(step_of_ == StepOf::steady, !in_backward_.on());
+  baseline(AllGrads::at_backward_end);
   if (tied_grad() && in_.lm_head) {
     // The tied weight's gradient arrives twice (AccumulateGrad's buffer, then the embedding's
     // zeros-initialised grad) and is summed out of place.
@@ -257,7 +265,7 @@ void Walker::after_backward() {
   const std::uint32_t handle =
       constant("record_function handle", Part::other, in_.cuda ? 0 : kRecordFunctionBytes);
   begin(MomentKind::optimizer);
-  baseline(true, false);
+  baseline(AllGrads::no);
   w_.add(state_.optimizer_grads);
   const std::uint32_t temporaries =
       constant(optimizer_.temporaries_name, Part::other, optimizer_.temporaries);
@@ -265,18 +273,18 @@ void Walker::after_backward() {
   w_.add_kept(temporaries);
   w_.end();
   begin(MomentKind::optimizer);
-  baseline(true, false);
+  baseline(AllGrads::no);
   w_.add(state_.optimizer_grads);
   w_.add(handle);
   w_.end();
   if (run_.precision.master) {
     begin(MomentKind::master_copy);
-    baseline(true, false);
+    baseline(AllGrads::no);
     w_.add(state_.optimizer_grads);
     w_.end();
   }
   begin(MomentKind::zero_grad);
-  baseline(true, false);
+  baseline(AllGrads::no);
   w_.add(state_.optimizer_grads);
   w_.add(handle);
   w_.end();
@@ -298,7 +306,7 @@ void Walker::grad_copy() {
     }
   });
   begin(MomentKind::grad_copy);
-  baseline(step_of_ == StepOf::steady, false);
+  baseline(AllGrads::no);
   w_.add(constant("master gradients copied so far (m.grad = p.grad.float())", Part::master_grads,
                   em * best_pre));
   w_.add(constant("gradients not yet released", Part::grads,

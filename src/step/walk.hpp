@@ -123,7 +123,11 @@ class Walker {
  private:
   // walk.cpp: the skeleton.
   void begin(MomentKind kind, u64 j = 0);
-  void baseline(bool with_states, bool with_grads);
+  /// Whether a moment holds every gradient: when they live through the step, at the end of
+  /// backward (unless each was stepped in backward), or never (the moment enters the gradients
+  /// it holds itself).
+  enum class AllGrads : std::uint8_t { when_kept, at_backward_end, no };
+  void baseline(AllGrads grads);
   void enter_lived(Anchor anchor);
   void enter_saved();
   void enter_saved_except(Slot slot);

@@ -21,7 +21,7 @@ void Walker::backward_layer(u64 j) {
 
 // What layer j's backward starts with, without the current layer's own tensors and copies.
 void Walker::layer_backward_base(u64 j) {
-  baseline(step_of_ == StepOf::steady, grads_live());
+  baseline(AllGrads::when_kept);
   w_.add(scalars_.loss);
   w_.add(scalars_.backward_seed);
   embed_and_shared();

@@ -65,7 +65,7 @@ void Walker::forward_attention(u64 j) {
 
 // The layers below the current one, and what the forward keeps outside the saved tensors.
 void Walker::forward_layers_below() {
-  baseline(step_of_ == StepOf::steady, grads_live());
+  baseline(AllGrads::when_kept);
   embed_and_shared();
   if (llama()) {
     if (!checkpointed_layers() && in_.causal)

@@ -82,7 +82,7 @@ void Walker::gradients_of_layers_above(u64 j) {
 void Walker::head_step_in_backward() {
   if (!in_backward_.on() || tied_grad() || sums_.head_trainable == 0) return;
   begin(MomentKind::head_step_in_backward);
-  baseline(step_of_ == StepOf::steady, false);
+  baseline(AllGrads::no);
   w_.saved_tensors([&] {
     for (const Entry& e : step_.saved) {
       if (step_.tensors[e.tensor].scope != Scope::head) w_.add(e.tensor, e.count);
@@ -112,7 +112,7 @@ void Walker::layer_step_in_backward(u64 j) {
 void Walker::embedding_step_in_backward() {
   if (!in_backward_.on() || sums_.embed_trainable == 0) return;
   begin(MomentKind::embedding_step_in_backward);
-  baseline(step_of_ == StepOf::steady, false);
+  baseline(AllGrads::no);
   in_backward_.step(w_, InBackward::kEmbedding);
   w_.add(scalars_.loss);
   w_.add(scalars_.backward_seed);

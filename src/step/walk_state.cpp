@@ -23,7 +23,7 @@ void Walker::create_tensors(const Inventory& inventory) {
   weight_copies();
   scalars();
   attention_temporaries();
-  stash_ = offload_stash(step_, in_);
+  stash_ = stashed_entries(step_, in_);
   in_backward_.create_tensors(step_, run_, in_, sums_, optimizer_, tied_grad());
   // ZeRO-3 gathers the layer being computed and prefetches the next.
   state_.gathered_layers =

@@ -1,7 +1,7 @@
-// Activation offloading (--offload activations: torchtune's OffloadActivations; docs/techniques
-// .md): the saved tensors of the forward pass go to pinned host memory and come back for
-// backward. Where a tensor is is a rule of the residency (src/step/residency.cpp asks
-// offloadable()); what the device keeps meanwhile is the stash the walk enters.
+// Activation offloading (--offload activations: torchtune's OffloadActivations;
+// docs/techniques.md): the saved tensors of the forward pass go to pinned host memory and come
+// back for backward. Where a tensor is, is the residency's to say (src/step/residency.cpp asks
+// offloadable()); what the device keeps of them meanwhile is this rule's stash.
 #include "step/rules/rules.hpp"
 #include "step/step_build.hpp"
 
@@ -18,8 +18,12 @@ bool offloadable(const Tensor& t) {
   return true;
 }
 
-std::vector<Entry> offload_stash(const Step& step, const ActivationInputs& in) {
-  if (!in.offload) return {};
+namespace {
+
+// The device's copies of offloaded tensors during forward: the last kOffloadStash offloaded
+// saved tensors, taken as the largest of the layers' (an upper bound; their order of saving is
+// not modelled).
+void offload_stash(std::vector<Entry>& out, const Step& step, const ActivationInputs& in) {
   const Basis x = basis_at(in.b ? in.b : 1, in.s ? in.s : 1024);
   const bool ck = checkpointed(in.recompute);
   std::vector<std::pair<std::uint64_t, std::uint32_t>> sizes;  // (bytes, tensor)
@@ -35,8 +39,7 @@ std::vector<Entry> offload_stash(const Step& step, const ActivationInputs& in) {
   // kOffloadStash consecutive saved tensors hold one tensor of a layer at most
   // ceil(kOffloadStash / m) times, m the tensors a layer offloads (5 layer inputs under full
   // checkpointing, one copy each of the 5 largest when a layer saves 5 or more).
-  std::vector<Entry> out;
-  if (sizes.empty()) return out;
+  if (sizes.empty()) return;
   std::uint64_t left = kOffloadStash;
   const std::uint64_t m = sizes.size();
   const std::uint64_t per_tensor = std::min<std::uint64_t>(in.L, (kOffloadStash + m - 1) / m);
@@ -46,7 +49,14 @@ std::vector<Entry> offload_stash(const Step& step, const ActivationInputs& in) {
     out.push_back({id, 1, n});
     left -= n;
   }
-  return out;
 }
+
+}  // namespace
+
+const Rule kActivationOffloadRule = {
+    .name = "activation_offload",
+    .applies = [](const ActivationInputs& in) { return in.offload; },
+    .stash = offload_stash,
+};
 
 }  // namespace memest::detail

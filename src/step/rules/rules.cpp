@@ -12,9 +12,9 @@ namespace {
 // one to exist: the loss's saved tensors come before softmax_keeps_input, which keeps the
 // log_softmax's input beside them; litgpt_modules renames what compile reads by name, which
 // is harmless in either order.
-const std::array<const Rule*, 7> kRules = {
+const std::array<const Rule*, 8> kRules = {
     &kOpCheckpointRule,  &kLossRule,    &kSoftmaxKeepsInputRule, &kLitgptModulesRule,
-    &kNf4KeepsInputRule, &kCompileRule, &kLoopKeepsOutputRule};
+    &kNf4KeepsInputRule, &kCompileRule, &kLoopKeepsOutputRule,   &kActivationOffloadRule};
 
 }  // namespace
 
@@ -43,6 +43,14 @@ std::vector<Lived> lived_tensors(const ActivationInputs& in) {
   std::vector<Lived> out;
   for (const Rule* r : kRules) {
     if (r->lived && r->applies(in)) r->lived(out, in);
+  }
+  return out;
+}
+
+std::vector<Entry> stashed_entries(const Step& step, const ActivationInputs& in) {
+  std::vector<Entry> out;
+  for (const Rule* r : kRules) {
+    if (r->stash && r->applies(in)) r->stash(out, step, in);
   }
   return out;
 }

@@ -2,6 +2,8 @@
 // die, one rule per file in this folder (docs/design.md, "Framework behaviours as rules").
 #pragma once
 
+#include "step/step_build.hpp"
+
 #include <memest/activation.hpp>
 #include <memest/step.hpp>
 
@@ -30,10 +32,6 @@ struct LayerFlow {
   bool down_keeps_input = true;  ///< the down projection keeps its input
   bool mlp_out = true;           ///< the MLP's output
 };
-
-/// Which step a moment is built for: the steady state, or the first step of a run (no step
-/// before it). The timeline is a steady step.
-enum class StepOf : std::uint8_t { steady, first };
 
 /// When a rule's tensor is live, in the step's time order (MomentKind's order): at every
 /// moment from `from` to `to`, both included, except those in `except`. A span whose `to`
@@ -76,8 +74,8 @@ struct Lived {
 };
 
 /// A framework behaviour as a rule: when it applies, and what it does to a layer's flow of
-/// gradients, to the saved tensors the layer graph built, and to the moments of the walk.
-/// Each hook may be null.
+/// gradients, to the saved tensors the layer graph built, to the moments of the walk, and to
+/// what the device holds of saved tensors kept elsewhere. Each hook may be null.
 struct Rule {
   std::string_view name;  ///< the behaviour, as docs/design.md lists it
   bool (*applies)(const ActivationInputs& in) = nullptr;
@@ -87,6 +85,9 @@ struct Rule {
   void (*saved)(Step& step, const ActivationInputs& in) = nullptr;
   /// Appends the tensors it adds to moments, with their lifetimes.
   void (*lived)(std::vector<Lived>& out, const ActivationInputs& in) = nullptr;
+  /// Appends saved tensors the device holds wherever the saved tensors are entered, besides
+  /// those the residency leaves on the device (src/step/residency.cpp).
+  void (*stash)(std::vector<Entry>& out, const Step& step, const ActivationInputs& in) = nullptr;
 };
 
 /// The rules, in the order they apply (src/step/rules/rules.cpp).
@@ -96,6 +97,7 @@ std::span<const Rule* const> step_rules();
 void apply_flow_rules(LayerFlow& flow, const ActivationInputs& in);
 void apply_saved_rules(Step& step, const ActivationInputs& in);
 std::vector<Lived> lived_tensors(const ActivationInputs& in);
+std::vector<Entry> stashed_entries(const Step& step, const ActivationInputs& in);
 
 // For rules that edit the saved tensors (before Step::saved and any index are taken).
 
@@ -117,6 +119,7 @@ extern const Rule kLitgptModulesRule;
 extern const Rule kNf4KeepsInputRule;
 extern const Rule kCompileRule;
 extern const Rule kLoopKeepsOutputRule;
+extern const Rule kActivationOffloadRule;
 
 /// The bytes per element of the logits the model's forward returns (src/step/rules/loss.cpp).
 std::uint64_t output_logits_width(const ActivationInputs& in);
@@ -135,10 +138,5 @@ inline constexpr std::uint64_t kOffloadStash = 5;
 /// least kMinOffloadBytes bytes, except the output head's input (torchtune opts the output
 /// linear out with NoOpManager) and the loss's (computed outside the offloading context).
 bool offloadable(const Tensor& t);
-
-/// The device's copies of offloaded tensors during forward: the last kOffloadStash offloaded
-/// saved tensors, taken as the largest of the layers' (an upper bound; their order of saving
-/// is not modelled). Entries of (tensor, count); none without activation offloading.
-std::vector<Entry> offload_stash(const Step& step, const ActivationInputs& in);
 
 }  // namespace memest::detail
