@@ -98,7 +98,7 @@ TEST_CASE("a frozen embedding: the first layer keeps nothing for its input's gra
   CHECK(count_of(step, "post-attention RMSNorm: fp32 input") == 2);
 }
 
-TEST_CASE("selective recompute stores no attention core; full recompute the layer input",
+TEST_CASE("selective recompute stores no attention core, full recompute the layer input",
           "[layer_graph]") {
   RunSpec run = tiny_llama(1, 8);
   run.training.recompute = Recompute::selective;

@@ -2,7 +2,7 @@
 // moments; its concerns are files of their own: walk.cpp the phase skeleton (which moments, in
 // which order, and what every moment holds), walk_state.cpp the model-state tensors,
 // walk_forward.cpp a layer's attention in forward, walk_backward.cpp a layer's backward,
-// walk_fsdp.cpp FSDP, walk_in_backward.cpp the optimizer step in backward; residency.cpp where
+// walk_fsdp.cpp FSDP, walk_in_backward.cpp the optimizer step in backward; residency.hpp where
 // each entry is; rules/ the framework behaviours that add tensors or change their lifetimes.
 #pragma once
 

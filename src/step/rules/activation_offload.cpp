@@ -1,6 +1,6 @@
 // Activation offloading (--offload activations: torchtune's OffloadActivations;
 // docs/techniques.md): the saved tensors of the forward pass go to pinned host memory and come
-// back for backward. Where a tensor is, is the residency's to say (src/step/residency.cpp asks
+// back for backward. Where a tensor is, is the residency's to say (src/step/residency.hpp asks
 // offloadable()); what the device keeps of them meanwhile is this rule's stash.
 #include "step/rules/rules.hpp"
 #include "step/step_build.hpp"

@@ -86,7 +86,7 @@ struct Rule {
   /// Appends the tensors it adds to moments, with their lifetimes.
   void (*lived)(std::vector<Lived>& out, const ActivationInputs& in) = nullptr;
   /// Appends saved tensors the device holds wherever the saved tensors are entered, besides
-  /// those the residency leaves on the device (src/step/residency.cpp).
+  /// those the residency leaves on the device (src/step/residency.hpp).
   void (*stash)(std::vector<Entry>& out, const Step& step, const ActivationInputs& in) = nullptr;
 };
 
@@ -125,7 +125,7 @@ extern const Rule kActivationOffloadRule;
 std::uint64_t output_logits_width(const ActivationInputs& in);
 
 // Activation offloading (src/step/rules/activation_offload.cpp): where saved tensors are, a
-// rule of the residency (src/step/residency.cpp) rather than of the tensors.
+// rule of the residency (src/step/residency.hpp) rather than of the tensors.
 
 /// torchtune's OffloadActivations moves a saved tensor to host memory when it has at least
 /// this many bytes (min_offload_size).
