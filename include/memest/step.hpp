@@ -153,7 +153,23 @@ enum class MomentKind : std::uint8_t {
 };
 inline constexpr std::size_t kMomentKindCount = 14;
 /// The phase a moment belongs to.
-Phase phase_of(MomentKind kind);
+constexpr Phase phase_of(MomentKind kind) {
+  switch (kind) {
+    case MomentKind::forward_attention:
+    case MomentKind::forward_end:
+      return Phase::forward;
+    case MomentKind::grad_copy:
+      return Phase::grad_copy;
+    case MomentKind::optimizer:
+      return Phase::optimizer;
+    case MomentKind::master_copy:
+      return Phase::master_copy;
+    case MomentKind::zero_grad:
+      return Phase::zero_grad;
+    default:
+      return Phase::backward;
+  }
+}
 
 /// Which layer an in-layer moment is at: the walk visits the last and the first layer (the
 /// largest of a moment linear in the layer index is at an end), the timeline every layer.

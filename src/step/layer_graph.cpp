@@ -487,8 +487,7 @@ class Saver {
 
 }  // namespace
 
-Tensor make_tensor(const Tensor& proto) {
-  Tensor t = proto;
+void size_tensor(Tensor& t) {
   t.bytes = Poly{};
   t.bytes.add(t.shape.elements(), t.width);
   int nonzero = 0;
@@ -498,6 +497,11 @@ Tensor make_tensor(const Tensor& proto) {
     ++nonzero;
   }
   if (nonzero != 1) t.mono = -1;
+}
+
+Tensor make_tensor(const Tensor& proto) {
+  Tensor t = proto;
+  size_tensor(t);
   return t;
 }
 
@@ -514,7 +518,21 @@ Tensor make_tensor(std::string_view name, Part part, Scope scope, Slot slot, std
 
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
                          std::uint64_t width, const Shape& shape, Batch batch) {
-  step.tensors.push_back(make_tensor(name, part, scope, slot, width, shape, batch));
+  Tensor& t = step.tensors.emplace_back();
+  t.name = name;
+  t.part = part;
+  t.scope = scope;
+  t.slot = slot;
+  t.width = width;
+  t.shape = shape;
+  t.batch = batch;
+  size_tensor(t);
+  return static_cast<std::uint32_t>(step.tensors.size() - 1);
+}
+
+std::uint32_t add_tensor(Step& step, const Tensor& proto) {
+  step.tensors.push_back(proto);
+  size_tensor(step.tensors.back());
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
 }
 

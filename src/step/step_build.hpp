@@ -34,9 +34,14 @@ Tensor make_tensor(std::string_view name, Part part, Scope scope, Slot slot, std
 /// `proto` sized from its width and shape (its bytes are ignored).
 Tensor make_tensor(const Tensor& proto);
 
+/// Sizes a tensor from its width and shape: Tensor::bytes and Tensor::mono.
+void size_tensor(Tensor& t);
+
 /// Appends a tensor; returns its index.
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
                          std::uint64_t width, const Shape& shape, Batch batch = Batch::any);
+/// Appends `proto`, sized; returns its index.
+std::uint32_t add_tensor(Step& step, const Tensor& proto);
 
 /// Where a norm sits, for the names of what it keeps.
 enum class NormSite : std::uint8_t { input, post_attention, extra, qk, embedding, final };

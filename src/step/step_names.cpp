@@ -23,29 +23,27 @@ constexpr std::array<std::string_view, kScopeCount> kScopeNames = {
 constexpr std::array<std::string_view, kPhaseCount> kPhaseNames = {
     "forward", "backward", "grad_copy", "optimizer", "master_copy", "zero_grad"};
 
-// Each moment's phase and its names: at no layer or at every layer (the timeline), at the last
-// layer, at the first.
+// Each moment's names: at no layer or at every layer (the timeline), at the last layer, at the
+// first.
 struct MomentNames {
-  Phase phase;
   std::string_view any, last, first;
 };
 constexpr std::array<MomentNames, kMomentKindCount> kMoments = {{
-    {Phase::forward, "forward_attention", "forward_attention", "forward_attention"},
-    {Phase::forward, "forward_end", "", ""},
-    {Phase::backward, "backward_start", "", ""},
-    {Phase::backward, "optimizer_step_in_backward_head", "", ""},
-    {Phase::backward, "backward_mlp", "backward_mlp_last_layer", "backward_mlp_first_layer"},
-    {Phase::backward, "optimizer_step_in_backward", "optimizer_step_in_backward_last_layer",
+    {"forward_attention", "forward_attention", "forward_attention"},
+    {"forward_end", "", ""},
+    {"backward_start", "", ""},
+    {"optimizer_step_in_backward_head", "", ""},
+    {"backward_mlp", "backward_mlp_last_layer", "backward_mlp_first_layer"},
+    {"optimizer_step_in_backward", "optimizer_step_in_backward_last_layer",
      "optimizer_step_in_backward_first_layer"},
-    {Phase::backward, "backward_attention", "backward_attention_last_layer",
-     "backward_attention_first_layer"},
-    {Phase::backward, "post_backward", "post_backward_last_layer", "post_backward_first_layer"},
-    {Phase::backward, "backward_end", "", ""},
-    {Phase::backward, "optimizer_step_in_backward_embedding", "", ""},
-    {Phase::grad_copy, "grad_copy", "", ""},
-    {Phase::optimizer, "optimizer", "", ""},
-    {Phase::master_copy, "master_copy", "", ""},
-    {Phase::zero_grad, "zero_grad", "", ""},
+    {"backward_attention", "backward_attention_last_layer", "backward_attention_first_layer"},
+    {"post_backward", "post_backward_last_layer", "post_backward_first_layer"},
+    {"backward_end", "", ""},
+    {"optimizer_step_in_backward_embedding", "", ""},
+    {"grad_copy", "", ""},
+    {"optimizer", "", ""},
+    {"master_copy", "", ""},
+    {"zero_grad", "", ""},
 }};
 
 constexpr std::size_t index(MomentKind kind) { return static_cast<std::size_t>(kind); }
@@ -62,8 +60,6 @@ std::string_view part_name(Part part) { return kPartNames[static_cast<std::size_
 std::string_view part_label(Part part) { return kPartLabels[static_cast<std::size_t>(part)]; }
 
 std::string_view phase_name(Phase phase) { return kPhaseNames[static_cast<std::size_t>(phase)]; }
-
-Phase phase_of(MomentKind kind) { return kMoments[index(kind)].phase; }
 
 std::string_view moment_name(MomentId id) {
   const MomentNames& m = kMoments[index(id.kind)];

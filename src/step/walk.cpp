@@ -92,9 +92,8 @@ void Walker::baseline(AllGrads grads) {
   enter_lived(Anchor::state);
   w_.add(state_.params);
   w_.add(state_.master);
-  const Phase phase = phase_of(w_.current().kind);
-  const bool states = step_of_ == StepOf::steady || phase == Phase::optimizer ||
-                      phase == Phase::master_copy || phase == Phase::zero_grad;
+  // Phase's order: optimizer, master_copy and zero_grad come last.
+  const bool states = step_of_ == StepOf::steady || phase_of(w_.current().kind) >= Phase::optimizer;
   if (states) w_.add_kept(state_.optimizer_states);
   w_.add(state_.grad_accum);
   w_.add(state_.input_ids);
@@ -108,7 +107,7 @@ void Walker::baseline(AllGrads grads) {
 
 // The rules' tensors live at the moment being written, at `anchor`: one tensor for its whole
 // life, or a new one at each moment.
-void Walker::enter_lived(Anchor anchor) {
+void Walker::enter_lived_now(Anchor anchor) {
   const MomentKind kind = w_.current().kind;
   for (std::size_t i = 0; i < lived_.size(); ++i) {
     const Lived& l = lived_[i];
@@ -117,8 +116,7 @@ void Walker::enter_lived(Anchor anchor) {
       w_.add(lived_ids_[i]);
       continue;
     }
-    step_.tensors.push_back(make_tensor(l.tensor));
-    w_.add(static_cast<std::uint32_t>(step_.tensors.size() - 1));
+    w_.add(add_tensor(step_, l.tensor));
   }
 }
 

@@ -128,7 +128,12 @@ class Walker {
   /// it holds itself).
   enum class AllGrads : std::uint8_t { when_kept, at_backward_end, no };
   void baseline(AllGrads grads);
-  void enter_lived(Anchor anchor);
+  // The rules' tensors live at the moment being written, at `anchor`.
+  void enter_lived(Anchor anchor) {
+    if (lived_kinds_[static_cast<std::size_t>(anchor)] & bit(w_.current().kind))
+      enter_lived_now(anchor);
+  }
+  void enter_lived_now(Anchor anchor);
   void enter_saved();
   void enter_saved_except(Slot slot);
   void stash();
@@ -212,6 +217,7 @@ class Walker {
   // The rules' tensors (rules/), and the one tensor of each that lives as one.
   std::vector<Lived> lived_;
   std::vector<std::uint32_t> lived_ids_;
+  std::array<std::uint16_t, 2> lived_kinds_{};  // per anchor: the moments some of them live at
   // The walk being built: which step, and whether it is the timeline (every layer's moments).
   StepOf step_of_ = StepOf::steady;
   bool timeline_ = false;

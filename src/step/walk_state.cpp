@@ -17,6 +17,8 @@ void Walker::create_tensors(const Inventory& inventory) {
   index_saved();
   lived_ = lived_tensors(in_);
   lived_ids_.assign(lived_.size(), 0);
+  for (const Lived& l : lived_)  // a steady step holds a tensor wherever the first does
+    lived_kinds_[static_cast<std::size_t>(l.anchor)] |= l.life.moments(StepOf::steady);
   fsdp_.create_tensors(step_, sharding_of(run_.parallel));
   model_state(inventory);
   gradients();
@@ -118,8 +120,7 @@ void Walker::scalars() {
   scalars_.loss = constant("loss (0-d fp32)", Part::other, 4);
   for (std::size_t i = 0; i < lived_.size(); ++i) {
     if (lived_[i].identity != Identity::one) continue;
-    step_.tensors.push_back(make_tensor(lived_[i].tensor));
-    lived_ids_[i] = static_cast<std::uint32_t>(step_.tensors.size() - 1);
+    lived_ids_[i] = add_tensor(step_, lived_[i].tensor);
   }
   scalars_.backward_seed = constant("backward seed (ones_like of the loss)", Part::other, 4);
   // torch.utils.checkpoint keeps the CPU RNG state per layer; on CUDA it lives on the host.

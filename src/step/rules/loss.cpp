@@ -169,12 +169,11 @@ std::uint64_t row_width(LossWidth w, const ActivationInputs& in) {
 
 // One of torchtune's chunks has N/chunks x V elements, written N x ceil(V/chunks) so that it
 // stays a polynomial in b and s (exact when the chunks divide s and V).
-Shape row_shape(LossShape sh, const ActivationInputs& in) {
-  const Dims D(in);
+Shape row_shape(LossShape sh, const ActivationInputs& in, const Sym& V) {
   const Sym vchunk = dim("V/chunks", ceil_div(in.V, std::max<std::uint64_t>(1, in.loss_chunk)));
   switch (sh) {
     case LossShape::tokens_vocab:
-      return shape({sym::N, D.V});
+      return shape({sym::N, V});
     case LossShape::tokens:
       return shape({sym::N});
     case LossShape::chunk:
@@ -182,7 +181,7 @@ Shape row_shape(LossShape sh, const ActivationInputs& in) {
     case LossShape::two_chunks:
       return shape({dim("2", 2), sym::N, vchunk});
     case LossShape::two_position_chunks:
-      return shape({dim("2", 2), sym::b, dim("c", in.loss_chunk), D.V});
+      return shape({dim("2", 2), sym::b, dim("c", in.loss_chunk), V});
     case LossShape::padded_positions:
       return shape({sym::s1});
     case LossShape::padded_labels:
@@ -193,15 +192,17 @@ Shape row_shape(LossShape sh, const ActivationInputs& in) {
   return shape({});
 }
 
-Tensor row_tensor(const LossRow& row, const ActivationInputs& in) {
+// A row's tensor, not yet sized (make_tensor does it where the tensor is created). `V` is the
+// vocabulary as the shapes name it (V/t on a tensor-parallel rank).
+Tensor row_tensor(const LossRow& row, const ActivationInputs& in, const Sym& V) {
   const bool saved_row = row.life == LossLife::saved;
-  return make_tensor(Tensor{.name = row.name,
-                            .part = saved_row ? Part::activations : Part::other,
-                            .scope = saved_row ? Scope::head : Scope::transient,
-                            .slot = row.slot,
-                            .width = row_width(row.width, in),
-                            .shape = row_shape(row.shape, in),
-                            .batch = row.batch});
+  return Tensor{.name = row.name,
+                .part = saved_row ? Part::activations : Part::other,
+                .scope = saved_row ? Scope::head : Scope::transient,
+                .slot = row.slot,
+                .width = row_width(row.width, in),
+                .shape = row_shape(row.shape, in, V),
+                .batch = row.batch};
 }
 
 Lifetime row_lifetime(LossLife life) {
@@ -235,14 +236,17 @@ void each_loss_row(const ActivationInputs& in, F&& f) {
 
 void add_loss_saved(Step& step, const ActivationInputs& in) {
   if (!loss_keeps(in)) return;
+  const Sym V = Dims(in).V;
   each_loss_row(in, [&](const LossRow& row) {
-    if (row.life == LossLife::saved) step.tensors.push_back(row_tensor(row, in));
+    if (row.life == LossLife::saved) add_tensor(step, row_tensor(row, in, V));
   });
 }
 
 void add_loss_lived(std::vector<Lived>& out, const ActivationInputs& in) {
+  const Sym V = Dims(in).V;
   each_loss_row(in, [&](const LossRow& row) {
-    if (row.life != LossLife::saved) out.push_back({row_tensor(row, in), row_lifetime(row.life)});
+    if (row.life != LossLife::saved)
+      out.push_back({row_tensor(row, in, V), row_lifetime(row.life)});
   });
 }
 

@@ -18,11 +18,20 @@ const std::array<const Rule*, 8> kRules = {
 
 }  // namespace
 
-bool Lifetime::live_at(MomentKind kind, StepOf step) const {
-  if (except & bit(kind)) return false;
-  if (from <= to) return from <= kind && kind <= to;
+std::uint16_t Lifetime::moments(StepOf step) const {
+  const auto f = static_cast<unsigned>(from), t = static_cast<unsigned>(to);
+  const unsigned all = (1U << kMomentKindCount) - 1;
+  const unsigned from_on = all & ~((1U << f) - 1);  // from `from` to the end of the step
+  const unsigned up_to = (2U << t) - 1;             // from the start of the step to `to`
   // Carried into the next step: a steady step holds what the step before it left.
-  return kind >= from || (step == StepOf::steady && kind <= to);
+  const unsigned span = f <= t                   ? from_on & up_to
+                        : step == StepOf::steady ? from_on | up_to
+                                                 : from_on;
+  return static_cast<std::uint16_t>(span & ~unsigned{except});
+}
+
+bool Lifetime::live_at(MomentKind kind, StepOf step) const {
+  return (moments(step) & bit(kind)) != 0;
 }
 
 std::span<const Rule* const> step_rules() { return kRules; }
@@ -41,6 +50,7 @@ void apply_saved_rules(Step& step, const ActivationInputs& in) {
 
 std::vector<Lived> lived_tensors(const ActivationInputs& in) {
   std::vector<Lived> out;
+  out.reserve(8);
   for (const Rule* r : kRules) {
     if (r->lived && r->applies(in)) r->lived(out, in);
   }

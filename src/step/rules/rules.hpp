@@ -43,6 +43,8 @@ struct Lifetime {
   MomentKind to = MomentKind::zero_grad;
   std::uint16_t except = 0;  ///< moments of the span it is not entered at (bit 1 << kind)
 
+  /// The moments of a step it is live at, one bit (1 << kind) each.
+  std::uint16_t moments(StepOf step) const;
   bool live_at(MomentKind kind, StepOf step) const;
 };
 
