@@ -55,7 +55,7 @@ Walker::Walker(Step& step, const RunSpec& run, const ActivationInputs& in, const
             return sh;
           }(),
           in),
-      w_(step, residency_),
+      writer_(step, residency_),
       in_backward_(run) {}
 
 // Begins a moment of kind `kind` (at layer j for an in-layer one). A forward or backward moment
@@ -69,19 +69,20 @@ void Walker::begin(MomentKind kind, u64 j) {
   } else if (in_layer(kind)) {
     id.at = j == in_.L - 1 ? LayerAt::last : LayerAt::first;
   }
-  w_.begin(id, layer);
+  writer_.begin(id, layer);
   const Phase phase = phase_of(kind);
   if (phase != Phase::forward && phase != Phase::backward) return;
   if (fsdp_.on()) {
-    fsdp_.gathered(w_, in_.L);
+    fsdp_.gathered(writer_, in_.L);
   } else if (residency_.sharding().params) {
-    w_.add(state_.gathered_layers);
+    writer_.add(state_.gathered_layers);
   }
   // A pipeline stage holds the saved tensors of the micro-batches it has run forward and not
   // yet backward (docs/parallelism.md): all but the current one are whole.
   if (in_.in_flight <= 1) return;
-  w_.saved_tensors([&] {
-    for (const Entry& e : step_.saved) w_.add(e.tensor, checked_mul(e.count, in_.in_flight - 1));
+  writer_.saved_tensors([&] {
+    for (const Entry& e : step_.saved)
+      writer_.add(e.tensor, checked_mul(e.count, in_.in_flight - 1));
   });
 }
 
@@ -90,56 +91,57 @@ void Walker::begin(MomentKind kind, u64 j) {
 // gradients as `grads` says.
 void Walker::baseline(AllGrads grads) {
   enter_lived(Anchor::state);
-  w_.add(state_.params);
-  w_.add(state_.master);
+  writer_.add(state_.params);
+  writer_.add(state_.master);
   // Phase's order: optimizer, master_copy and zero_grad come last.
-  const bool states = step_of_ == StepOf::steady || phase_of(w_.current().kind) >= Phase::optimizer;
-  if (states) w_.add_kept(state_.optimizer_states);
-  w_.add(state_.grad_accum);
-  w_.add(state_.input_ids);
-  w_.add(state_.buffers);
-  w_.add(state_.ddp_buckets);
+  const bool states =
+      step_of_ == StepOf::steady || phase_of(writer_.current().kind) >= Phase::optimizer;
+  if (states) writer_.add_kept(state_.optimizer_states);
+  writer_.add(state_.grad_accum);
+  writer_.add(state_.input_ids);
+  writer_.add(state_.buffers);
+  writer_.add(state_.ddp_buckets);
   const bool all = grads == AllGrads::when_kept         ? grads_live()
                    : grads == AllGrads::at_backward_end ? !in_backward_.on()
                                                         : false;
-  if (all) w_.add(state_.grads);
+  if (all) writer_.add(state_.grads);
 }
 
 // The rules' tensors live at the moment being written, at `anchor`: one tensor for its whole
 // life, or a new one at each moment.
 void Walker::enter_lived_now(Anchor anchor) {
-  const MomentKind kind = w_.current().kind;
+  const MomentKind kind = writer_.current().kind;
   for (std::size_t i = 0; i < lived_.size(); ++i) {
     const Lived& l = lived_[i];
     if (l.anchor != anchor || !l.life.live_at(kind, step_of_)) continue;
     if (l.identity == Identity::one) {
-      w_.add(lived_ids_[i]);
+      writer_.add(lived_ids_[i]);
       continue;
     }
-    w_.add(add_tensor(step_, l.tensor));
+    writer_.add(add_tensor(step_, l.tensor));
   }
 }
 
 // Everything the forward pass saved, and what the device still holds of what it offloaded.
 void Walker::enter_saved() {
-  w_.saved_tensors([&] {
-    for (const Entry& e : step_.saved) w_.add(e.tensor, e.count);
+  writer_.saved_tensors([&] {
+    for (const Entry& e : step_.saved) writer_.add(e.tensor, e.count);
   });
   stash();
 }
 
 // The same without the tensors of slot `slot` (released by the op being run).
 void Walker::enter_saved_except(Slot slot) {
-  w_.saved_tensors([&] {
+  writer_.saved_tensors([&] {
     for (const Entry& e : step_.saved) {
-      if (step_.tensors[e.tensor].slot != slot) w_.add(e.tensor, e.count);
+      if (step_.tensors[e.tensor].slot != slot) writer_.add(e.tensor, e.count);
     }
   });
   stash();
 }
 
 void Walker::stash() {
-  for (const Entry& e : stash_) w_.add(e.tensor, e.count);
+  for (const Entry& e : stash_) writer_.add(e.tensor, e.count);
 }
 
 void Walker::layers(u64 first, u64 count) {
@@ -147,32 +149,32 @@ void Walker::layers(u64 first, u64 count) {
 }
 
 void Walker::scoped(Scope s, u64 count) {
-  for (const std::uint32_t i : by_scope_[static_cast<std::size_t>(s)]) w_.add(i, count);
+  for (const std::uint32_t i : by_scope_[static_cast<std::size_t>(s)]) writer_.add(i, count);
 }
 
 void Walker::embed_and_shared() {
-  w_.saved_tensors([&] {
+  writer_.saved_tensors([&] {
     scoped(Scope::embed);
     scoped(Scope::shared);
   });
 }
 
 void Walker::layer_copies(u64 count) {
-  w_.add(copies_.down, count);
-  w_.add(copies_.other_mlp, count);
-  w_.add(copies_.o_proj, count);
-  w_.add(copies_.qkv, count);
+  writer_.add(copies_.down, count);
+  writer_.add(copies_.other_mlp, count);
+  writer_.add(copies_.o_proj, count);
+  writer_.add(copies_.qkv, count);
 }
 
 // The current layer's copies once down_proj's backward has released its own.
 void Walker::layer_copies_but_down() {
-  w_.add(copies_.other_mlp);
-  w_.add(copies_.o_proj);
-  w_.add(copies_.qkv);
+  writer_.add(copies_.other_mlp);
+  writer_.add(copies_.o_proj);
+  writer_.add(copies_.qkv);
 }
 
 void Walker::walk(StepOf which) {
-  w_.into(which == StepOf::steady ? step_.steady : step_.first);
+  writer_.into(which == StepOf::steady ? step_.steady : step_.first);
   step_of_ = which;
   forward_end();
   forward_attention(in_.L - 1);
@@ -184,7 +186,7 @@ void Walker::walk(StepOf which) {
 }
 
 void Walker::timeline() {
-  w_.into(step_.timeline);
+  writer_.into(step_.timeline);
   timeline_ = true;
   step_of_ = StepOf::steady;
   for (u64 j = 0; j < in_.L; ++j) forward_attention(j);
@@ -202,16 +204,16 @@ void Walker::forward_end() {
   baseline(AllGrads::when_kept);
   enter_saved();
   if (in_.amp) {
-    w_.add(constant("autocast weight cache (every matmul weight and bias)", Part::param_casts,
-                    in_.ew * (sums_.mm_all + sums_.bias_mm) +
-                        (in_.tied && in_.lm_head ? in_.ew * in_.V * in_.h : 0)));
-    w_.add(temp("final norm output (fp32, referenced by forward)", Part::other, 4,
-                shape({sym::N, dims_.h})));
+    writer_.add(constant("autocast weight cache (every matmul weight and bias)", Part::param_casts,
+                         in_.ew * (sums_.mm_all + sums_.bias_mm) +
+                             (in_.tied && in_.lm_head ? in_.ew * in_.V * in_.h : 0)));
+    writer_.add(temp("final norm output (fp32, referenced by forward)", Part::other, 4,
+                     shape({sym::N, dims_.h})));
   }
   enter_lived(Anchor::loss);
-  if (in_.lm_head) w_.add(scalars_.loss);
-  w_.add(scalars_.rng_states);
-  w_.end();
+  if (in_.lm_head) writer_.add(scalars_.loss);
+  writer_.add(scalars_.rng_states);
+  writer_.end();
 }
 
 // After NllLossBackward0, while LogSoftmaxBackward0 allocates grad_logits (§4.2).
@@ -224,12 +226,12 @@ void Walker::backward_start() {
     const u64 lm_head = in_.lm_head ? in_.ew * in_.V * in_.h : 0;
     casts = checkpointed_layers() ? lm_head : in_.ew * sums_.mm_all + (in_.tied ? lm_head : 0);
   }
-  w_.add(constant("autocast weight copies saved for backward", Part::param_casts, casts));
+  writer_.add(constant("autocast weight copies saved for backward", Part::param_casts, casts));
   enter_lived(Anchor::loss);
-  w_.add(scalars_.loss);
-  w_.add(scalars_.backward_seed);
-  w_.add(scalars_.rng_states);
-  w_.end();
+  writer_.add(scalars_.loss);
+  writer_.add(scalars_.backward_seed);
+  writer_.add(scalars_.rng_states);
+  writer_.end();
   head_step_in_backward();
 }
 
@@ -240,17 +242,17 @@ void Walker::backward_end() {
   if (tied_grad() && in_.lm_head) {
     // The tied weight's gradient arrives twice (AccumulateGrad's buffer, then the embedding's
     // zeros-initialised grad) and is summed out of place.
-    w_.add(temp("tied embedding gradient: lm_head's and the embedding's", Part::other,
-                width(run_.precision.grad),
-                shape({dim("2", 2), dim("V", in_.V), dim("h", in_.h)})));
+    writer_.add(temp("tied embedding gradient: lm_head's and the embedding's", Part::other,
+                     width(run_.precision.grad),
+                     shape({dim("2", 2), dim("V", in_.V), dim("h", in_.h)})));
   } else {
-    w_.add(
+    writer_.add(
         temp("gradient of the embedding output", Part::other, in_.ex, shape({tokens_, dims_.h})));
   }
-  w_.add(scalars_.loss);
-  w_.add(scalars_.backward_seed);
-  w_.add(scalars_.rng_states);
-  w_.end();
+  writer_.add(scalars_.loss);
+  writer_.add(scalars_.backward_seed);
+  writer_.add(scalars_.rng_states);
+  writer_.end();
   embedding_step_in_backward();
 }
 
@@ -264,28 +266,28 @@ void Walker::after_backward() {
       constant("record_function handle", Part::other, in_.cuda ? 0 : kRecordFunctionBytes);
   begin(MomentKind::optimizer);
   baseline(AllGrads::no);
-  w_.add(state_.optimizer_grads);
+  writer_.add(state_.optimizer_grads);
   const std::uint32_t temporaries =
       constant(optimizer_.temporaries_name, Part::other, optimizer_.temporaries);
   step_.step_temporaries.push_back(temporaries);
-  w_.add_kept(temporaries);
-  w_.end();
+  writer_.add_kept(temporaries);
+  writer_.end();
   begin(MomentKind::optimizer);
   baseline(AllGrads::no);
-  w_.add(state_.optimizer_grads);
-  w_.add(handle);
-  w_.end();
+  writer_.add(state_.optimizer_grads);
+  writer_.add(handle);
+  writer_.end();
   if (run_.precision.master) {
     begin(MomentKind::master_copy);
     baseline(AllGrads::no);
-    w_.add(state_.optimizer_grads);
-    w_.end();
+    writer_.add(state_.optimizer_grads);
+    writer_.end();
   }
   begin(MomentKind::zero_grad);
   baseline(AllGrads::no);
-  w_.add(state_.optimizer_grads);
-  w_.add(handle);
-  w_.end();
+  writer_.add(state_.optimizer_grads);
+  writer_.add(handle);
+  writer_.end();
 }
 
 // m.grad = p.grad.float() tensor by tensor: at its worst, the master gradients copied so far
@@ -305,11 +307,11 @@ void Walker::grad_copy() {
   });
   begin(MomentKind::grad_copy);
   baseline(AllGrads::no);
-  w_.add(constant("master gradients copied so far (m.grad = p.grad.float())", Part::master_grads,
-                  em * best_pre));
-  w_.add(constant("gradients not yet released", Part::grads,
-                  eg * (sums_.trainable - best_pre + best_n)));
-  w_.end();
+  writer_.add(constant("master gradients copied so far (m.grad = p.grad.float())",
+                       Part::master_grads, em * best_pre));
+  writer_.add(constant("gradients not yet released", Part::grads,
+                       eg * (sums_.trainable - best_pre + best_n)));
+  writer_.end();
 }
 
 std::uint32_t Walker::temp(std::string_view name, Part part, u64 width, const Shape& sh,

@@ -68,10 +68,10 @@ class FsdpWalk {
   void unsharded_unit_grads(u64 grad_width, const Sharding& sharding, u64 layers, u64& head,
                             u64& layer) const;
   /// Enters the units gathered at the moment being written.
-  void gathered(MomentWriter& w, u64 layers) const;
+  void gathered(MomentWriter& writer, u64 layers) const;
   /// The post-backward moments of a layer unit, when its gradient is reduce-scattered: `open`
   /// begins one and enters what the layer's backward holds.
-  void post_backward(Step& step, MomentWriter& w, const std::function<void()>& open) const;
+  void post_backward(Step& step, MomentWriter& writer, const std::function<void()>& open) const;
 
  private:
   const RunSpec& run_;
@@ -96,7 +96,7 @@ class InBackward {
                       const Layout& sums, const OptimizerSizes& sizes, bool tied_grad);
   enum Stepped : std::uint8_t { kLayer, kHead, kEmbedding };
   /// The gradient being applied and its step's temporaries.
-  void step(MomentWriter& w, Stepped which) const;
+  void step(MomentWriter& writer, Stepped which) const;
   std::uint32_t tied_buffer() const { return tied_buffer_; }
   /// The bytes of a gradient produced inside a layer's backward: none is left when each is
   /// applied and freed as it is accumulated.
@@ -130,7 +130,7 @@ class Walker {
   void baseline(AllGrads grads);
   // The rules' tensors live at the moment being written, at `anchor`.
   void enter_lived(Anchor anchor) {
-    if (lived_kinds_[static_cast<std::size_t>(anchor)] & bit(w_.current().kind))
+    if (lived_kinds_[static_cast<std::size_t>(anchor)] & bit(writer_.current().kind))
       enter_lived_now(anchor);
   }
   void enter_lived_now(Anchor anchor);
@@ -202,7 +202,7 @@ class Walker {
   Sym tokens_;  // the tokens of the residual stream (N/t under sequence parallelism)
   FsdpWalk fsdp_;
   Residency residency_;
-  MomentWriter w_;
+  MomentWriter writer_;
   InBackward in_backward_;
   OptimizerSizes optimizer_;
   bool master_grads_ = false;  // master weights with lower-precision gradients: grad_copy
@@ -229,7 +229,7 @@ template <typename Freed>
 void Walker::layers(u64 first, u64 count, Freed&& freed) {
   for (const std::uint32_t i : layer_tensors_) {
     const bool skip = step_.tensors[i].skips_first && first == 0 && count > 0;
-    if (!freed(step_.tensors[i].slot)) w_.add(i, count - (skip ? 1 : 0));
+    if (!freed(step_.tensors[i].slot)) writer_.add(i, count - (skip ? 1 : 0));
   }
 }
 

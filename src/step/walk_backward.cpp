@@ -13,7 +13,7 @@ void Walker::backward_layer(u64 j) {
   backward_mlp(j);
   layer_step_in_backward(j);
   backward_attention(j);
-  fsdp_.post_backward(step_, w_, [&] {
+  fsdp_.post_backward(step_, writer_, [&] {
     begin(MomentKind::post_backward, j);
     layer_backward_base(j);
   });
@@ -22,28 +22,28 @@ void Walker::backward_layer(u64 j) {
 // What layer j's backward starts with, without the current layer's own tensors and copies.
 void Walker::layer_backward_base(u64 j) {
   baseline(AllGrads::when_kept);
-  w_.add(scalars_.loss);
-  w_.add(scalars_.backward_seed);
+  writer_.add(scalars_.loss);
+  writer_.add(scalars_.backward_seed);
   embed_and_shared();
   if (checkpointed_layers()) {
-    w_.add(scalars_.rng_states);
+    writer_.add(scalars_.rng_states);
     // The inputs of layers 0..j (layer j's brought back); under per-op checkpointing the
     // outputs layers below j cached (layer j's are its recomputation's saved tensors).
     for (const std::uint32_t i : by_scope_[static_cast<std::size_t>(Scope::checkpoint)]) {
-      w_.saved_tensors([&] { w_.add(i, j); });
-      if (step_.tensors[i].slot == Slot::none) w_.add(i);
+      writer_.saved_tensors([&] { writer_.add(i, j); });
+      if (step_.tensors[i].slot == Slot::none) writer_.add(i);
     }
     if (llama() && in_.ex == 2) {  // the recompute saves a new copy of the layer input
-      w_.add(temp("layer input re-saved by the recompute", Part::activations, in_.ex,
-                  shape({sym::N, dim("h", in_.h)})));
+      writer_.add(temp("layer input re-saved by the recompute", Part::activations, in_.ex,
+                       shape({sym::N, dim("h", in_.h)})));
     }
   } else {
-    w_.saved_tensors([&] { layers(0, j); });
+    writer_.saved_tensors([&] { layers(0, j); });
     layer_copies(j);
   }
   gradients_of_layers_above(j);
   enter_lived(Anchor::loss);
-  w_.add(scalars_.output_gradient);
+  writer_.add(scalars_.output_gradient);
 }
 
 // Gradients autograd computes inside a layer's backward: in FSDP's param_dtype.
@@ -87,25 +87,25 @@ void Walker::llama_mlp_backward(u64 j, std::uint32_t down_grad) {
   };
   begin(MomentKind::backward_mlp, j);
   current();
-  w_.add(down_grad);
+  writer_.add(down_grad);
   Shape two = m.tokens_width;
   std::copy_backward(two.factors.begin(), two.factors.begin() + two.rank,
                      two.factors.begin() + two.rank + 1);
   two.factors[0] = dim("2", 2);
   ++two.rank;
-  w_.add(temp("gradients of act(gate) and of up (MulBackward0)", Part::other, in_.ec, two));
-  w_.end();
+  writer_.add(temp("gradients of act(gate) and of up (MulBackward0)", Part::other, in_.ec, two));
+  writer_.end();
   if (!in_.grads.nf4 || m.all_moe) return;
   // QLoRA: the 4-bit down_proj dequantises its weight again for the input gradient
   // (bitsandbytes MatMul4Bit.backward, torchao's linear_nf4): it lives beside that gradient.
   // In the timeline this alternative has always had no layer: it shows as a moment of its own.
   begin(MomentKind::backward_mlp, j);
-  w_.unindex();
+  writer_.unindex();
   current();
-  w_.add(temp("dequantized down_proj weight (for the input gradient)", Part::other, in_.ec,
-              shape({dim("h", in_.h), m.width})));
-  w_.add(temp("gradient of the down_proj input", Part::other, in_.ec, m.tokens_width));
-  w_.end();
+  writer_.add(temp("dequantized down_proj weight (for the input gradient)", Part::other, in_.ec,
+                   shape({dim("h", in_.h), m.width})));
+  writer_.add(temp("gradient of the down_proj input", Part::other, in_.ec, m.tokens_width));
+  writer_.end();
 }
 
 void Walker::gpt2_mlp_backward(u64 j, std::uint32_t down_grad) {
@@ -114,25 +114,25 @@ void Walker::gpt2_mlp_backward(u64 j, std::uint32_t down_grad) {
   begin(MomentKind::backward_mlp, j);
   layer_backward_base(j);
   layers(j, 1, [](Slot s) { return s == Slot::mmask; });
-  w_.add(copies_.down);
+  writer_.add(copies_.down);
   layer_copies_but_down();
-  w_.add(temp("gradient of the MLP output", Part::other, in_.ec, shape({sym::N, h})));
-  w_.add(temp("gradient of the c_proj input", Part::other, in_.ec, m.tokens_width));
+  writer_.add(temp("gradient of the MLP output", Part::other, in_.ec, shape({sym::N, h})));
+  writer_.add(temp("gradient of the c_proj input", Part::other, in_.ec, m.tokens_width));
   if (in_.amp) {
-    w_.add(in_flight("c_proj weight copy for the input gradient", Part::param_casts,
-                     in_.ew * in_.I * in_.h));
+    writer_.add(in_flight("c_proj weight copy for the input gradient", Part::param_casts,
+                          in_.ew * in_.I * in_.h));
   } else {
-    w_.add(down_grad);
+    writer_.add(down_grad);
   }
-  w_.end();
+  writer_.end();
   begin(MomentKind::backward_mlp, j);
   layer_backward_base(j);
   layers(j, 1, [](Slot s) { return s == Slot::mmask; });
   layer_copies_but_down();
   const u64 two = in_.act == ActFn::gelu_new || in_.act == ActFn::relu ? 2 : 1;
-  w_.add(temp("activation backward temporaries", Part::other, two * in_.ec, m.tokens_width));
-  w_.add(down_grad);
-  w_.end();
+  writer_.add(temp("activation backward temporaries", Part::other, two * in_.ec, m.tokens_width));
+  writer_.add(down_grad);
+  writer_.end();
 }
 
 // What the attention core's backward starts from: layer j's backward after the MLP, the second
@@ -147,18 +147,18 @@ void Walker::attention_backward_base(u64 j, Slot also) {
     const bool gpt2_side = !llama() && (s == Slot::mmask || s == Slot::rmask);
     return mlp_side || gpt2_side || (also != Slot::none && s == also);
   });
-  w_.add(copies_.qkv);
-  w_.add(in_flight(
+  writer_.add(copies_.qkv);
+  writer_.add(in_flight(
       "gradients of the MLP, post-attention norm and o_proj weights", Part::grads,
       in_backward_.unstepped(flight_grad_width() * (sums_.l_mlp + sums_.l_n2 + sums_.l_o))));
   if (in_.attention == Attention::eager && in_.recompute == Recompute::selective) {
     for (const std::uint32_t i : by_scope_[static_cast<std::size_t>(Scope::core)]) {
-      if (step_.tensors[i].slot != also) w_.add(i);  // the recomputed core is live again
+      if (step_.tensors[i].slot != also) writer_.add(i);  // the recomputed core is live again
     }
   }
   if (checkpointed_layers()) {
-    w_.add(temp("gradient of the layer output kept by checkpoint", Part::other, in_.ex,
-                shape({sym::N, dim("h", in_.h)})));
+    writer_.add(temp("gradient of the layer output kept by checkpoint", Part::other, in_.ex,
+                     shape({sym::N, dim("h", in_.h)})));
   }
 }
 
@@ -174,15 +174,17 @@ void Walker::backward_attention(u64 j) {
     return;
   }
   attention_backward_base(j, Slot::none);
-  w_.add(temp("gradients of q, k and v", Part::other, in_.ec, shape({dim("3", 3), sym::N, a, d})));
+  writer_.add(
+      temp("gradients of q, k and v", Part::other, in_.ec, shape({dim("3", 3), sym::N, a, d})));
   if (in_.cp > 1) {
-    w_.add(temp("context-parallel ring: K/V and their gradients in flight", Part::other, in_.ec,
-                shape({dim("4", 4), sym::N, dims_.k, d})));
+    writer_.add(temp("context-parallel ring: K/V and their gradients in flight", Part::other,
+                     in_.ec, shape({dim("4", 4), sym::N, dims_.k, d})));
   }
-  w_.add(temp("softmax delta (fp32, one per row)", Part::other, 4, shape({sym::b, a, sym::s})));
+  writer_.add(
+      temp("softmax delta (fp32, one per row)", Part::other, 4, shape({sym::b, a, sym::s})));
   if (in_.attention == Attention::flash)
-    w_.add(temp("dq accumulator (fp32)", Part::other, 4, shape({sym::N, a, d})));
-  w_.end();
+    writer_.add(temp("dq accumulator (fp32)", Part::other, 4, shape({sym::N, a, d})));
+  writer_.end();
 }
 
 // Llama: the fp32 grads of the probabilities and the scores (releasing the compute-dtype
@@ -202,26 +204,27 @@ void Walker::llama_softmax_backward(u64 j) {
       temp("gradient of v beyond the saved view (MQA at batch 1)", Part::other, ec,
            shape({sym::N, dim("a*d - d_v", mqa ? qd - std::min(qd, in_.dv) : 0)}), Batch::one);
   const auto finish = [&] {
-    w_.add(v_grad);
-    w_.add(v_grad_one);
-    w_.end();
+    writer_.add(v_grad);
+    writer_.add(v_grad_one);
+    writer_.end();
   };
   if (in_.p_attn > 0) {
     const u64 e_do = in_.ex == 2 && !in_.amp ? 2 : 4;  // the dropout's dtype
     attention_backward_base(j, Slot::dropped);
-    w_.add(temp(cuda ? "dropout backward (fused): mask cast and product"
-                     : "dropout backward: mask cast and two products",
-                Part::other, (cuda ? 2 : 3) * e_do, S2));
-    w_.add(constant("dropout backward scalars", Part::other, cuda ? 0 : 8 + e_do));
+    writer_.add(temp(cuda ? "dropout backward (fused): mask cast and product"
+                          : "dropout backward: mask cast and two products",
+                     Part::other, (cuda ? 2 : 3) * e_do, S2));
+    writer_.add(constant("dropout backward scalars", Part::other, cuda ? 0 : 8 + e_do));
     finish();
     attention_backward_base(j, Slot::dropped);
-    w_.add(temp("softmax backward: grads of the probabilities and the scores", Part::other, 7, S2));
+    writer_.add(
+        temp("softmax backward: grads of the probabilities and the scores", Part::other, 7, S2));
     finish();
     return;
   }
   attention_backward_base(j, Slot::pc);
-  w_.add(temp("softmax backward: grads of the probabilities and the scores (fp32)", Part::other, 4,
-              shape({dim("2", 2), sym::b, a, sym::s2})));
+  writer_.add(temp("softmax backward: grads of the probabilities and the scores (fp32)",
+                   Part::other, 4, shape({dim("2", 2), sym::b, a, sym::s2})));
   finish();
 }
 
@@ -235,16 +238,16 @@ void Walker::gpt2_softmax_backward(u64 j) {
   const u64 e_sm = ec == 4 || (in_.amp && cuda) ? 4 : ec;
   attention_backward_base(j, Slot::none);
   if (in_.p_attn > 0) {
-    w_.add(temp(cuda ? "dropout backward (fused)" : "dropout backward: mask cast and product",
-                Part::other, (cuda ? 1 : 2) * e_sm, S2));
-    w_.add(constant("dropout backward scalars", Part::other, cuda ? 0 : 8 + e_sm));
+    writer_.add(temp(cuda ? "dropout backward (fused)" : "dropout backward: mask cast and product",
+                     Part::other, (cuda ? 1 : 2) * e_sm, S2));
+    writer_.add(constant("dropout backward scalars", Part::other, cuda ? 0 : 8 + e_sm));
   } else {
-    w_.add(temp("softmax backward: grads of the probabilities and the scores", Part::other, e_sm,
-                shape({dim("2", 2), sym::b, a, sym::s2})));
+    writer_.add(temp("softmax backward: grads of the probabilities and the scores", Part::other,
+                     e_sm, shape({dim("2", 2), sym::b, a, sym::s2})));
   }
-  w_.add(temp("v copy kept (q/k/v share one storage at batch 1)", Part::other, ec,
-              shape({sym::N, dim("h", in_.h)}), Batch::one));
-  w_.end();
+  writer_.add(temp("v copy kept (q/k/v share one storage at batch 1)", Part::other, ec,
+                   shape({sym::N, dim("h", in_.h)}), Batch::one));
+  writer_.end();
 }
 
 }  // namespace memest::detail

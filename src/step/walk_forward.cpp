@@ -43,7 +43,7 @@ void Walker::attention_temporaries() {
 void Walker::forward_attention(u64 j) {
   if (in_.attention != Attention::eager) {
     attention_prelude(j);
-    w_.end();
+    writer_.end();
     return;
   }
   const Shape S2 = shape({sym::b, dims_.a, sym::s2});
@@ -51,15 +51,15 @@ void Walker::forward_attention(u64 j) {
     attention_prelude(j);
     if (alt.softmax) {  // saved, or under selective recompute a transient all the same
       for (const std::uint32_t i : by_scope_[static_cast<std::size_t>(Scope::core)]) {
-        if (step_.tensors[i].slot == Slot::sm) w_.add(i);
+        if (step_.tensors[i].slot == Slot::sm) writer_.add(i);
       }
       layers(in_.L - 1, 1, [](Slot s) { return s != Slot::sm; });
     }
     for (const auto& [name, width] : alt.temps) {
-      if (width) w_.add(temp(name, Part::other, width, S2));
+      if (width) writer_.add(temp(name, Part::other, width, S2));
     }
-    w_.add(constant("score scalars", Part::other, alt.scalars));
-    w_.end();
+    writer_.add(constant("score scalars", Part::other, alt.scalars));
+    writer_.end();
   }
 }
 
@@ -69,8 +69,8 @@ void Walker::forward_layers_below() {
   embed_and_shared();
   if (llama()) {
     if (!checkpointed_layers() && in_.causal)
-      w_.add(temp("additive causal mask (not saved)", Part::other, in_.ex, shape({sym::s2})));
-    w_.add(temp("position ids (int64)", Part::other, 8, shape({sym::s})));
+      writer_.add(temp("additive causal mask (not saved)", Part::other, in_.ex, shape({sym::s2})));
+    writer_.add(temp("position ids (int64)", Part::other, 8, shape({sym::s})));
   }
 }
 
@@ -91,37 +91,37 @@ void Walker::attention_prelude(u64 j) {
   begin(MomentKind::forward_attention, j);
   forward_layers_below();
   if (checkpointed_layers()) {
-    w_.saved_tensors([&] { scoped(Scope::checkpoint, j + 1); });
+    writer_.saved_tensors([&] { scoped(Scope::checkpoint, j + 1); });
     stash();
-    w_.add(scalars_.rng_states);
+    writer_.add(scalars_.rng_states);
     layer_copies(j);
     checkpointed_prelude();
     return;
   }
-  w_.saved_tensors([&] { layers(0, j); });
+  writer_.saved_tensors([&] { layers(0, j); });
   stash();
   layer_copies(j);
   layers(j, 1, [&](Slot s) { return !before_scores(s); });
   if (in_.sp) {
-    w_.add(temp("all-gathered attention input (sequence parallel)", Part::other, in_.ec,
-                shape({sym::N, dims_.h})));
+    writer_.add(temp("all-gathered attention input (sequence parallel)", Part::other, in_.ec,
+                     shape({sym::N, dims_.h})));
   }
   if (in_.cp > 1) {
-    w_.add(temp("context-parallel ring: the next K/V block", Part::other, in_.ec,
-                shape({dim("2", 2), sym::N, dims_.k, dims_.d})));
+    writer_.add(temp("context-parallel ring: the next K/V block", Part::other, in_.ec,
+                     shape({dim("2", 2), sym::N, dims_.k, dims_.d})));
   }
   if (in_.amp) {
-    w_.add(attention_.bias_cache);
-    w_.add(attention_.qkv_copies);
-    w_.add(attention_.norm_fp32);
-    if (llama()) w_.add(attention_.qkv_fp32);
+    writer_.add(attention_.bias_cache);
+    writer_.add(attention_.qkv_copies);
+    writer_.add(attention_.norm_fp32);
+    if (llama()) writer_.add(attention_.qkv_fp32);
   } else if (llama()) {
-    w_.add(attention_.rotated_q);
+    writer_.add(attention_.rotated_q);
   }
   if (!llama() && in_.attention == Attention::eager) {
-    w_.add(attention_.fused_qkv);
-    w_.add(constant("divisor sqrt(d)", Part::other, in_.ec));
-    w_.add(constant("mask_value (0-d fp32)", Part::other, 4));
+    writer_.add(attention_.fused_qkv);
+    writer_.add(constant("divisor sqrt(d)", Part::other, in_.ec));
+    writer_.add(constant("mask_value (0-d fp32)", Part::other, 4));
   }
 }
 
@@ -130,21 +130,22 @@ void Walker::checkpointed_prelude() {
   const Sym h = dim("h", in_.h);
   const bool kernel = in_.attention != Attention::eager;
   if (!llama() && !kernel) {
-    w_.add(attention_.bias_cache);
-    w_.add(temp("ln_1 output (no grad)", Part::other, in_.amp ? 4 : in_.ex, shape({sym::N, h})));
-    w_.add(attention_.fused_qkv);
+    writer_.add(attention_.bias_cache);
+    writer_.add(
+        temp("ln_1 output (no grad)", Part::other, in_.amp ? 4 : in_.ex, shape({sym::N, h})));
+    writer_.add(attention_.fused_qkv);
     return;
   }
   if (in_.amp) {
-    w_.add(attention_.bias_cache);
-    if (kernel) w_.add(attention_.qkv_copies);
-    w_.add(attention_.norm_fp32);
-    if (llama()) w_.add(attention_.qkv_fp32);
+    writer_.add(attention_.bias_cache);
+    if (kernel) writer_.add(attention_.qkv_copies);
+    writer_.add(attention_.norm_fp32);
+    if (llama()) writer_.add(attention_.qkv_fp32);
   } else if (!kernel) {
-    w_.add(attention_.rotated_q);
+    writer_.add(attention_.rotated_q);
   }
   if (kernel || !in_.amp)
-    w_.add(temp("norm output (no grad)", Part::other, in_.ex, shape({sym::N, h})));
+    writer_.add(temp("norm output (no grad)", Part::other, in_.ex, shape({sym::N, h})));
   // The last layer's tensors, whichever layer this is: the kernel's inputs and outputs, or
   // eager attention's k and v.
   if (kernel) {

@@ -63,11 +63,11 @@ void FsdpWalk::unsharded_unit_grads(u64 grad_width, const Sharding& sharding, u6
 // forward until the next all-gather (all_gather_state) and the last reduce-scatter input in
 // backward until the next (reduce_scatter_state). The timeline's in-layer backward moments
 // (LayerAt::each) have no layer unit, as they have had since the timeline was added.
-void FsdpWalk::gathered(MomentWriter& w, u64 layers) const {
-  const MomentId id = w.current();
+void FsdpWalk::gathered(MomentWriter& writer, u64 layers) const {
+  const MomentId id = writer.current();
   const bool v2 = run_.parallel.fsdp_version == 2;
   const bool raf = run_.parallel.reshard_after_forward();
-  w.add(root_);
+  writer.add(root_);
   u64 units = 0, flat = 0;
   switch (id.kind) {
     case MomentKind::forward_attention:
@@ -82,7 +82,7 @@ void FsdpWalk::gathered(MomentWriter& w, u64 layers) const {
       flat = v2 && raf ? 1 : 0;
       break;
     case MomentKind::backward_end:  // the first layer's reduce-scatter input
-      w.add(reduce_scatter_held_);
+      writer.add(reduce_scatter_held_);
       break;
     case MomentKind::backward_mlp:
     case MomentKind::layer_step_in_backward:
@@ -92,21 +92,22 @@ void FsdpWalk::gathered(MomentWriter& w, u64 layers) const {
       const u64 j = id.at == LayerAt::first ? 0 : layers - 1;
       units = raf ? 1 : j + 1;
       if (raf && j > 0) ++(v2 ? flat : units);
-      if (j + 1 < layers && id.kind != MomentKind::post_backward) w.add(reduce_scatter_held_);
+      if (j + 1 < layers && id.kind != MomentKind::post_backward) writer.add(reduce_scatter_held_);
       break;
     }
     default:
       break;
   }
-  w.add(unit_, units);
-  w.add(all_gather_, flat);
+  writer.add(unit_, units);
+  writer.add(all_gather_, flat);
 }
 
 // FSDP's post-backward of a layer unit: its saved tensors are released and its unsharded
 // gradient is reduced. FSDP1 (_post_backward_hook): autograd has copied the views' gradients into
 // the flat gradient, which is cast to reduce_dtype when that differs; FSDP2 (foreach_reduce):
 // the gradients are copied into one reduce-scatter input in reduce_dtype.
-void FsdpWalk::post_backward(Step& step, MomentWriter& w, const std::function<void()>& open) const {
+void FsdpWalk::post_backward(Step& step, MomentWriter& writer,
+                             const std::function<void()>& open) const {
   if (!reduces_) return;
   const u64 n = shards_.layer_trainable;
   const auto in_flight = [&](std::string_view name, Part part, u64 bytes) {
@@ -116,26 +117,27 @@ void FsdpWalk::post_backward(Step& step, MomentWriter& w, const std::function<vo
                                         Part::grads, unsharded_width_ * n);
   const auto start = [&] {
     open();
-    w.add(grads);
+    writer.add(grads);
   };
   if (run_.parallel.fsdp_version == 2) {
     start();
-    w.add(in_flight("FSDP2 reduce-scatter input (reduce_dtype)", Part::other, reduce_width_ * n));
-    w.end();
+    writer.add(
+        in_flight("FSDP2 reduce-scatter input (reduce_dtype)", Part::other, reduce_width_ * n));
+    writer.end();
     return;
   }
   start();
-  w.add(in_flight("gradients of the unit's parameter views (before the flat copy)", Part::grads,
-                  unsharded_width_ * n));
-  w.end();
+  writer.add(in_flight("gradients of the unit's parameter views (before the flat copy)",
+                       Part::grads, unsharded_width_ * n));
+  writer.end();
   if (reduce_width_ == unsharded_width_) return;
   start();
   // Cast under the post-backward stream (_post_backward_hook).
   const std::uint32_t cast =
       in_flight("flat gradient cast to reduce_dtype", Part::other, reduce_width_ * n);
   step.tensors[cast].stream = Stream::fsdp_reduce;
-  w.add(cast);
-  w.end();
+  writer.add(cast);
+  writer.end();
 }
 
 }  // namespace memest::detail

@@ -51,9 +51,9 @@ void InBackward::create_tensors(Step& step, const RunSpec& run, const Activation
       Scope::state, Slot::none, tied_grad && in.lm_head ? eg * in.V * in.h : 0, shape({}));
 }
 
-void InBackward::step(MomentWriter& w, Stepped which) const {
-  w.add(grad_[which]);
-  w.add(temporaries_[which]);
+void InBackward::step(MomentWriter& writer, Stepped which) const {
+  writer.add(grad_[which]);
+  writer.add(temporaries_[which]);
 }
 
 // Whether every gradient is live through the step: kept from the previous step (zero_grad
@@ -70,12 +70,12 @@ bool Walker::grads_live() const {
 // lm_head's, which waits for the embedding's.
 void Walker::gradients_of_layers_above(u64 j) {
   if (in_backward_.on()) {
-    w_.add(in_backward_.tied_buffer());
+    writer_.add(in_backward_.tied_buffer());
     return;
   }
   if (grads_live()) return;
-  w_.add(state_.head_grads);
-  w_.add(state_.layer_grads, in_.L - 1 - j);
+  writer_.add(state_.head_grads);
+  writer_.add(state_.layer_grads, in_.L - 1 - j);
 }
 
 // After the head's backward: its weight's step (an untied lm_head), the log-probs freed.
@@ -83,18 +83,19 @@ void Walker::head_step_in_backward() {
   if (!in_backward_.on() || tied_grad() || sums_.head_trainable == 0) return;
   begin(MomentKind::head_step_in_backward);
   baseline(AllGrads::no);
-  w_.saved_tensors([&] {
+  writer_.saved_tensors([&] {
     for (const Entry& e : step_.saved) {
-      if (step_.tensors[e.tensor].scope != Scope::head) w_.add(e.tensor, e.count);
+      if (step_.tensors[e.tensor].scope != Scope::head) writer_.add(e.tensor, e.count);
     }
   });
   stash();
-  w_.add(temp("gradient of the lm_head input", Part::other, in_.ex, shape({tokens_, dims_.h})));
-  in_backward_.step(w_, InBackward::kHead);
-  w_.add(scalars_.loss);
-  w_.add(scalars_.backward_seed);
-  w_.add(scalars_.rng_states);
-  w_.end();
+  writer_.add(
+      temp("gradient of the lm_head input", Part::other, in_.ex, shape({tokens_, dims_.h})));
+  in_backward_.step(writer_, InBackward::kHead);
+  writer_.add(scalars_.loss);
+  writer_.add(scalars_.backward_seed);
+  writer_.add(scalars_.rng_states);
+  writer_.end();
 }
 
 // The down projection's step, as its gradient is accumulated.
@@ -104,8 +105,8 @@ void Walker::layer_step_in_backward(u64 j) {
   layer_backward_base(j);
   layers(j, 1);
   layer_copies(1);
-  in_backward_.step(w_, InBackward::kLayer);
-  w_.end();
+  in_backward_.step(writer_, InBackward::kLayer);
+  writer_.end();
 }
 
 // The embedding's step, the last of the backward.
@@ -113,10 +114,10 @@ void Walker::embedding_step_in_backward() {
   if (!in_backward_.on() || sums_.embed_trainable == 0) return;
   begin(MomentKind::embedding_step_in_backward);
   baseline(AllGrads::no);
-  in_backward_.step(w_, InBackward::kEmbedding);
-  w_.add(scalars_.loss);
-  w_.add(scalars_.backward_seed);
-  w_.end();
+  in_backward_.step(writer_, InBackward::kEmbedding);
+  writer_.add(scalars_.loss);
+  writer_.add(scalars_.backward_seed);
+  writer_.end();
 }
 
 }  // namespace memest::detail
