@@ -123,7 +123,8 @@ TEST_CASE("PyTorch < 1.11 (--softmax-keeps-input) keeps the scores and the fp32 
   REQUIRE(after.head - before.head == 4 * NV);
 }
 
-TEST_CASE("every family gets activations; unmeasured ones are marked approximate", "[activation]") {
+TEST_CASE("every family gets activations, and unmeasured ones are marked approximate",
+          "[activation]") {
   auto [preset, measured] = GENERATE(table<std::string, bool>({{"llama-2-7b", true},
                                                                {"gpt2", true},
                                                                {"qwen2.5-7b", true},

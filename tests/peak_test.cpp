@@ -207,7 +207,8 @@ TEST_CASE("a peak plan gives the same bytes as the full walk at every size", "[p
   }
 }
 
-TEST_CASE("ZeRO lowers the peak stage by stage; the live tensors still sum", "[peak][parallel]") {
+TEST_CASE("ZeRO lowers the peak stage by stage, and the live tensors still sum",
+          "[peak][parallel]") {
   auto r = run_of("llama-2-7b", "mixed-bf16", 1, 2048);
   r.training.attention = Attention::flash;
   r.parallel.data_parallel = 8;

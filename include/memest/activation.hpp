@@ -67,12 +67,13 @@ struct ActivationInputs {
   bool cuda = true;
   Attention attention = Attention::sdpa;  ///< PyTorch 2 and transformers default
   Recompute recompute = Recompute::none;
-  bool compile = false;  ///< torch.compile of each layer (src/step/techniques.cpp)
+  bool compile = false;  ///< torch.compile of each layer (src/step/rules/compile.cpp)
   Loss loss = Loss::hf;
   std::uint64_t loss_chunk = 0;      ///< chunks (chunked) or positions per chunk (chunked-tokens)
   bool keeps_output = false;         ///< the training loop holds the model's output (its logits)
   bool softmax_keeps_input = false;  ///< PyTorch < 1.11: softmax keeps its input as well
-  bool litgpt = false;  ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
+  bool litgpt = false;   ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
+  bool offload = false;  ///< activation offloading (--offload activations; docs/techniques.md)
   GradFlow grads;
   // One device of a split run (src/parallel/layout.hpp): the dimensions above are its share.
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank

@@ -15,11 +15,12 @@ namespace memest {
 
 /// One moment of the step walk (docs/activation-derivation.md §4): live device bytes.
 struct Moment {
-  std::string_view name;   ///< "forward_end", "backward_start", "backward_mlp_last_layer", ...
-  std::string_view phase;  ///< forward, backward, grad_copy, optimizer, master_copy, zero_grad
+  std::string_view name;   ///< moment_name(id): "forward_end", "backward_mlp_last_layer", ...
+  std::string_view phase;  ///< phase_name(phase_of(id.kind)): "forward", "backward", ...
   std::uint64_t bytes = 0;
   std::array<std::uint64_t, kPartCount> parts{};  ///< composition: the live tensors by part
   std::int32_t layer = -1;  ///< the layer of an in-layer moment of Peak::timeline, else -1
+  MomentId id;              ///< what the moment is, for code; `name` and `phase` are for people
 };
 
 /// One named tensor live at the peak: `count` copies of `bytes_each`, `bytes` in all (one
@@ -76,6 +77,7 @@ struct Peak {
   std::uint64_t first_step_bytes = 0;
   std::string_view first_step_phase;
   std::string_view first_step_moment;
+  MomentId first_step_id;  ///< the moment first_step_moment names
   /// --allocator cuda: each block rounded to 512 B, and the segments the caching allocator
   /// reserves for the blocks live at the peak (modelled, not measured).
   std::optional<std::uint64_t> allocated_bytes;
@@ -94,7 +96,7 @@ struct Peak {
   std::uint64_t needed = 0;
   /// The steady step in the order it runs, every layer's moments included (forward at each
   /// layer, the loss, backward at each layer, the optimizer), alternatives reduced to their
-  /// largest: what --plot draws. Empty unless asked for (estimate_step's `timeline`).
+  /// largest: what --plot draws. Empty unless asked for (StepOptions::timeline).
   std::vector<Moment> timeline;
   std::size_t timeline_peak = 0;  ///< index of the first largest moment of `timeline`
 
@@ -112,12 +114,19 @@ struct StepEstimate {
   Peak peak;
 };
 
-/// Walks the run's step at its micro-batch and sequence length. `with_terms` lists the saved
-/// tensors; `first_step` false skips the first-step walk (first_step_* then repeat the steady
-/// state), which `needed` does not depend on; `timeline` fills Peak::timeline. Throws Error
-/// when a size passes 2^64 bytes.
-StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
-                           bool first_step = true, bool timeline = false);
+/// What estimate_step computes besides the peak of the steady step.
+struct StepOptions {
+  bool with_terms = false;  ///< list the saved tensors (ActivationBytes::terms, for --explain)
+  /// Walk the first step too; without it first_step_* repeat the steady state (`needed` does
+  /// not depend on it).
+  bool first_step = true;
+  bool timeline = false;  ///< fill Peak::timeline (--plot)
+};
+
+/// Walks the run's step at its micro-batch and sequence length. Throws Error when a size
+/// passes 2^64 bytes.
+StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
+                           const StepOptions& options = {});
 
 /// A run's step compiled once: each moment's bytes as a polynomial in the micro-batch and the
 /// sequence length, so searches and sweeps evaluate a step with a few multiply-adds.

@@ -52,25 +52,26 @@ std::string_view scope_name(Scope scope);
 /// What a saved tensor of a layer is, so the walker can tell which backward op releases it.
 enum class Slot : std::uint8_t {
   none,
-  norm1,    ///< the first norm's saved tensors
-  norm2,    ///< the second norm's (released with the MLP's backward)
-  q_in,     ///< the attention input (norm output or its autocast casts)
-  mlp_in,   ///< the MLP input
-  q,        ///< q as the attention kernel or matmul reads it
-  k,        ///< k
-  v,        ///< v
-  lse,      ///< SDPA/flash log-sum-exp and RNG seeds
-  scale,    ///< the score scale or divisor
-  sm,       ///< the softmax output
-  pc,       ///< the probabilities in the compute dtype (attn@V operand)
-  dmask,    ///< the attention dropout mask
-  dropped,  ///< the attention dropout output (attn@V operand)
-  o_in,     ///< the o_proj input
-  rmask,    ///< the residual dropout mask after attention
-  mmask,    ///< the residual dropout mask after the MLP
-  mlp,      ///< the MLP's saved tensors
-  extra,    ///< extra norms and q/k norms
-  target    ///< the loss target and total_weight: released by the loss's backward
+  norm1,     ///< the first norm's saved tensors
+  norm2,     ///< the second norm's (released with the MLP's backward)
+  q_in,      ///< the attention input (norm output or its autocast casts)
+  mlp_in,    ///< the MLP input
+  q,         ///< q as the attention kernel or matmul reads it
+  k,         ///< k
+  v,         ///< v
+  lse,       ///< SDPA/flash log-sum-exp and RNG seeds
+  scale,     ///< the score scale or divisor
+  sm,        ///< the softmax output
+  pc,        ///< the probabilities in the compute dtype (attn@V operand)
+  dmask,     ///< the attention dropout mask
+  dropped,   ///< the attention dropout output (attn@V operand)
+  o_in,      ///< the o_proj input
+  rmask,     ///< the residual dropout mask after attention
+  mmask,     ///< the residual dropout mask after the MLP
+  mlp,       ///< the MLP's saved tensors
+  extra,     ///< extra norms and q/k norms
+  target,    ///< the loss target and total_weight: released by the loss's backward
+  log_probs  ///< the loss's log-probabilities (or softmax) over the vocabulary
 };
 
 /// The micro-batches a tensor exists for: some kernels differ at batch 1 (a stride-0 view
@@ -123,11 +124,76 @@ struct Entry {
   std::uint64_t count = 1;
 };
 
+/// The phases of a training step, in the order they run.
+enum class Phase : std::uint8_t { forward, backward, grad_copy, optimizer, master_copy, zero_grad };
+inline constexpr std::size_t kPhaseCount = 6;
+/// The report's spelling of a phase: "forward", "grad_copy", ...
+std::string_view phase_name(Phase phase);
+
+/// The moments of a training step, in the order they happen: this order is the step's time
+/// order, stated once (the allocator's replay and the timeline follow it). Four happen inside
+/// every layer's backward (backward_mlp to post_backward, in this order at one layer), from the
+/// last layer down; forward_attention happens inside every layer's forward, from the first up.
+/// The *_step_in_backward moments exist with the optimizer in backward, post_backward with FSDP.
+enum class MomentKind : std::uint8_t {
+  forward_attention,           ///< a layer's attention in forward, at its scores
+  forward_end,                 ///< at the loss: everything saved, the logits
+  backward_start,              ///< the loss's backward
+  head_step_in_backward,       ///< the lm_head's optimizer step (optimizer in backward)
+  backward_mlp,                ///< inside a layer's MLP backward
+  layer_step_in_backward,      ///< a layer's tensor stepped (optimizer in backward)
+  backward_attention,          ///< inside a layer's attention backward
+  post_backward,               ///< FSDP's post-backward of a layer unit: its gradient reduced
+  backward_end,                ///< the embedding's backward: every gradient exists
+  embedding_step_in_backward,  ///< the embedding's optimizer step (optimizer in backward)
+  grad_copy,                   ///< master gradients made from the half-precision ones
+  optimizer,                   ///< the optimizer step
+  master_copy,                 ///< master weights copied back into the model
+  zero_grad                    ///< gradients zeroed or released
+};
+inline constexpr std::size_t kMomentKindCount = 14;
+/// The phase a moment belongs to.
+constexpr Phase phase_of(MomentKind kind) {
+  switch (kind) {
+    case MomentKind::forward_attention:
+    case MomentKind::forward_end:
+      return Phase::forward;
+    case MomentKind::grad_copy:
+      return Phase::grad_copy;
+    case MomentKind::optimizer:
+      return Phase::optimizer;
+    case MomentKind::master_copy:
+      return Phase::master_copy;
+    case MomentKind::zero_grad:
+      return Phase::zero_grad;
+    default:
+      return Phase::backward;
+  }
+}
+
+/// Which layer an in-layer moment is at: the walk visits the last and the first layer (the
+/// largest of a moment linear in the layer index is at an end), the timeline every layer.
+enum class LayerAt : std::uint8_t { none, last, first, each };
+
+/// A moment of the walk: what happens and at which layer.
+struct MomentId {
+  MomentKind kind = MomentKind::forward_end;
+  LayerAt at = LayerAt::none;
+  bool operator==(const MomentId&) const = default;
+};
+/// The report's spelling of a moment: "forward_end", "backward_mlp_last_layer", and in the
+/// timeline (LayerAt::each) "backward_mlp".
+std::string_view moment_name(MomentId id);
+/// A moment's place in one step's time order: smaller happens earlier. The in-layer moments
+/// at the last layer come before those at the first.
+std::uint32_t time_rank(MomentId id);
+/// Whether a moment is its whole phase (grad_copy, optimizer, master_copy, zero_grad).
+bool is_whole_phase(MomentKind kind);
+
 /// One moment of the walk: the tensors live at it, entries [begin, end) of Step::entries.
-/// Moments of the same name are alternatives inside one op; the largest is that moment.
+/// Consecutive moments with one id are alternatives inside one op; the largest is that moment.
 struct MomentSpec {
-  std::string_view name;   ///< "forward_end", "backward_start", ...
-  std::string_view phase;  ///< forward, backward, grad_copy, optimizer, master_copy, zero_grad
+  MomentId id;
   std::uint32_t begin = 0, end = 0;
   std::int32_t layer = -1;  ///< the layer of an in-layer moment of Step::timeline, else -1
 };

@@ -33,38 +33,15 @@ namespace {
 using u64 = std::uint64_t;
 using Handle = CachingAllocator::Handle;
 
-// The walk's moments in the order they happen: the walk lists forward_end before the last
-// layer's attention, and backward_end before the layers (src/step/walk.cpp). A moment not listed
-// here keeps its place after the moment it follows in the walk.
-int rank_of(std::string_view name) {
-  static constexpr std::array<std::string_view, 12> kOrder = {"forward_attention",
-                                                              "forward_end",
-                                                              "backward_start",
-                                                              "backward_mlp_last_layer",
-                                                              "backward_attention_last_layer",
-                                                              "backward_mlp_first_layer",
-                                                              "backward_attention_first_layer",
-                                                              "backward_end",
-                                                              "grad_copy",
-                                                              "optimizer",
-                                                              "master_copy",
-                                                              "zero_grad"};
-  const auto it = std::find(kOrder.begin(), kOrder.end(), name);
-  return it == kOrder.end() ? -1 : static_cast<int>(it - kOrder.begin());
-}
-
+// The walk's moments in the order they happen (MomentKind's order, include/memest/step.hpp):
+// the walk lists forward_end before the last layer's attention, and backward_end before the
+// layers. Alternatives keep their order.
 std::vector<std::size_t> in_time_order(const std::vector<MomentSpec>& walk) {
-  std::vector<int> rank(walk.size());
-  int last = 0;
-  for (std::size_t i = 0; i < walk.size(); ++i) {
-    const int r = rank_of(walk[i].name);
-    rank[i] = r < 0 ? last : r;
-    last = rank[i];
-  }
   std::vector<std::size_t> order(walk.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return rank[a] < rank[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return time_rank(walk[a].id) < time_rank(walk[b].id);
+  });
   return order;
 }
 
@@ -170,7 +147,7 @@ class Replay {
   Handle quantise(const TensorGroup& g, Handle weight);
   Handle build(const TensorGroup& g, bool quantise);
   Handle clone(const TensorGroup& g, Handle from);
-  void stretch(const std::vector<MomentSpec>& walk, bool first, std::string_view name);
+  void stretch(const std::vector<MomentSpec>& walk, StepOf step, std::string_view name);
   template <typename Keep>
   void moment(const MomentSpec& m, Keep&& keep);
   void transition();
@@ -515,13 +492,14 @@ void Replay::setup() {
 
 // One step in time order; the first step has no optimizer states before its optimizer phase
 // (torch.optim creates them lazily), unless it has a walk of its own (Step::first).
-void Replay::stretch(const std::vector<MomentSpec>& walk, bool first, std::string_view name) {
+void Replay::stretch(const std::vector<MomentSpec>& walk, StepOf step, std::string_view name) {
   for (const std::size_t k : in_time_order(walk)) {
     const MomentSpec& m = walk[k];
-    now_ = {name, m.name};
+    now_ = {name, moment_name(m.id)};
+    const Phase phase = phase_of(m.id.kind);
     const bool before_optimizer =
-        m.phase != "optimizer" && m.phase != "master_copy" && m.phase != "zero_grad";
-    const bool drop_states = first && step_.first.empty() && before_optimizer;
+        phase != Phase::optimizer && phase != Phase::master_copy && phase != Phase::zero_grad;
+    const bool drop_states = step == StepOf::first && step_.first.empty() && before_optimizer;
     moment(m, [&](const Entry& e) { return !(drop_states && e.tensor == step_.states_tensor); });
   }
 }
@@ -539,8 +517,8 @@ AllocatorReplay Replay::run() {
   now_ = {"first step", "Transformer Engine workspace"};
   (void)a_.malloc(out_.te_workspace);
   note();
-  stretch(step_.first.empty() ? step_.steady : step_.first, true, "first step");
-  stretch(step_.steady, false, "steady state");
+  stretch(step_.first.empty() ? step_.steady : step_.first, StepOf::first, "first step");
+  stretch(step_.steady, StepOf::steady, "steady state");
   out_.segments = a_.segments();
   return out_;
 }

@@ -119,7 +119,7 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
   if (!e.peak) return "";
   const Peak& pk = *e.peak;
   const Moment& m = pk.peak_moment();
-  const std::string at = m.name == pk.phase
+  const std::string at = is_whole_phase(m.id.kind)
                              ? fmt::format("in the {} phase", pk.phase)
                              : fmt::format("in the {} phase, at {}", pk.phase, m.name);
   std::string out = fmt::format("{:<44} {:>16}  {}{}\n", "peak over a step (live bytes)",
@@ -127,7 +127,7 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
                                 e.activations_approximate ? ", approximate" : "");
   out += fmt::format("  live at the peak: {}\n", peak_parts(m, unit));
   if (!e.peak_outside_rows.empty()) out += outside_rows_line(e, unit);
-  if (pk.first_step_bytes != pk.bytes || pk.first_step_moment != m.name) {
+  if (pk.first_step_bytes != pk.bytes || pk.first_step_id != m.id) {
     out += fmt::format("  first step {} at {} ({}); steady state {} at {}\n",
                        format_bytes(pk.first_step_bytes, unit), pk.first_step_phase,
                        pk.first_step_moment, format_bytes(pk.bytes, unit), pk.phase);

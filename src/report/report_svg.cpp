@@ -131,7 +131,7 @@ std::string phase_bands(const std::vector<Moment>& tl) {
   const double slot = kPlotW / static_cast<double>(tl.size());
   for (std::size_t i = 0, band = 0; i < tl.size(); ++band) {
     std::size_t j = i;
-    while (j < tl.size() && tl[j].phase == tl[i].phase) ++j;
+    while (j < tl.size() && phase_of(tl[j].id.kind) == phase_of(tl[i].id.kind)) ++j;
     const double x0 = kLeft + static_cast<double>(i) * slot;
     const double x1 = kLeft + static_cast<double>(j) * slot;
     const double mid = (x0 + x1) / 2, base = kTop + kPlotH + 16;

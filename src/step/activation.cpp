@@ -89,6 +89,7 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.keeps_output = t.loop_keeps_output;
   in.softmax_keeps_input = t.softmax_keeps_input;
   in.litgpt = t.model_code == ModelCode::litgpt;
+  in.offload = t.offload_activations;
   in.loss_chunk = t.loss_chunk ? t.loss_chunk : (t.loss == Loss::chunked ? 8 : 128);
   in.grads.lora_dropout = t.lora_dropout;
   in.grads.nf4_keeps_input = t.nf4_keeps_input;

@@ -1,6 +1,6 @@
 #include "parallel/fsdp.hpp"
 #include "parallel/layout.hpp"
-#include "step/techniques.hpp"
+#include "step/rules/rules.hpp"
 
 #include <memest/error.hpp>
 #include <memest/estimate.hpp>
@@ -243,7 +243,7 @@ Category activations_and_peak(const RunSpec& run, const EstimateOptions& options
   Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
   const auto in = activation_inputs(run);
   if (in) {
-    StepEstimate se = estimate_step(run, *in, true, true, options.timeline);
+    StepEstimate se = estimate_step(run, *in, {.with_terms = true, .timeline = options.timeline});
     const ActivationBytes& ab = se.activations;
     act.bytes = ab.total;
     act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
@@ -317,7 +317,8 @@ void ddp_note(const RunSpec& run, Estimate& e) {
                         format_count(grads.bytes.value_or(0)))));
 }
 
-// FSDP: how the run shards, and FSDP's buffers live at the peak (src/step/walk.cpp names them).
+// FSDP: how the run shards, and FSDP's buffers live at the peak (src/step/walk_fsdp.cpp names
+// them).
 void fsdp_note(const RunSpec& run, Estimate& e) {
   const auto& p = run.parallel;
   if (p.fsdp_version == 0 || p.data_parallel <= 1) return;
@@ -364,22 +365,11 @@ const Category& Estimate::at(std::string_view key) const {
 
 namespace {
 
-Estimate estimate_device(const RunSpec& run, const EstimateOptions& options) {
+// The rows of the model state: parameters, autocast's weight copies, master weights,
+// gradients, the accumulation buffer, the optimizer's states and step counters.
+void model_state_categories(const RunSpec& run, Estimate& e) {
   const auto& inv = run.model.inventory;
   const auto& p = run.precision;
-  Estimate e;
-  if (const auto& q = run.model.checkpoint_quant) {
-    e.assumptions.push_back(fmt::format(
-        "the checkpoint is stored quantised ({}: {:.3g} bits per weight, {}); parameters are "
-        "sized by the precision policy, as when it is loaded dequantised for training "
-        "(--qlora for a frozen 4-bit base)",
-        q->method, q->bits_per_weight, q->detail));
-  }
-  e.params = parameter_count(inv);
-  e.trainable = trainable_count(inv);
-  e.active = run.model.active_params != 0 ? run.model.active_params : e.params;
-  if (inv.shapes_known) e.tensors = tensor_count(inv);
-
   // Autocast copies the weights that feed a matmul, trainable or frozen alike: the copy is made
   // whenever the op runs. Weights stored in another dtype (QLoRA's nf4) are dequantized inside
   // the kernel instead, and keep no copy.
@@ -396,25 +386,18 @@ Estimate estimate_device(const RunSpec& run, const EstimateOptions& options) {
   cats.push_back(dtype_category("grads", "gradients", p.grad, e.trainable, "trainable params"));
   cats.push_back(dtype_category("grad_accum", "grad accumulation buffer", p.grad_accum, e.trainable,
                                 "trainable params"));
-
   const OptimizerBytes ob = optimizer_bytes(run.optimizer, inv, p.state);
   cats.push_back(optimizer_states(ob, e.trainable, p.state));
   cats.push_back(
       step_counters(ob, run.optimizer,
                     inv.shapes_known ? std::optional(trainable_tensor_count(inv)) : std::nullopt));
   for (const auto& a : ob.assumptions) e.assumptions.push_back(a);
+}
 
-  cats.push_back(activations_and_peak(run, options, e));
-
-  if (!inv.shapes_known && p.working) {
-    e.assumptions.push_back(
-        "bare parameter count: every parameter is taken as a matmul weight for autocast copies");
-  }
-
-  shard_categories(cats, run);
-  technique_categories(run, cats, e);
+// The totals of the rows: on the device, in host memory, in CUDA unified memory.
+void category_totals(Estimate& e) {
   e.total_complete = true;
-  for (const auto& c : cats) {
+  for (const auto& c : e.categories) {
     if (c.unified) {
       if (c.bytes) e.unified_bytes = checked_add(e.unified_bytes, *c.bytes);
       continue;
@@ -429,6 +412,31 @@ Estimate estimate_device(const RunSpec& run, const EstimateOptions& options) {
       e.total_complete = false;
     }
   }
+}
+
+Estimate estimate_device(const RunSpec& run, const EstimateOptions& options) {
+  const auto& inv = run.model.inventory;
+  Estimate e;
+  if (const auto& q = run.model.checkpoint_quant) {
+    e.assumptions.push_back(fmt::format(
+        "the checkpoint is stored quantised ({}: {:.3g} bits per weight, {}); parameters are "
+        "sized by the precision policy, as when it is loaded dequantised for training "
+        "(--qlora for a frozen 4-bit base)",
+        q->method, q->bits_per_weight, q->detail));
+  }
+  e.params = parameter_count(inv);
+  e.trainable = trainable_count(inv);
+  e.active = run.model.active_params != 0 ? run.model.active_params : e.params;
+  if (inv.shapes_known) e.tensors = tensor_count(inv);
+  model_state_categories(run, e);
+  e.categories.push_back(activations_and_peak(run, options, e));
+  if (!inv.shapes_known && run.precision.working) {
+    e.assumptions.push_back(
+        "bare parameter count: every parameter is taken as a matmul weight for autocast copies");
+  }
+  shard_categories(e.categories, run);
+  technique_categories(run, e.categories, e);
+  category_totals(e);
   peak_outside_rows(e);
   position_warning(run, e);
   ddp_note(run, e);

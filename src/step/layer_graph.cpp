@@ -2,8 +2,8 @@
 // (measured for Llama/Mistral/Qwen2 and GPT-2 on the CPU) with the CUDA, SDPA/flash and family
 // generalisations of §5 and docs/activations.md. Sizes are shapes of symbols, so the bytes and
 // the --explain formulas come from one expression.
+#include "step/rules/rules.hpp"
 #include "step/step_build.hpp"
-#include "step/techniques.hpp"
 
 #include <memest/run_spec.hpp>
 #include <memest/units.hpp>
@@ -19,39 +19,33 @@ using u64 = std::uint64_t;
 class Saver {
  public:
   Saver(Step& step, const ActivationInputs& in)
-      : st_(step),
+      : step_(step),
         in_(in),
-        D(in),
-        T(in.sp ? sym::Nt : sym::N),
-        other_(flow(in.grads.embed || in.grads.layers)),
+        dims_(in),
+        tokens_(in.sp ? sym::Nt : sym::N),
+        later_(flow(in.grads.embed || in.grads.layers)),
         first_(flow(in.grads.embed)) {}
 
   void all() {
     layer();
-    mlp(Scope::dense_mlp, {sym::N}, D.I);
+    mlp(Scope::dense_mlp, {sym::N}, dims_.I);
     if (in_.moe_layers > 0) moe();
     shared();
     embed();
     head();
-    if (in_.compile) apply_compile(st_, in_);
+    apply_saved_rules(step_, in_);
     count_layers();
-    st_.walk_mlp = walk_mlp();
+    step_.walk_mlp = walk_mlp();
   }
 
  private:
-  Step& st_;
+  Step& step_;
   const ActivationInputs& in_;
-  Dims D;
-  Sym T;  // the tokens of the replicated (or, under sequence parallelism, split) regions
+  Dims dims_;
+  Sym tokens_;  // the tokens of the replicated (or, under sequence parallelism, split) regions
 
-  // What requires grad inside a layer whose input does (x) or does not, and so which of its
-  // tensors autograd keeps: a frozen linear keeps no input, an op without an input that
-  // requires grad keeps nothing (docs/activations.md, "Frozen weights and LoRA").
-  struct Flow {
-    bool x = true, n1 = true, qkv_in = true, core = true, o_in = true, attn = true;
-    bool h1 = true, n2 = true, mlp_in = true, gate = true, down_in = true, mlp_out = true;
-  };
-  Flow other_, first_;  // the layers after the first, and the first
+  using Flow = LayerFlow;
+  Flow later_, first_;  // the layers after the first, and the first
   bool skip_first_ = false;
 
   bool adapters_on(Slot sl) const {
@@ -59,31 +53,33 @@ class Saver {
       if (in_.grads.adapters[i].slot == sl) return true;
     return false;
   }
-  Flow flow(bool x) const {
+  // What requires grad in a layer whose input does (`input`) or not; the rules may add to
+  // what the linears keep (bitsandbytes' 4-bit linears keeping their input).
+  Flow flow(bool input) const {
     const GradFlow& g = in_.grads;
     // A LoRA adapter without dropout (and without autocast's cast) reads the base's input itself.
     const bool plain = g.lora_dropout == 0 && !in_.amp;
-    const bool keeps = g.nf4_keeps_input;
     Flow f;
-    f.x = x;
-    f.n1 = x || g.norms;
-    f.core = f.n1 || g.qkv > 0 || adapters_on(Slot::q_in);
-    f.qkv_in = g.qkv > 0 || (keeps && f.n1) || (plain && adapters_on(Slot::q_in));
-    f.o_in = g.o || (keeps && f.core) || (plain && adapters_on(Slot::o_in));
-    f.attn = f.core || g.o || adapters_on(Slot::o_in);
-    f.h1 = x || f.attn;
-    f.n2 = in_.parallel ? f.n1 : f.h1 || g.norms;
-    f.gate = f.n2 || g.mlp_in > 0 || adapters_on(Slot::mlp_in);
-    f.mlp_in = g.mlp_in > 0 || (keeps && f.n2) || (plain && adapters_on(Slot::mlp_in));
-    f.down_in = g.down || (keeps && f.gate) || (plain && adapters_on(Slot::mlp));
-    f.mlp_out = f.gate || g.down || adapters_on(Slot::mlp);
+    f.input = input;
+    f.norm1 = input || g.norms;
+    f.core = f.norm1 || g.qkv > 0 || adapters_on(Slot::q_in);
+    f.qkv_keeps_input = g.qkv > 0 || (plain && adapters_on(Slot::q_in));
+    f.o_keeps_input = g.o || (plain && adapters_on(Slot::o_in));
+    f.attention_out = f.core || g.o || adapters_on(Slot::o_in);
+    f.residual1 = input || f.attention_out;
+    f.norm2 = in_.parallel ? f.norm1 : f.residual1 || g.norms;
+    f.gate_out = f.norm2 || g.mlp_in > 0 || adapters_on(Slot::mlp_in);
+    f.mlp_keeps_input = g.mlp_in > 0 || (plain && adapters_on(Slot::mlp_in));
+    f.down_keeps_input = g.down || (plain && adapters_on(Slot::mlp));
+    f.mlp_out = f.gate_out || g.down || adapters_on(Slot::mlp);
+    apply_flow_rules(f, in_);
     return f;
   }
   // Whether the layers save a tensor kept under `cond`; marks the next one added as absent from
   // the first layer when only the later layers keep it.
   template <typename Cond>
   bool when(Cond&& cond) {
-    const bool later = cond(other_);
+    const bool later = cond(later_);
     skip_first_ = later && !cond(first_);
     return later;
   }
@@ -92,9 +88,9 @@ class Saver {
 
   void add(std::string_view name, Scope sc, Slot sl, u64 width, const Shape& sh,
            Batch batch = Batch::any) {
-    const std::uint32_t i = add_tensor(st_, name, Part::activations, sc, sl, width, sh, batch);
+    const std::uint32_t i = add_tensor(step_, name, Part::activations, sc, sl, width, sh, batch);
     const bool layer = sc == Scope::layer || sc == Scope::dense_mlp || sc == Scope::moe_mlp;
-    st_.tensors[i].skips_first = layer && skip_first_;
+    step_.tensors[i].skips_first = layer && skip_first_;
   }
   // A shape with a leading count, left out when it is 1.
   static Shape counted(u64 n, const char* n_name, std::initializer_list<Sym> rest) {
@@ -106,60 +102,30 @@ class Saver {
 
   // One norm over rows x width: RMSNorm keeps its fp32 input, the rsqrt and the normed output
   // cast back (§3.1 rows 1-3); LayerNorm its input, mean and rstd (§3.2; fp32 stats on CUDA).
-  enum Which { kInput, kPostAttention, kExtra, kQk, kEmbedding, kFinal };
   // `input` says whether the norm's input requires grad, `weight` whether its weight is trained:
   // RMSNorm keeps its fp32 input and rsqrt for the input's gradient and the normed output for
   // the weight's; LayerNorm's one backward keeps all of them for either.
-  void norm(Scope sc, Slot sl, u64 n, const char* n_name, Which which, bool (*input)(const Flow&),
+  void norm(Scope sc, Slot sl, u64 n, const char* n_name, NormSite site, bool (*input)(const Flow&),
             bool weight) {
-    // RMSNorm: fp32 input, rsqrt, output; LayerNorm: input, mean and rstd.
-    static constexpr std::array<std::array<std::string_view, 5>, 6> kNames = {{
-        {"input RMSNorm: fp32 input (pow, mul)", "input RMSNorm: rsqrt (fp32, one per row)",
-         "input RMSNorm: output cast back", "input LayerNorm: input",
-         "input LayerNorm: mean and rstd"},
-        {"post-attention RMSNorm: fp32 input", "post-attention RMSNorm: rsqrt",
-         "post-attention RMSNorm: output cast back", "post-attention LayerNorm: input",
-         "post-attention LayerNorm: mean and rstd"},
-        {"extra norms: fp32 input", "extra norms: rsqrt", "extra norms: output cast back",
-         "extra norms: input", "extra norms: mean and rstd"},
-        {"q and k norms: fp32 input", "q and k norms: rsqrt", "q and k norms: output cast back",
-         "q and k norms: input", "q and k norms: mean and rstd"},
-        {"embedding norm: fp32 input", "embedding norm: rsqrt", "embedding norm: output",
-         "embedding LayerNorm: input", "embedding LayerNorm: mean and rstd"},
-        {"final RMSNorm: fp32 input", "final RMSNorm: rsqrt", "final RMSNorm: output cast back",
-         "final LayerNorm: input", "final LayerNorm: mean and rstd"},
-    }};
-    const auto& names = kNames[which];
-    const bool qk = which == kQk;
-    const Shape full = qk ? counted(n, n_name, {sym::N, D.a, D.d}) : counted(n, n_name, {T, D.h});
+    const NormNames& names = norm_names(site);
+    const bool qk = site == NormSite::qk;
+    const Shape full = qk ? counted(n, n_name, {sym::N, dims_.a, dims_.d})
+                          : counted(n, n_name, {tokens_, dims_.h});
     if (llama()) {
-      // LitGPT's RMSNorm (lit_gpt/rmsnorm.py @8641822) computes in the model's dtype.
-      const u64 e = in_.litgpt ? in_.ex : 4;
       if (when(input)) {
-        add(in_.litgpt ? litgpt_norm_name(which) : names[0], sc, sl, e, full);
-        add(names[1], sc, sl, e, qk ? counted(n, n_name, {sym::N, D.a}) : counted(n, n_name, {T}));
+        add(names.fp32_input, sc, sl, 4, full);
+        add(names.rsqrt, sc, sl, 4,
+            qk ? counted(n, n_name, {sym::N, dims_.a}) : counted(n, n_name, {tokens_}));
       }
-      if (when([&](const Flow&) { return weight; })) add(names[2], sc, sl, in_.ex, full);
+      if (when([&](const Flow&) { return weight; })) add(names.output, sc, sl, in_.ex, full);
     } else if (when([&](const Flow& f) { return weight || input(f); })) {
       const u64 eln = in_.cuda ? 4 : in_.ex;  // CPU keeps the statistics in the input dtype
-      add(names[3], sc, sl, in_.ex, full);
-      add(names[4], sc, sl, eln,
-          qk ? counted(2 * n, "2 stats x norms", {sym::N, D.a}) : counted(2, "2 stats", {T}));
+      add(names.ln_input, sc, sl, in_.ex, full);
+      add(names.ln_stats, sc, sl, eln,
+          qk ? counted(2 * n, "2 stats x norms", {sym::N, dims_.a})
+             : counted(2, "2 stats", {tokens_}));
     }
     skip_first_ = false;
-  }
-
-  static std::string_view litgpt_norm_name(Which which) {
-    switch (which) {
-      case kInput:
-        return "input RMSNorm: input, in the model's dtype (LitGPT)";
-      case kPostAttention:
-        return "post-attention RMSNorm: input, in the model's dtype (LitGPT)";
-      case kFinal:
-        return "final RMSNorm: input, in the model's dtype (LitGPT)";
-      default:
-        return "norm input, in the model's dtype (LitGPT)";
-    }
   }
 
   void layer() {
@@ -167,11 +133,12 @@ class Saver {
     // One norm only (parallel blocks): the walk releases it with the MLP's input (§4.2).
     const bool w = in_.grads.norms;
     norm(
-        Scope::layer, main_norms == 2 ? Slot::norm1 : Slot::norm2, 1, "", kInput,
-        [](const Flow& f) { return f.x; }, w);
+        Scope::layer, main_norms == 2 ? Slot::norm1 : Slot::norm2, 1, "", NormSite::input,
+        [](const Flow& f) { return f.input; }, w);
     if (main_norms == 2) {
       norm(
-          Scope::layer, Slot::norm2, 1, "", kPostAttention, [](const Flow& f) { return f.h1; }, w);
+          Scope::layer, Slot::norm2, 1, "", NormSite::post_attention,
+          [](const Flow& f) { return f.residual1; }, w);
     }
     norm_outputs(main_norms);
     adapters();
@@ -180,101 +147,64 @@ class Saver {
     } else {
       kernel_attention();
     }
-    if (in_.p_resid > 0 && when([](const Flow& f) { return f.attn; })) {
+    if (in_.p_resid > 0 && when([](const Flow& f) { return f.attention_out; })) {
       add("residual dropout mask after attention (bool)", Scope::layer, Slot::rmask, 1,
-          shape({T, D.h}));
+          shape({tokens_, dims_.h}));
     }
     if (in_.p_resid > 0 && when([](const Flow& f) { return f.mlp_out; })) {
       add("residual dropout mask after the MLP (bool)", Scope::layer, Slot::mmask, 1,
-          shape({T, D.h}));
+          shape({tokens_, dims_.h}));
     }
     skip_first_ = false;
     if (in_.norms > 2) {
       norm(
-          Scope::layer, Slot::extra, in_.norms - 2, "extra norms", kExtra,
-          [](const Flow& f) { return f.h1; }, w);
+          Scope::layer, Slot::extra, in_.norms - 2, "extra norms", NormSite::extra,
+          [](const Flow& f) { return f.residual1; }, w);
     }
     if (in_.qk_norm)
       norm(
-          Scope::layer, Slot::extra, 2, "q and k", kQk, [](const Flow& f) { return f.core; }, w);
+          Scope::layer, Slot::extra, 2, "q and k", NormSite::qk,
+          [](const Flow& f) { return f.core; }, w);
   }
 
-  // What each LoRA adapter keeps (PEFT, torchtune and LitGPT LoRA linears): with dropout its
-  // mask (when the input requires grad) and the dropped input lora_A reads, under autocast
-  // lora_A's own cast of its input, and the rank-r output of lora_A that lora_B's weight
-  // gradient reads. Without dropout or autocast lora_A reads the base's input (norm_outputs).
+  // What each LoRA adapter keeps (PEFT and torchtune LoRA linears; LitGPT's fused one is a
+  // rule, src/step/rules/litgpt_modules.cpp): with dropout its mask (when the input requires
+  // grad) and the dropped input lora_A reads, under autocast lora_A's own cast of its input, and
+  // the rank-r output of lora_A that lora_B's weight gradient reads. Without dropout or
+  // autocast lora_A reads the base's input (norm_outputs).
   void adapters() {
-    static constexpr std::array<std::array<std::string_view, 4>, 4> kNames = {{
-        {"LoRA on q/k/v: dropout mask (bool)", "LoRA on q/k/v: dropped input (lora_A input)",
-         "LoRA on q/k/v: autocast cast of its input (lora_A input)",
-         "LoRA on q/k/v: lora_A output (rank r, lora_B input)"},
-        {"LoRA on o_proj: dropout mask (bool)", "LoRA on o_proj: dropped input (lora_A input)",
-         "LoRA on o_proj: autocast cast of its input (lora_A input)",
-         "LoRA on o_proj: lora_A output (rank r, lora_B input)"},
-        {"LoRA on gate/up: dropout mask (bool)", "LoRA on gate/up: dropped input (lora_A input)",
-         "LoRA on gate/up: autocast cast of its input (lora_A input)",
-         "LoRA on gate/up: lora_A output (rank r, lora_B input)"},
-        {"LoRA on down_proj: dropout mask (bool)",
-         "LoRA on down_proj: dropped input (lora_A input)",
-         "LoRA on down_proj: autocast cast of its input (lora_A input)",
-         "LoRA on down_proj: lora_A output (rank r, lora_B input)"},
-    }};
     const GradFlow& g = in_.grads;
-    if (in_.litgpt) litgpt_qkv_adapter();
     for (std::uint8_t i = 0; i < g.n_adapters; ++i) {
       const AdapterSite& a = g.adapters[i];
-      if (in_.litgpt && a.slot == Slot::q_in) continue;
-      const std::size_t k = a.slot == Slot::q_in     ? 0
-                            : a.slot == Slot::o_in   ? 1
-                            : a.slot == Slot::mlp_in ? 2
-                                                     : 3;
+      const LoraNames& names = lora_names(a.slot);
       const Shape in = shape({sym::N, dim("in", a.in)});
-      const bool normed = k == 0 || k == 2;  // reads the norm output (model dtype), else ec
-      if (g.lora_dropout > 0 && when([k](const Flow& f) {
-            return k == 0 ? f.n1 : k == 1 ? f.core : k == 2 ? f.n2 : f.gate;
-          })) {
-        add(kNames[k][0], Scope::layer, a.slot, 1, in);
-      }
+      // q/k/v and gate/up read the norm output (the model dtype), o_proj and down_proj a
+      // matmul's output (the activation dtype).
+      const bool normed = a.slot == Slot::q_in || a.slot == Slot::mlp_in;
+      if (g.lora_dropout > 0 && when([&a](const Flow& f) { return input_requires_grad(a, f); }))
+        add(names.mask, Scope::layer, a.slot, 1, in);
       skip_first_ = false;
       if (in_.amp) {
-        add(kNames[k][2], Scope::layer, a.slot, in_.ew, in);
+        add(names.cast, Scope::layer, a.slot, in_.ew, in);
       } else if (g.lora_dropout > 0) {
-        add(kNames[k][1], Scope::layer, a.slot, normed ? in_.ex : in_.ec, in);
+        add(names.dropped, Scope::layer, a.slot, normed ? in_.ex : in_.ec, in);
       }
-      add(kNames[k][3], Scope::layer, a.slot, in_.amp ? in_.ew : in_.ec,
+      add(names.lora_a_out, Scope::layer, a.slot, in_.amp ? in_.ew : in_.ec,
           shape({sym::N, dim("r", a.rank)}));
     }
   }
 
-  // LitGPT's LoRAQKVLinear (lit_gpt/lora.py @8641822): the q, k and v adapters share one
-  // dropout and one lora_A, a grouped conv1d is their lora_B, and zero_pad scatters its output
-  // into the fused width with index_copy, whose backward keeps that source (N x the adapted
-  // widths) unless all three are adapted (then zero_pad returns it as it is).
-  void litgpt_qkv_adapter() {
-    const GradFlow& g = in_.grads;
-    u64 rank = 0, out = 0, n = 0, in = 0;
-    for (std::uint8_t i = 0; i < g.n_adapters; ++i) {
-      const AdapterSite& a = g.adapters[i];
-      if (a.slot != Slot::q_in) continue;
-      rank += a.rank;
-      out += a.out;
-      in = a.in;
-      ++n;
-    }
-    if (n == 0) return;
-    const Shape x = shape({sym::N, dim("in", in)});
-    if (g.lora_dropout > 0 && when([](const Flow& f) { return f.n1; })) {
-      add("LoRA on the fused qkv: dropout mask (bool)", Scope::layer, Slot::q_in, 1, x);
-    }
-    skip_first_ = false;
-    if (g.lora_dropout > 0)
-      add("LoRA on the fused qkv: dropped input (lora_A input)", Scope::layer, Slot::q_in, in_.ex,
-          x);
-    add("LoRA on the fused qkv: lora_A output (the conv1d's input)", Scope::layer, Slot::q_in,
-        in_.ec, shape({sym::N, dim("r x adapted", rank)}));
-    if (n < 3) {
-      add("LoRA on the fused qkv: zero_pad's index_copy source (adapted widths)", Scope::layer,
-          Slot::q_in, in_.ec, shape({sym::N, dim("adapted out", out)}));
+  // Whether the input of an adapted linear requires grad.
+  static bool input_requires_grad(const AdapterSite& a, const Flow& f) {
+    switch (a.slot) {
+      case Slot::q_in:
+        return f.norm1;
+      case Slot::o_in:
+        return f.core;
+      case Slot::mlp_in:
+        return f.norm2;
+      default:
+        return f.gate_out;
     }
   }
 
@@ -287,19 +217,21 @@ class Saver {
       const u64 m_casts = in_.gated && !in_.fused_gate_up ? g.mlp_in : std::min<u64>(1, g.mlp_in);
       if (q_casts > 0) {
         add("attention input: autocast casts of the norm output", Scope::layer, Slot::q_in, in_.ew,
-            counted(q_casts, "projections", {T, D.h}));
+            counted(q_casts, "projections", {tokens_, dims_.h}));
       }
       if (m_casts > 0) {
         add("MLP input: autocast casts of the norm output", Scope::layer, Slot::mlp_in, in_.ew,
-            counted(m_casts, "projections", {T, D.h}));
+            counted(m_casts, "projections", {tokens_, dims_.h}));
       }
       return;
     }
     // Under sequence parallelism the linear saves its input before the all-gather.
-    if (when([](const Flow& f) { return f.qkv_in; }))
-      add("attention input (norm output)", Scope::layer, Slot::q_in, in_.ex, shape({T, D.h}));
-    if ((main_norms == 2 || !in_.parallel) && when([](const Flow& f) { return f.mlp_in; })) {
-      add("MLP input (norm output)", Scope::layer, Slot::mlp_in, in_.ex, shape({T, D.h}));
+    if (when([](const Flow& f) { return f.qkv_keeps_input; }))
+      add("attention input (norm output)", Scope::layer, Slot::q_in, in_.ex,
+          shape({tokens_, dims_.h}));
+    if ((main_norms == 2 || !in_.parallel) &&
+        when([](const Flow& f) { return f.mlp_keeps_input; })) {
+      add("MLP input (norm output)", Scope::layer, Slot::mlp_in, in_.ex, shape({tokens_, dims_.h}));
     }
     skip_first_ = false;
   }
@@ -308,9 +240,9 @@ class Saver {
   void eager_attention() {
     const u64 ec = in_.ec;
     if (when([](const Flow& f) { return f.core; })) eager_core();
-    if (when([](const Flow& f) { return f.o_in; })) {
+    if (when([](const Flow& f) { return f.o_keeps_input; })) {
       add("attention output (o_proj input)", Scope::layer, Slot::o_in, ec,
-          shape({sym::N, D.a, D.dv}));
+          shape({sym::N, dims_.a, dims_.dv}));
     }
     skip_first_ = false;
   }
@@ -319,38 +251,34 @@ class Saver {
   // frozen k_proj reads a frozen embedding, q@k^T would keep only k: counted as the others).
   void eager_core() {
     const u64 ec = in_.ec;
-    add("q (matmul operand copy)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
+    add("q (matmul operand copy)", Scope::layer, Slot::q, ec, shape({sym::N, dims_.a, dims_.d}));
     if (llama() && in_.k == 1) {
       // MQA with batch 1: repeat_kv is a stride-0 view bmm uses without copying.
       add("k (repeated for GQA, matmul operand)", Scope::layer, Slot::k, ec,
-          shape({sym::N, D.a, D.d}), in_.amp ? Batch::any : Batch::many);
+          shape({sym::N, dims_.a, dims_.d}), in_.amp ? Batch::any : Batch::many);
       if (!in_.amp) {
-        add("k (a stride-0 view at batch 1)", Scope::layer, Slot::k, ec, shape({sym::N, D.d}),
+        add("k (a stride-0 view at batch 1)", Scope::layer, Slot::k, ec, shape({sym::N, dims_.d}),
             Batch::one);
       }
       add("v (repeated for GQA, matmul operand)", Scope::layer, Slot::v, ec,
-          shape({sym::N, D.a, D.dv}), Batch::many);
-      add("v (a stride-0 view at batch 1)", Scope::layer, Slot::v, ec, shape({sym::N, D.dv}),
+          shape({sym::N, dims_.a, dims_.dv}), Batch::many);
+      add("v (a stride-0 view at batch 1)", Scope::layer, Slot::v, ec, shape({sym::N, dims_.dv}),
           Batch::one);
     } else {
       add("k (repeated for GQA, matmul operand)", Scope::layer, Slot::k, ec,
-          shape({sym::N, D.a, D.d}));
+          shape({sym::N, dims_.a, dims_.d}));
       add("v (repeated for GQA, matmul operand)", Scope::layer, Slot::v, ec,
-          shape({sym::N, D.a, D.dv}));
+          shape({sym::N, dims_.a, dims_.dv}));
     }
     const Scope core = in_.recompute == Recompute::selective ? Scope::core : Scope::layer;
     add(llama() ? "scaling 1/sqrt(d) (wrapped Python float, float64)"
                 : "divisor sqrt(d) (0-d tensor)",
         core, Slot::scale, llama() ? 8 : ec, shape({}));
-    const Shape S2 = shape({sym::b, D.a, sym::s2});
+    const Shape S2 = shape({sym::b, dims_.a, sym::s2});
     const bool drop = in_.p_attn > 0;
     const u64 e_sm = llama() || ec == 4 || (in_.amp && in_.cuda) ? 4 : ec;
     add(llama() ? "softmax output (softmax(dtype=float32))" : "softmax output", core, Slot::sm,
         e_sm, S2);
-    if (in_.softmax_keeps_input) {  // _softmax_backward_data(grad, result, dim, self)
-      add("softmax input, the scores in softmax's dtype (PyTorch < 1.11)", core, Slot::sm, e_sm,
-          S2);
-    }
     if (drop) {
       add("attention dropout mask (bool)", core, Slot::dmask, 1, S2);
       add("attention dropout output (attn@V operand)", core, Slot::dropped, ec, S2);
@@ -367,25 +295,19 @@ class Saver {
     const bool grouped = flash;  // flash reads GQA k/v without repeating them
     // The kernel keeps its inputs and output when any input requires grad; o_proj keeps the
     // output (one storage) for its own weight gradient too.
-    if (when([](const Flow& f) { return f.core || f.o_in; })) {
+    if (when([](const Flow& f) { return f.core || f.o_keeps_input; })) {
       add("attention output = o_proj input (one storage)", Scope::layer, Slot::o_in, ec,
-          shape({sym::N, D.a, D.dv}));
+          shape({sym::N, dims_.a, dims_.dv}));
     }
     skip_first_ = false;
     if (!when([](const Flow& f) { return f.core; })) return;
-    add("q (kernel input)", Scope::layer, Slot::q, ec, shape({sym::N, D.a, D.d}));
+    add("q (kernel input)", Scope::layer, Slot::q, ec, shape({sym::N, dims_.a, dims_.d}));
     add(grouped ? "k (kernel input, not repeated)" : "k (kernel input, repeated)", Scope::layer,
-        Slot::k, ec, shape({sym::N, grouped ? D.k : D.a, D.d}));
-    if (in_.litgpt && in_.k == in_.a) {
-      // LitGPT splits one fused qkv output; without GQA, v stays a view of it (no expand copy).
-      add("v, a view of the fused qkv output (LitGPT: all of it kept)", Scope::layer, Slot::v, ec,
-          shape({sym::N, dim("a+2k", in_.a + 2 * in_.k), D.d}));
-    } else {
-      add(grouped ? "v (kernel input, not repeated)" : "v (kernel input, repeated)", Scope::layer,
-          Slot::v, ec, shape({sym::N, grouped ? D.k : D.a, D.dv}));
-    }
+        Slot::k, ec, shape({sym::N, grouped ? dims_.k : dims_.a, dims_.d}));
+    add(grouped ? "v (kernel input, not repeated)" : "v (kernel input, repeated)", Scope::layer,
+        Slot::v, ec, shape({sym::N, grouped ? dims_.k : dims_.a, dims_.dv}));
     add("log-sum-exp (fp32, one per row)", Scope::layer, Slot::lse, 4,
-        shape({sym::b, D.a, flash ? sym::s : sym::s32}));
+        shape({sym::b, dims_.a, flash ? sym::s : sym::s32}));
     add("philox seed and offset (int64)", Scope::layer, Slot::lse, 8, shape({dim("2", 2)}));
     skip_first_ = false;
   }
@@ -397,8 +319,8 @@ class Saver {
     m.factors[m.rank++] = width;
     // The MLP's first matmul outputs require grad (gate), its down projection reads the product
     // or activation output (down_in); the shared activation output of relu serves both.
-    const auto gate = [](const Flow& f) { return f.gate; };
-    const auto down_in = [](const Flow& f) { return f.down_in; };
+    const auto gate = [](const Flow& f) { return f.gate_out; };
+    const auto down_in = [](const Flow& f) { return f.down_keeps_input; };
     switch (in_.act) {
       case ActFn::gelu_new:
         // pow input, tanh, 0.5x, 1+tanh and the output; CUDA autocast runs pow/tanh in fp32.
@@ -424,7 +346,7 @@ class Saver {
         if (in_.gated ? when(gate) : when(down_in)) add("activation output", sc, Slot::mlp, ec, m);
         break;
       case ActFn::relu:
-        if (when([](const Flow& f) { return f.gate || f.down_in; }))
+        if (when([](const Flow& f) { return f.gate_out || f.down_keeps_input; }))
           add("relu output (saved once for relu and the next matmul)", sc, Slot::mlp, ec, m);
         break;
     }
@@ -445,14 +367,14 @@ class Saver {
   // An MoE layer: the routed experts on N*top_k tokens, the gathered inputs and outputs, the
   // router's fp32 softmax, the routing weights and indices, and any shared expert.
   void moe() {
-    mlp(Scope::moe_mlp, {sym::N, D.topk}, D.Imoe);
+    mlp(Scope::moe_mlp, {sym::N, dims_.topk}, dims_.Imoe);
     add("MoE: gathered expert inputs and outputs", Scope::moe_mlp, Slot::mlp, in_.ec,
-        shape({dim("2", 2), sym::N, D.topk, D.h}));
-    add("MoE: router probabilities (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, D.E}));
-    add("MoE: routing weights (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, D.topk}));
-    add("MoE: expert indices (int64)", Scope::moe_mlp, Slot::mlp, 8, shape({sym::N, D.topk}));
+        shape({dim("2", 2), sym::N, dims_.topk, dims_.h}));
+    add("MoE: router probabilities (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, dims_.E}));
+    add("MoE: routing weights (fp32)", Scope::moe_mlp, Slot::mlp, 4, shape({sym::N, dims_.topk}));
+    add("MoE: expert indices (int64)", Scope::moe_mlp, Slot::mlp, 8, shape({sym::N, dims_.topk}));
     if (in_.I_shared > 0) {
-      mlp(Scope::moe_mlp, {sym::N}, D.Ishared);
+      mlp(Scope::moe_mlp, {sym::N}, dims_.Ishared);
       if (in_.shared_gate) {
         add("MoE: shared expert gate (logit and sigmoid)", Scope::moe_mlp, Slot::mlp, in_.ec,
             shape({dim("2", 2), sym::N}));
@@ -462,9 +384,9 @@ class Saver {
 
   void shared() {
     const bool full = checkpointed(in_.recompute);
-    if (in_.rotary && other_.core) {  // kept by q*cos and k*cos when q or k requires grad
+    if (in_.rotary && later_.core) {  // kept by q*cos and k*cos when q or k requires grad
       add("rotary cos and sin", Scope::shared, Slot::none, in_.ex,
-          shape({dim("2", 2), sym::s, D.d}));
+          shape({dim("2", 2), sym::s, dims_.d}));
     }
     if (llama()) {
       if (full && in_.causal) {
@@ -476,8 +398,7 @@ class Saver {
     }
     if (full) {
       add("layer input (kept by full recompute)", Scope::checkpoint, Slot::none, in_.ex,
-          shape({T, D.h}));
-      if (in_.recompute == Recompute::op) add_op_cached_tensors(st_, in_);
+          shape({tokens_, dims_.h}));
     }
   }
 
@@ -489,72 +410,28 @@ class Saver {
     }
     if (in_.embedding_norm) {
       norm(
-          Scope::embed, Slot::none, 1, "", kEmbedding, [](const Flow&) { return false; }, trained);
+          Scope::embed, Slot::none, 1, "", NormSite::embedding, [](const Flow&) { return false; },
+          trained);
     }
     if (in_.p_embd > 0 && trained) {
-      add("embedding dropout mask (bool)", Scope::embed, Slot::none, 1, shape({T, D.h}));
+      add("embedding dropout mask (bool)", Scope::embed, Slot::none, 1, shape({tokens_, dims_.h}));
     }
   }
 
-  // Final norm, lm_head input, log-softmax and the loss target (§3.1 head rows).
-  // The last layer's output requires grad when anything before it is trained (other_.x); a
-  // frozen lm_head keeps no input; the loss keeps nothing when the logits do not require grad.
+  // Final norm and lm_head input (§3.1 head rows); the loss's tensors are a rule's
+  // (src/step/rules/loss.cpp). The last layer's output requires grad when anything before it
+  // is trained (later_.input); a frozen lm_head keeps no input.
   void head() {
     const GradFlow& g = in_.grads;
     if (in_.final_norm) {
       norm(
-          Scope::head, Slot::none, 1, "", kFinal, [](const Flow& f) { return f.x; }, g.final_norm);
+          Scope::head, Slot::none, 1, "", NormSite::final, [](const Flow& f) { return f.input; },
+          g.final_norm);
     }
-    if (!in_.lm_head) return;
-    if (g.head) {
+    if (in_.lm_head && g.head) {
       add(in_.amp ? "lm_head input (autocast cast)" : "lm_head input (final norm output)",
-          Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({T, D.h}));
+          Scope::head, Slot::none, in_.amp ? in_.ew : in_.ex, shape({tokens_, dims_.h}));
     }
-    if (!other_.x && !g.final_norm && !g.head) return;
-    loss();
-  }
-
-  // torchtune compiles its chunked loss's upcast and cross-entropy when it compiles the model
-  // (training.compile_loss: `loss.compute_cross_entropy = torch.compile(...)`, @1814feb17).
-  bool compiled_loss() const { return in_.compile && in_.loss == Loss::chunked; }
-
-  // What the loss keeps for backward (docs/activations.md, "The loss"): the log-probabilities
-  // (Megatron: the softmax) over the vocabulary, and the target.
-  void loss() {
-    std::string_view name = "log_softmax(logits.float()) (fp32 N x V)";
-    u64 width = 4;
-    switch (in_.loss) {
-      case Loss::hf:
-        break;
-      case Loss::hf_upcast:
-        name = "log_softmax of the shifted fp32 logits (fp32 N x V)";
-        break;
-      case Loss::vocab_parallel:
-        name = "softmax: exp of the fp32 logits, in place (fp32 N x V)";
-        break;
-      case Loss::chunked:  // each chunk's fp32 upcast is freed; its log-softmax stays
-        name = "log_softmax of each chunk's fp32 upcast (all chunks: fp32 N x V)";
-        if (compiled_loss()) {  // the upcast and log-softmax are recomputed from the chunk
-          name = "each chunk's logits, kept by the compiled loss (all chunks: N x V)";
-          width = in_.ec;
-          add("log-sum-exp of each row (fp32, compiled loss)", Scope::head, Slot::none, 4,
-              shape({sym::N}));
-        }
-        break;
-      case Loss::chunked_tokens:  // cross_entropy on the logits as they are (autocast: fp32)
-        name = "log_softmax of each chunk in the logits' dtype (all chunks: N x V)";
-        width = in_.amp ? 4 : in_.ec;
-        break;
-    }
-    add(name, Scope::head, Slot::none, width, shape({sym::N, D.V}));
-    if (in_.softmax_keeps_input && (in_.loss == Loss::hf || in_.loss == Loss::hf_upcast)) {
-      add("log_softmax input, the fp32 logits (PyTorch < 1.11)", Scope::head, Slot::none, 4,
-          shape({sym::N, D.V}));
-    }
-    add("loss target (int64 labels)", Scope::head, Slot::target, 8, shape({sym::N}), Batch::many);
-    add("loss target (the padded int64 labels at batch 1)", Scope::head, Slot::target, 8,
-        shape({sym::s1}), Batch::one);
-    add("total_weight (0-d fp32)", Scope::head, Slot::target, 4, shape({}));
   }
 
   // The MLP the walk's layers carry: the MoE one when every layer is MoE, else the larger
@@ -563,7 +440,7 @@ class Saver {
     if (in_.moe_layers == 0) return Scope::dense_mlp;
     if (in_.moe_layers == in_.L) return Scope::moe_mlp;
     Poly dense, moe;
-    for (const auto& t : st_.tensors) {
+    for (const auto& t : step_.tensors) {
       if (t.scope == Scope::dense_mlp) dense.add(t.bytes);
       if (t.scope == Scope::moe_mlp) moe.add(t.bytes);
     }
@@ -577,8 +454,8 @@ class Saver {
     const u64 L = in_.L;
     const bool full = checkpointed(in_.recompute);
     const u64 moe_layers = in_.moe_layers, dense_layers = L - moe_layers;
-    for (std::uint32_t i = 0; i < st_.tensors.size(); ++i) {
-      const Tensor& t = st_.tensors[i];
+    for (std::uint32_t i = 0; i < step_.tensors.size(); ++i) {
+      const Tensor& t = step_.tensors[i];
       if (t.part != Part::activations) continue;
       u64 n = 0;
       const u64 skip = t.skips_first ? 1 : 0;  // the first layer does not keep it
@@ -603,12 +480,41 @@ class Saver {
         default:
           break;
       }
-      if (n > 0) st_.saved.push_back({i, 1, n});
+      if (n > 0) step_.saved.push_back({i, 1, n});
     }
   }
 };
 
 }  // namespace
+
+void size_tensor(Tensor& t) {
+  t.bytes = Poly{};
+  t.bytes.add(t.shape.elements(), t.width);
+  int nonzero = 0;
+  for (std::size_t i = 0; i < kMonoCount; ++i) {
+    if (t.bytes.c[i] == 0) continue;
+    t.mono = static_cast<int>(i);
+    ++nonzero;
+  }
+  if (nonzero != 1) t.mono = -1;
+}
+
+Tensor make_tensor(const Tensor& proto) {
+  Tensor t = proto;
+  size_tensor(t);
+  return t;
+}
+
+Tensor make_tensor(std::string_view name, Part part, Scope scope, Slot slot, std::uint64_t width,
+                   const Shape& shape, Batch batch) {
+  return make_tensor(Tensor{.name = name,
+                            .part = part,
+                            .scope = scope,
+                            .slot = slot,
+                            .width = width,
+                            .shape = shape,
+                            .batch = batch});
+}
 
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
                          std::uint64_t width, const Shape& shape, Batch batch) {
@@ -620,21 +526,80 @@ std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope sco
   t.width = width;
   t.shape = shape;
   t.batch = batch;
-  t.bytes.add(shape.elements(), width);
-  int nonzero = 0;
-  for (std::size_t i = 0; i < kMonoCount; ++i) {
-    if (t.bytes.c[i] == 0) continue;
-    t.mono = static_cast<int>(i);
-    ++nonzero;
-  }
-  if (nonzero != 1) t.mono = -1;
+  size_tensor(t);
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
+}
+
+std::uint32_t add_tensor(Step& step, const Tensor& proto) {
+  step.tensors.push_back(proto);
+  size_tensor(step.tensors.back());
+  return static_cast<std::uint32_t>(step.tensors.size() - 1);
+}
+
+const NormNames& norm_names(NormSite site) {
+  static constexpr std::array<NormNames, 6> kNames = {{
+      {"input RMSNorm: fp32 input (pow, mul)", "input RMSNorm: rsqrt (fp32, one per row)",
+       "input RMSNorm: output cast back", "input LayerNorm: input",
+       "input LayerNorm: mean and rstd"},
+      {"post-attention RMSNorm: fp32 input", "post-attention RMSNorm: rsqrt",
+       "post-attention RMSNorm: output cast back", "post-attention LayerNorm: input",
+       "post-attention LayerNorm: mean and rstd"},
+      {"extra norms: fp32 input", "extra norms: rsqrt", "extra norms: output cast back",
+       "extra norms: input", "extra norms: mean and rstd"},
+      {"q and k norms: fp32 input", "q and k norms: rsqrt", "q and k norms: output cast back",
+       "q and k norms: input", "q and k norms: mean and rstd"},
+      {"embedding norm: fp32 input", "embedding norm: rsqrt", "embedding norm: output",
+       "embedding LayerNorm: input", "embedding LayerNorm: mean and rstd"},
+      {"final RMSNorm: fp32 input", "final RMSNorm: rsqrt", "final RMSNorm: output cast back",
+       "final LayerNorm: input", "final LayerNorm: mean and rstd"},
+  }};
+  return kNames[static_cast<std::size_t>(site)];
+}
+
+namespace {
+
+constexpr std::array<LoraNames, 4> kLoraNames = {{
+    {"LoRA on q/k/v: dropout mask (bool)", "LoRA on q/k/v: dropped input (lora_A input)",
+     "LoRA on q/k/v: autocast cast of its input (lora_A input)",
+     "LoRA on q/k/v: lora_A output (rank r, lora_B input)"},
+    {"LoRA on o_proj: dropout mask (bool)", "LoRA on o_proj: dropped input (lora_A input)",
+     "LoRA on o_proj: autocast cast of its input (lora_A input)",
+     "LoRA on o_proj: lora_A output (rank r, lora_B input)"},
+    {"LoRA on gate/up: dropout mask (bool)", "LoRA on gate/up: dropped input (lora_A input)",
+     "LoRA on gate/up: autocast cast of its input (lora_A input)",
+     "LoRA on gate/up: lora_A output (rank r, lora_B input)"},
+    {"LoRA on down_proj: dropout mask (bool)", "LoRA on down_proj: dropped input (lora_A input)",
+     "LoRA on down_proj: autocast cast of its input (lora_A input)",
+     "LoRA on down_proj: lora_A output (rank r, lora_B input)"},
+}};
+
+}  // namespace
+
+const LoraNames& lora_names(Slot site) {
+  switch (site) {
+    case Slot::q_in:
+      return kLoraNames[0];
+    case Slot::o_in:
+      return kLoraNames[1];
+    case Slot::mlp_in:
+      return kLoraNames[2];
+    default:
+      return kLoraNames[3];
+  }
+}
+
+bool is_lora_tensor(const Tensor& t) {
+  for (const LoraNames& n : kLoraNames) {
+    if (t.name == n.mask || t.name == n.dropped || t.name == n.cast || t.name == n.lora_a_out)
+      return true;
+  }
+  return false;
 }
 
 void add_saved_tensors(Step& step, const ActivationInputs& in) { Saver(step, in).all(); }
 
 ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
-                            bool with_terms) {
+                            Terms terms) {
   ActivationBytes r;
   r.b = x[kMonoB];
   r.s = x[kMonoS];
@@ -669,7 +634,7 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
     sum = checked_add(sum, v);
   }
   r.total = checked_add(checked_add(r.layers, r.shared), checked_add(r.embed, r.head));
-  if (!with_terms) return r;
+  if (terms == Terms::sums_only) return r;
   for (const Entry& e : step.saved) {
     const Tensor& t = step.tensors[e.tensor];
     if (!t.exists_at(x)) continue;

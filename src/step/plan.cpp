@@ -46,18 +46,23 @@ void add_entry(Poly& part, const Tensor& t, const Entry& e) {
 }
 
 struct Compiled {
-  std::string_view name, phase;
+  MomentId id;
   Poly total;
   std::array<Poly, kPartCount> parts{};
   std::int32_t layer = -1;
 };
+
+// The phases from the optimizer's on: the first step has created its optimizer states.
+bool states_exist(Phase phase) {
+  return phase == Phase::optimizer || phase == Phase::master_copy || phase == Phase::zero_grad;
+}
 
 std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& walk,
                               bool batch_one) {
   std::vector<Compiled> out;
   out.reserve(walk.size());
   for (const MomentSpec& m : walk) {
-    Compiled c{m.name, m.phase, {}, {}, m.layer};
+    Compiled c{m.id, {}, {}, m.layer};
     for (std::uint32_t i = m.begin; i < m.end; ++i) {
       const Entry& e = step.entries[i];
       const Tensor& t = step.tensors[e.tensor];
@@ -74,7 +79,7 @@ std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& w
 std::vector<Compiled> first_step_of(const Step& step, std::vector<Compiled> steady) {
   for (std::size_t k = 0; k < steady.size(); ++k) {
     Compiled& c = steady[k];
-    if (c.phase == "optimizer" || c.phase == "master_copy" || c.phase == "zero_grad") continue;
+    if (states_exist(phase_of(c.id.kind))) continue;
     for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
       const Entry& e = step.entries[i];
       if (e.tensor != step.states_tensor) continue;
@@ -116,12 +121,12 @@ std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x,
   out.reserve(ms.size());
   for (std::size_t i = 0; i < ms.size(); ++i) {
     const Compiled& c = ms[i];
-    Moment m{c.name, c.phase, 0, {}, c.layer};
+    Moment m{moment_name(c.id), phase_name(phase_of(c.id.kind)), 0, {}, c.layer, c.id};
     for (std::size_t p = 0; p < kPartCount; ++p) {
       m.parts[p] = c.parts[p].at(x);
       m.bytes = checked_add(m.bytes, m.parts[p]);
     }
-    if (!out.empty() && out.back().name == m.name && out.back().layer == m.layer) {
+    if (!out.empty() && out.back().id == m.id && out.back().layer == m.layer) {
       if (m.bytes > out.back().bytes) {
         out.back() = m;
         if (chosen) chosen->back() = i;
@@ -150,16 +155,22 @@ std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Bas
 }
 
 void by_phase(Peak& pk) {
+  std::array<Phase, kPhaseCount> phases{};  // the phase of each entry of pk.by_phase
   for (std::size_t i = 0; i < pk.moments.size(); ++i) {
     const auto& m = pk.moments[i];
     if (m.bytes > pk.moments[pk.winner].bytes) pk.winner = i;
-    auto it = std::find_if(pk.by_phase.begin(), pk.by_phase.end(),
-                           [&](const PhasePeak& ph) { return ph.phase == m.phase; });
-    if (it == pk.by_phase.end()) {
+    const Phase phase = phase_of(m.id.kind);
+    const auto seen = phases.begin() + static_cast<std::ptrdiff_t>(pk.by_phase.size());
+    const auto it = std::find(phases.begin(), seen, phase);
+    if (it == seen) {
+      *it = phase;
       pk.by_phase.push_back({m.phase, m.bytes, m.name});
-    } else if (m.bytes > it->bytes) {
-      it->bytes = m.bytes;
-      it->moment = m.name;
+      continue;
+    }
+    PhasePeak& ph = pk.by_phase[static_cast<std::size_t>(it - phases.begin())];
+    if (m.bytes > ph.bytes) {
+      ph.bytes = m.bytes;
+      ph.moment = m.name;
     }
   }
 }
@@ -184,11 +195,13 @@ Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& 
   pk.phase = pk.peak_moment().phase;
   pk.live = live_at(step, step.steady[chosen[pk.winner]], x);
   for (const auto& m : pk.moments) {
-    if (m.name == "backward_start") pk.saved_weight_copies = m.parts[idx(Part::param_casts)];
+    if (m.id.kind == MomentKind::backward_start)
+      pk.saved_weight_copies = m.parts[idx(Part::param_casts)];
   }
   pk.first_step_bytes = pk.bytes;
   pk.first_step_phase = pk.phase;
   pk.first_step_moment = pk.peak_moment().name;
+  pk.first_step_id = pk.peak_moment().id;
   if (first) {
     bool found = false;
     for (const Compiled& c : *first) {  // the first of the largest, as in the steady walk
@@ -196,8 +209,9 @@ Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& 
       if (found && v <= pk.first_step_bytes) continue;
       found = true;
       pk.first_step_bytes = v;
-      pk.first_step_phase = c.phase;
-      pk.first_step_moment = c.name;
+      pk.first_step_phase = phase_name(phase_of(c.id.kind));
+      pk.first_step_moment = moment_name(c.id);
+      pk.first_step_id = c.id;
     }
   }
   pk.context_reserve = run.training.context_reserve;
@@ -212,20 +226,22 @@ Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& 
 
 }  // namespace
 
-StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool with_terms,
-                           bool first_step, bool timeline) {
-  const Step step = build_step(run, in, first_step, timeline);
+StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
+                           const StepOptions& options) {
+  const Step step =
+      build_step(run, in, {.first_step = options.first_step, .timeline = options.timeline});
   const Basis x = basis_at(in.b, in.s, token_split(in));
   const bool one = in.b == 1;
   const auto steady = compile(step, step.steady, one);
   std::vector<Compiled> first;
-  if (first_step) {
+  if (options.first_step) {
     first = step.first.empty() ? first_step_of(step, steady) : compile(step, step.first, one);
   }
   StepEstimate r;
-  r.activations = detail::saved_bytes(step, in, x, with_terms);
-  r.peak = peak_at(run, step, steady, first_step ? &first : nullptr, x, in.L);
-  if (timeline) {
+  r.activations = detail::saved_bytes(
+      step, in, x, options.with_terms ? detail::Terms::listed : detail::Terms::sums_only);
+  r.peak = peak_at(run, step, steady, options.first_step ? &first : nullptr, x, in.L);
+  if (options.timeline) {
     Peak& pk = r.peak;
     pk.timeline = evaluate(compile(step, step.timeline, one), x, nullptr);
     for (std::size_t i = 0; i < pk.timeline.size(); ++i) {
@@ -238,7 +254,8 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in, bool 
 ActivationBytes activation_bytes(const ActivationInputs& in, bool with_terms) {
   Step step;
   detail::add_saved_tensors(step, in);
-  return detail::saved_bytes(step, in, basis_at(in.b, in.s, token_split(in)), with_terms);
+  return detail::saved_bytes(step, in, basis_at(in.b, in.s, token_split(in)),
+                             with_terms ? detail::Terms::listed : detail::Terms::sums_only);
 }
 
 // Per batch regime (batch 1, or more): the compiled moments, and the frontier of moment
@@ -267,7 +284,7 @@ PeakPlan::PeakPlan(const RunSpec& run, const ActivationInputs& in) : impl_(new I
   impl_->allocator = run.training.allocator == Allocator::cuda;
   impl_->context_reserve = run.training.context_reserve;
   // The allocator's replay runs the first step's walk as well.
-  impl_->step = std::make_shared<const Step>(build_step(run, in, impl_->allocator));
+  impl_->step = std::make_shared<const Step>(build_step(run, in, {.first_step = impl_->allocator}));
   const Step& step = *impl_->step;
   for (std::uint32_t k = 0; k < step.steady.size(); ++k) {
     for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {

@@ -30,22 +30,64 @@ struct Dims {
         Ishared(dim(in.t > 1 ? "I_shared/t" : "I_shared", in.I_shared)) {}
 };
 
+/// A tensor sized from its width and shape (Tensor::bytes, Tensor::mono).
+Tensor make_tensor(std::string_view name, Part part, Scope scope, Slot slot, std::uint64_t width,
+                   const Shape& shape, Batch batch = Batch::any);
+/// `proto` sized from its width and shape (its bytes are ignored).
+Tensor make_tensor(const Tensor& proto);
+
+/// Sizes a tensor from its width and shape: Tensor::bytes and Tensor::mono.
+void size_tensor(Tensor& t);
+
 /// Appends a tensor; returns its index.
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
                          std::uint64_t width, const Shape& shape, Batch batch = Batch::any);
+/// Appends `proto`, sized; returns its index.
+std::uint32_t add_tensor(Step& step, const Tensor& proto);
+
+/// Where a norm sits, for the names of what it keeps.
+enum class NormSite : std::uint8_t { input, post_attention, extra, qk, embedding, final };
+/// The names of the tensors a norm keeps: RMSNorm's fp32 input, rsqrt and output cast back,
+/// LayerNorm's input and its mean and rstd.
+struct NormNames {
+  std::string_view fp32_input, rsqrt, output, ln_input, ln_stats;
+};
+const NormNames& norm_names(NormSite site);
+
+/// The names of what a LoRA adapter keeps (src/step/layer_graph.cpp): its dropout mask, the
+/// dropped input, autocast's cast of its input, lora_A's output.
+struct LoraNames {
+  std::string_view mask, dropped, cast, lora_a_out;
+};
+/// The adapter on the linears that read the tensors of slot `site` (q_in, o_in, mlp_in, mlp).
+const LoraNames& lora_names(Slot site);
+/// Whether a tensor is one a LoRA adapter keeps.
+bool is_lora_tensor(const Tensor& t);
 
 /// The tensors one layer, the embedding, the head and the loss save for backward
 /// (docs/activation-derivation.md §3, §5), with Step::saved listing them with their counts.
 void add_saved_tensors(Step& step, const ActivationInputs& in);
 
+/// Whether saved_bytes lists every saved (and recomputed) tensor, for --explain.
+enum class Terms : std::uint8_t { sums_only, listed };
+
 /// Sums of saved tensors at a point, the ActivationBytes of activation.hpp.
-/// `with_terms` lists every saved (and recomputed) tensor for --explain.
 ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
-                            bool with_terms);
+                            Terms terms);
+
+/// Which step a walk is of: the steady state, or the first step of a run (no step before it;
+/// the optimizer creates its states in it). The timeline is a steady step.
+enum class StepOf : std::uint8_t { steady, first };
+
+/// Which walks build_step makes besides the steady one.
+struct WalkOptions {
+  /// The first step's own walk (Step::first), when gradients kept between steps make it differ.
+  bool first_step = false;
+  bool timeline = false;  ///< Step::timeline: every layer's moments, in step order
+};
 
 /// The whole step of a run: the saved tensors and every moment of the steady-state walk, and
-/// of the first step's when `first_step`, and Step::timeline when `timeline` (src/step/walk.cpp).
-Step build_step(const RunSpec& run, const ActivationInputs& in, bool first_step,
-                bool timeline = false);
+/// those `options` asks for (src/step/walk.cpp).
+Step build_step(const RunSpec& run, const ActivationInputs& in, const WalkOptions& options = {});
 
 }  // namespace memest::detail

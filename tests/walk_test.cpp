@@ -1,0 +1,209 @@
+// The walk over a step (src/step/walk*.cpp): which moments a step has and in which order they
+// happen, what a moment holds, and where a rule's tensors live.
+#include "step/rules/rules.hpp"
+#include "step/step_build.hpp"
+
+#include <memest/activation.hpp>
+#include <memest/hf_config.hpp>
+#include <memest/precision.hpp>
+#include <memest/run_spec.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+using namespace memest;
+
+namespace {
+
+// A two-layer Llama small enough to size by hand: h = 64, 4 heads of 16, MLP 128, vocab 100.
+RunSpec tiny_llama(std::string_view policy, std::uint64_t b, std::uint64_t s) {
+  RunSpec r;
+  r.model = parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+      "intermediate_size": 128, "vocab_size": 100})",
+                            "tiny.json");
+  r.precision = precision_preset(policy);
+  r.optimizer.kind = OptimizerKind::sgd;
+  r.training.micro_batch = b;
+  r.training.seq_len = s;
+  r.training.attention = Attention::eager;
+  return r;
+}
+
+Step step_of(const RunSpec& run, detail::WalkOptions options = {}) {
+  return detail::build_step(run, *activation_inputs(run), options);
+}
+
+// The names of a walk's moments, in the order the step runs them.
+std::vector<std::string> in_time_order(const std::vector<MomentSpec>& walk) {
+  std::vector<std::size_t> order(walk.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return time_rank(walk[a].id) < time_rank(walk[b].id);
+  });
+  std::vector<std::string> out;
+  for (const std::size_t i : order) {
+    const std::string name(moment_name(walk[i].id));
+    if (out.empty() || out.back() != name) out.push_back(name);  // alternatives: one name
+  }
+  return out;
+}
+
+// A moment's tensors by name: their bytes in all at (b, s).
+std::map<std::string, std::uint64_t> live(const Step& step, const MomentSpec& m, std::uint64_t b,
+                                          std::uint64_t s) {
+  const Basis x = basis_at(b, s);
+  std::map<std::string, std::uint64_t> out;
+  for (std::uint32_t i = m.begin; i < m.end; ++i) {
+    const Entry& e = step.entries[i];
+    const Tensor& t = step.tensors[e.tensor];
+    if (t.exists_at(x)) out[std::string(t.name)] += t.bytes.at(x) * e.count;
+  }
+  return out;
+}
+
+const MomentSpec& first_of(const std::vector<MomentSpec>& walk, MomentKind kind) {
+  const auto it = std::find_if(walk.begin(), walk.end(),
+                               [&](const MomentSpec& m) { return m.id.kind == kind; });
+  REQUIRE(it != walk.end());
+  return *it;
+}
+
+// The moments of a walk that hold a tensor of this name.
+std::vector<std::string> holding(const Step& step, const std::vector<MomentSpec>& walk,
+                                 std::string_view name) {
+  std::vector<std::string> out;
+  for (const MomentSpec& m : walk) {
+    for (std::uint32_t i = m.begin; i < m.end; ++i) {
+      if (step.tensors[step.entries[i].tensor].name != name) continue;
+      const std::string n(moment_name(m.id));
+      if (out.empty() || out.back() != n) out.push_back(n);
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the walk's moments happen in the order PyTorch runs a step", "[walk]") {
+  // fp32 SGD: no grad copy and no master copy; eager attention has one alternative each.
+  const Step step = step_of(tiny_llama("fp32", 2, 8));
+  CHECK(in_time_order(step.steady) ==
+        std::vector<std::string>{"forward_attention", "forward_end", "backward_start",
+                                 "backward_mlp_last_layer", "backward_attention_last_layer",
+                                 "backward_mlp_first_layer", "backward_attention_first_layer",
+                                 "backward_end", "optimizer", "zero_grad"});
+  // The walk itself lists forward_end first and the layers after backward_end.
+  CHECK(moment_name(step.steady.front().id) == "forward_end");
+}
+
+TEST_CASE("the optimizer in backward and FSDP add their moments in step order", "[walk]") {
+  RunSpec run = tiny_llama("bf16", 2, 8);
+  run.training.optimizer_in_backward = true;
+  run.parallel.data_parallel = 2;
+  run.parallel.zero_stage = 3;
+  run.parallel.fsdp_version = 2;
+  const Step step = step_of(run);
+  CHECK(in_time_order(step.steady) ==
+        std::vector<std::string>{
+            "forward_attention", "forward_end", "backward_start", "optimizer_step_in_backward_head",
+            "backward_mlp_last_layer", "optimizer_step_in_backward_last_layer",
+            "backward_attention_last_layer", "post_backward_last_layer", "backward_mlp_first_layer",
+            "optimizer_step_in_backward_first_layer", "backward_attention_first_layer",
+            "post_backward_first_layer", "backward_end", "optimizer_step_in_backward_embedding"});
+}
+
+TEST_CASE("forward_end and backward_start hold the loss's tensors, sized by hand", "[walk]") {
+  // b = 2, s = 8: N = 16 tokens over a vocabulary of 100, bf16 logits.
+  const Step step = step_of(tiny_llama("bf16", 2, 8));
+  const auto fwd = live(step, first_of(step.steady, MomentKind::forward_end), 2, 8);
+  CHECK(fwd.at("logits") == 2 * 16 * 100);
+  CHECK(fwd.at("logits.float()") == 4 * 16 * 100);
+  CHECK(fwd.at("padded labels (int64)") == 8 * 2 * 9);
+  CHECK(fwd.at("log_softmax(logits.float()) (fp32 N x V)") == 4 * 16 * 100);
+  CHECK(fwd.at("loss (0-d fp32)") == 4);
+  // 2 x 64 x 100 embedding and lm_head, 2 layers of 4 x 64^2 + 3 x 64 x 128 + 2 x 64, a final
+  // norm of 64: 95,040 parameters in bf16.
+  CHECK(fwd.at("parameters") == 2 * 95'040);
+  CHECK(fwd.at("input ids (int64)") == 8 * 16);
+  const auto bwd = live(step, first_of(step.steady, MomentKind::backward_start), 2, 8);
+  CHECK(bwd.at("gradient of the log-probs (fp32)") == 4 * 16 * 100);
+  CHECK(bwd.at("gradient of the logits (fp32)") == 4 * 16 * 100);
+  CHECK(bwd.count("logits") == 0);                      // freed after the loss
+  CHECK(bwd.count("loss target (int64 labels)") == 0);  // released by NllLossBackward0
+}
+
+TEST_CASE("a layer's backward holds the layers below it and not those above", "[walk]") {
+  // Llama-2-style layer, fp32, b = 1, s = 8: the first layer's MLP backward holds no saved
+  // layer below it; the last layer's (layer 1) holds layer 0 whole and itself.
+  const Step step = step_of(tiny_llama("fp32", 1, 8));
+  std::vector<const MomentSpec*> mlp;
+  for (const MomentSpec& m : step.steady)
+    if (m.id.kind == MomentKind::backward_mlp) mlp.push_back(&m);
+  REQUIRE(mlp.size() == 2);
+  REQUIRE(mlp[0]->id.at == LayerAt::last);
+  const auto last = live(step, *mlp[0], 1, 8);
+  const auto first = live(step, *mlp[1], 1, 8);
+  // The softmax output of a layer: 4 B x 4 heads x 8 x 8 positions; the last layer's moment
+  // holds two layers' (its own and layer 0's), the first layer's one.
+  CHECK(last.at("softmax output (softmax(dtype=float32))") == 2 * 4 * 4 * 64);
+  CHECK(first.at("softmax output (softmax(dtype=float32))") == 4 * 4 * 64);
+}
+
+TEST_CASE("a rule's tensor is in exactly the moments of its lifetime", "[walk][rules]") {
+  SECTION("the output a training loop holds: every steady moment, the first step's from backward") {
+    RunSpec run = tiny_llama("bf16", 2, 8);
+    run.training.loop_keeps_output = true;
+    run.training.grads_set_to_none = false;  // gradients kept: the first step has its own walk
+    const Step step = step_of(run, {.first_step = true});
+    REQUIRE(!step.first.empty());
+    const std::string_view held = "logits of the model's output, held by the training loop";
+    std::vector<std::string> all;
+    for (const MomentSpec& m : step.steady) {
+      const std::string n(moment_name(m.id));
+      if (all.empty() || all.back() != n) all.push_back(n);
+    }
+    CHECK(holding(step, step.steady, held) == all);
+    const std::vector<std::string> first = holding(step, step.first, held);
+    CHECK(std::find(first.begin(), first.end(), "forward_end") == first.end());
+    CHECK(std::find(first.begin(), first.end(), "forward_attention") == first.end());
+    CHECK(std::find(first.begin(), first.end(), "backward_start") != first.end());
+    CHECK(std::find(first.begin(), first.end(), "zero_grad") != first.end());
+  }
+  SECTION("LitGPT's logits: from the loss through every layer's backward") {
+    RunSpec run = tiny_llama("bf16", 2, 8);
+    run.training.loss = Loss::chunked_tokens;
+    const Step step = step_of(run);
+    CHECK(holding(step, step.steady, "logits (chunks kept by the training loop)") ==
+          std::vector<std::string>{"forward_end", "backward_start", "backward_mlp_last_layer",
+                                   "backward_attention_last_layer", "backward_mlp_first_layer",
+                                   "backward_attention_first_layer"});
+  }
+}
+
+TEST_CASE("ZeRO shares model states over the ranks, never a tensor in flight", "[walk]") {
+  RunSpec run = tiny_llama("bf16", 2, 8);
+  run.parallel.data_parallel = 4;
+  run.parallel.zero_stage = 2;
+  const Step step = step_of(run);
+  bool saw_state = false, saw_flight = false;
+  for (const Entry& e : step.entries) {
+    const Tensor& t = step.tensors[e.tensor];
+    if (t.part != Part::grads) continue;
+    if (t.scope == Scope::state) {
+      saw_state = saw_state || t.name == "gradients of one layer";
+      CHECK(e.ranks == 4);
+    } else {
+      saw_flight = saw_flight || t.name == "gradient of the down projection weight";
+      CHECK(e.ranks == 1);
+    }
+  }
+  CHECK(saw_state);
+  CHECK(saw_flight);
+}
