@@ -154,7 +154,7 @@ TEST_CASE("replay: max_split_size keeps oversize blocks whole", "[allocator]") {
   REQUIRE(a.reserved() == 52 * MiB);
 }
 
-TEST_CASE("replay: a zero-byte request allocates nothing; a double free is a bug", "[allocator]") {
+TEST_CASE("replay: a zero-byte request allocates nothing, a double free is a bug", "[allocator]") {
   CachingAllocator a;
   REQUIRE(a.malloc(0) == CachingAllocator::kNone);
   a.free(CachingAllocator::kNone);

@@ -49,7 +49,7 @@ TEST_CASE("JSON carries exact integer bytes under stable keys", "[cli]") {
   REQUIRE(j["parameters"]["total"] == 7'000'000'000ULL);
 }
 
-TEST_CASE("bad input: one line naming the flag, the value and what is accepted; exit 2",
+TEST_CASE("bad input: one line naming the flag, the value and what is accepted, exit 2",
           "[cli][errors]") {
   auto [args, message] = GENERATE(table<std::vector<std::string>, std::string>({
       {{"--params", "7B", "--optimizer", "adamw8"},
@@ -124,7 +124,8 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted; 
       {{"--params", "7B", "--dp", "8", "--zero", "4"},
        "memest: error: --zero: unknown ZeRO stage \"4\" (expected one of: 0, 1, 2, 3)"},
       {{"--params", "7B", "--offload", "cpu"},
-       "memest: error: --offload: unknown offload \"cpu\" (expected one of: none, optimizer)"},
+       "memest: error: --offload: unknown offload \"cpu\" (expected none, or a comma-separated list "
+       "of: optimizer, params, activations)"},
       {{"--params", "7B", "--optimizer-impl", "single", "--fused-optimizer"},
        "memest: error: --fused-optimizer conflicts with --optimizer-impl \"single\" "
        "(--fused-optimizer is short for --optimizer-impl fused)"},
@@ -205,7 +206,7 @@ TEST_CASE("every example run config passes memest check", "[cli][check]") {
   REQUIRE_THAT(r.out, Catch::Contains(fmt::format("{} fit, 0 over, 0 invalid", args.size() - 1)));
 }
 
-TEST_CASE("check: exit 1 when some are over, 2 when some are invalid; JSON", "[cli][check]") {
+TEST_CASE("check: exit 1 when some are over, 2 when some are invalid, and JSON", "[cli][check]") {
   auto over = run_cli({"check", "configs/examples/tinyllama-1.1b-h100.json", "--gpu", "t4"});
   REQUIRE(over.code == 1);
   REQUIRE_THAT(over.out,

@@ -35,7 +35,7 @@ RunOptions options_of(std::vector<std::pair<std::string, std::string>> settings)
 
 }  // namespace
 
-TEST_CASE("every flag has one key; every row's kind, names and default agree", "[run_options]") {
+TEST_CASE("every flag has one key, every row's kind, names and default agree", "[run_options]") {
   std::set<std::string> flags, keys;
   for (const auto& info : run_option_table()) {
     CAPTURE(info.flag);

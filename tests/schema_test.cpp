@@ -108,7 +108,7 @@ TEST_CASE("every choice option is an enum of its names in the schema", "[schema]
   }
 }
 
-TEST_CASE("a run config of each choice validates and loads; another name does not validate",
+TEST_CASE("a run config of each choice validates and loads, another name does not validate",
           "[schema]") {
   for (const auto& info : run_option_table()) {
     if (info.kind != ValueKind::choice) continue;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -35,6 +36,26 @@ std::uint64_t caching_round_size(std::uint64_t bytes);
 /// 2 MiB up to 1 MiB, 20 MiB below 10 MiB, else `size` rounded up to 2 MiB
 /// (get_allocation_size).
 std::uint64_t caching_segment_size(std::uint64_t size);
+
+/// An instant of the replayed run: its stretch ("set-up" for model loading, "first step",
+/// "steady state") and the moment of the walk ("forward_end", "parameters loaded", ...).
+struct RunInstant {
+  std::string_view stretch;
+  std::string_view moment;
+};
+
+/// --allocator cuda: PyTorch's caching allocator replayed over model loading and two training
+/// steps (src/replay/allocator_step.cpp), per device; the torch.cuda statistics it stands for.
+struct AllocatorReplay {
+  std::uint64_t allocated = 0;  ///< max_memory_allocated: blocks as the allocator sized them
+  RunInstant allocated_at;
+  std::uint64_t reserved = 0;  ///< max_memory_reserved: the segments, cached once allocated
+  RunInstant reserved_at;
+  std::uint64_t setup_reserved = 0;    ///< reserved when model loading is done
+  std::uint64_t segments = 0;          ///< cudaMalloc calls over the run
+  std::uint64_t cublas_workspace = 0;  ///< allocated through the allocator at the first matmul
+  std::uint64_t te_workspace = 0;      ///< Transformer Engine's, at its first GEMM
+};
 
 /// A replay of PyTorch's CUDA caching allocator (DeviceCachingAllocator in
 /// c10/cuda/CUDACachingAllocator.cpp), without expandable segments, garbage

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memest/activation.hpp>
+#include <memest/allocator_replay.hpp>
 #include <memest/run_spec.hpp>
 #include <memest/step.hpp>
 
@@ -41,26 +42,6 @@ struct PhasePeak {
   std::string_view phase;
   std::uint64_t bytes = 0;
   std::string_view moment;
-};
-
-/// An instant of the replayed run: its stretch ("set-up" for model loading, "first step",
-/// "steady state") and the moment of the walk ("forward_end", "parameters loaded", ...).
-struct RunInstant {
-  std::string_view stretch;
-  std::string_view moment;
-};
-
-/// --allocator cuda: PyTorch's caching allocator replayed over model loading and two training
-/// steps (src/replay/allocator_step.cpp), per device; the torch.cuda statistics it stands for.
-struct AllocatorReplay {
-  std::uint64_t allocated = 0;  ///< max_memory_allocated: blocks as the allocator sized them
-  RunInstant allocated_at;
-  std::uint64_t reserved = 0;  ///< max_memory_reserved: the segments, cached once allocated
-  RunInstant reserved_at;
-  std::uint64_t setup_reserved = 0;    ///< reserved when model loading is done
-  std::uint64_t segments = 0;          ///< cudaMalloc calls over the run
-  std::uint64_t cublas_workspace = 0;  ///< allocated through the allocator at the first matmul
-  std::uint64_t te_workspace = 0;      ///< Transformer Engine's, at its first GEMM
 };
 
 /// The peak of live bytes over a training step, per device.

@@ -477,10 +477,14 @@ void resolve_device_memory(const RunOptions& o, Problems& problems, TrainingSpec
     }
     t.te_workspace = te ? kTeWorkspace : 0;
     if (!o.gpu) return;
-    const Gpu& g =
-        parse_setting(*o.gpu, [](std::string_view v) -> const Gpu& { return find_gpu(v); });
-    if (g.sm == 90) t.cublas_workspace = kCublasWorkspaceSm90;
-    if (te && g.sm >= 90) t.te_workspace = kTeWorkspaceSm90;
+    const Gpu* g = nullptr;
+    try {
+      g = &find_gpu(o.gpu->value);
+    } catch (const Error&) {
+      return;  // an unknown GPU is named once, by resolve_budget
+    }
+    if (g->sm == 90) t.cublas_workspace = kCublasWorkspaceSm90;
+    if (te && g->sm >= 90) t.te_workspace = kTeWorkspaceSm90;
   });
 }
 

@@ -4,7 +4,6 @@
 #include "model/model_state.hpp"
 
 #include "model/optimizer_traits.hpp"
-#include "step/step_build.hpp"
 
 #include <memest/activation.hpp>
 #include <memest/units.hpp>

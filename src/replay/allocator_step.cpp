@@ -12,8 +12,9 @@
 // replayed one after the other.
 #include "replay/allocator_step.hpp"
 
-#include "nf4_init.hpp"
+#include "model/model_state.hpp"
 #include "replay/fsdp_init.hpp"
+#include "replay/nf4_init.hpp"
 #include "step/step_build.hpp"
 
 #include <memest/allocator_replay.hpp>

@@ -2,7 +2,7 @@
 // (src/replay/allocator_step.cpp).
 #pragma once
 
-#include <memest/peak.hpp>
+#include <memest/allocator_replay.hpp>
 #include <memest/run_spec.hpp>
 #include <memest/shape.hpp>
 #include <memest/step.hpp>

@@ -1,8 +1,6 @@
 // Private to the core: building a Step (include/memest/step.hpp) from a run.
 #pragma once
 
-#include "model/model_state.hpp"  // walk_inventory
-
 #include <memest/activation.hpp>
 #include <memest/step.hpp>
 
