@@ -54,7 +54,7 @@ BENCHMARK(BM_BytesNeededLlama7B);
 // A search's inner loop: one plan, many sizes.
 void BM_PeakPlanLlama7B(benchmark::State& state) {
   const auto run = llama_run();
-  const memest::PeakPlan plan(run, *memest::activation_inputs(run, false));
+  const memest::PeakPlan plan(run, *memest::activation_inputs(run, memest::Notes::skipped));
   std::uint64_t b = 1;
   for (auto _ : state) {
     b = b % 64 + 1;
@@ -70,7 +70,7 @@ void BM_AllocatorReplayLlama70B(benchmark::State& state) {
   auto run = llama_run();
   run.model = memest::load_model_preset("llama-2-70b");
   run.training.allocator = memest::Allocator::cuda;
-  const memest::PeakPlan plan(run, *memest::activation_inputs(run, false));
+  const memest::PeakPlan plan(run, *memest::activation_inputs(run, memest::Notes::skipped));
   std::uint64_t b = 1;
   for (auto _ : state) {
     b = b % 8 + 1;

@@ -2,12 +2,13 @@
 # One entry point for setting up, building and testing memest on Debian 12.
 #   bash scripts/dev.sh demo   install what is missing, build (release), run the main example
 #   bash scripts/dev.sh test   install what is missing, build and run every test (dev + asan),
+#                              clang-tidy on the sources changed since its recorded clean pass,
 #                              the web page in headless chromium (tests/web), then each fuzz
 #                              target for a few seconds (scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ clang-format git libcli11-dev nlohmann-json3-dev libfmt-dev
+packages=(cmake ninja-build g++ clang-format clang-tidy git libcli11-dev nlohmann-json3-dev libfmt-dev
           catch2 libbenchmark-dev python3 python3-jsonschema clang libclang-rt-dev
           python3-dev pybind11-dev python3-pybind11 python3-pytest)
 
@@ -55,6 +56,9 @@ case "${1:-}" in
     # Formatting is part of the suite: every C++ file as .clang-format says.
     git ls-files '*.cpp' '*.hpp' | xargs clang-format --dry-run --Werror
     cmake --workflow --preset dev
+    # clang-tidy (.clang-tidy) on the sources changed since the last recorded clean pass
+    # (.ci/tidy-clean; scripts/tidy.py says how a source's key is made).
+    python3 scripts/tidy.py build/dev
     cmake --workflow --preset asan
     # The web page: the command line compiled to WebAssembly, checked in a real browser against
     # the dev build's binary (tests/web/page_test.js; screenshot in build/web/page.png).

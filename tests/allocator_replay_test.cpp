@@ -182,7 +182,7 @@ TEST_CASE("issue 10: the step replay covers model loading, a first and a steady 
   REQUIRE(e.peak->needed == a.reserved);
   REQUIRE_FALSE(e.peak->nvidia_smi_bytes);  // no context stated
   // needed(b, s) of a compiled plan replays the same events.
-  REQUIRE(PeakPlan(r, *activation_inputs(r, false)).needed(2, 1024) == e.peak->needed);
+  REQUIRE(PeakPlan(r, *activation_inputs(r, Notes::skipped)).needed(2, 1024) == e.peak->needed);
 }
 
 TEST_CASE("issue 10: nvidia-smi is reserved plus a stated context", "[allocator][cli]") {

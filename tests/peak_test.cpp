@@ -196,7 +196,7 @@ TEST_CASE("a peak plan gives the same bytes as the full walk at every size", "[p
   auto policy = GENERATE("fp32", "amp-bf16", "mixed-bf16", "bf16");
   auto r = run_of(preset, policy, 1, 128);
   r.training.attention = GENERATE(Attention::eager, Attention::flash);
-  const PeakPlan plan(r, *activation_inputs(r, false));
+  const PeakPlan plan(r, *activation_inputs(r, Notes::skipped));
   for (std::uint64_t b : {1ULL, 3ULL, 8ULL}) {
     for (std::uint64_t s : {64ULL, 1000ULL, 4096ULL}) {
       CAPTURE(preset, policy, b, s);
@@ -281,7 +281,7 @@ void check_patched_optimizers(Allocator allocator, const char* preset, const cha
   r.training.allocator = allocator;
   r.parallel.data_parallel = GENERATE(1ULL, 8ULL);
   r.parallel.zero_stage = r.parallel.data_parallel > 1 ? 2 : 0;
-  const PeakPlan base(r, *activation_inputs(r, false));
+  const PeakPlan base(r, *activation_inputs(r, Notes::skipped));
   for (auto kind : {OptimizerKind::sgd, OptimizerKind::adamw, OptimizerKind::rmsprop,
                     OptimizerKind::adafactor, OptimizerKind::adam8bit, OptimizerKind::lion}) {
     for (auto impl : {OptimizerImpl::foreach, OptimizerImpl::single, OptimizerImpl::fused}) {
@@ -290,7 +290,7 @@ void check_patched_optimizers(Allocator allocator, const char* preset, const cha
       o.impl = impl;
       RunSpec other = r;
       other.optimizer = o;
-      const PeakPlan walked(other, *activation_inputs(other, false));
+      const PeakPlan walked(other, *activation_inputs(other, Notes::skipped));
       const PeakPlan patched = base.with_optimizer(o);
       for (std::uint64_t b : {1ULL, 4ULL}) {
         CAPTURE(preset, policy, static_cast<int>(kind), static_cast<int>(impl), b);

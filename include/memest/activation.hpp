@@ -44,53 +44,57 @@ struct GradFlow {
 /// The numbers the activation and peak models read, resolved once from a RunSpec. Plain values;
 /// building it allocates nothing but the `notes` strings, which only `approximate` runs fill.
 struct ActivationInputs {
-  LayerGraph graph = LayerGraph::llama;
-  ActFn act = ActFn::silu;
+  // Sizes first, flags last: the struct is copied per run and per plan (no padding holes).
   std::uint64_t b = 0, s = 0;  ///< micro-batch, sequence length
   std::uint64_t V = 0, h = 0, L = 0, a = 0, k = 0, d = 0;
   std::uint64_t dv = 0;       ///< value head dim (MLA; = d otherwise)
   std::uint64_t I = 0;        ///< dense MLP width
   std::uint64_t experts = 0;  ///< routed experts per MoE layer, 0 for dense
   std::uint64_t topk = 0, I_moe = 0, I_shared = 0, moe_layers = 0;
-  bool shared_gate = false;
   std::uint64_t norms = 2;  ///< norms per layer
+  double p_attn = 0, p_resid = 0, p_embd = 0;
+  // Byte widths (docs/activation-derivation.md §1).
+  std::uint64_t ex = 4;          ///< residual stream / model dtype
+  std::uint64_t ec = 4;          ///< matmul outputs (activation dtype)
+  std::uint64_t ew = 2;          ///< autocast weight copies
+  std::uint64_t loss_chunk = 0;  ///< chunks (chunked) or positions per chunk (chunked-tokens)
+  // One device of a split run (src/parallel/layout.hpp): the dimensions above are its share.
+  std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank
+  std::uint64_t cp = 1;         ///< context-parallel ranks: s is this rank's part of the sequence
+  std::uint64_t in_flight = 1;  ///< micro-batches whose saved tensors the device holds (pipeline)
+  std::vector<std::string> notes;  ///< what was assumed (canonical shape, family approximations)
+  GradFlow grads;
+  LayerGraph graph = LayerGraph::llama;
+  ActFn act = ActFn::silu;
+  Attention attention = Attention::sdpa;  ///< PyTorch 2 and transformers default
+  Recompute recompute = Recompute::none;
+  Loss loss = Loss::hf;
+  bool shared_gate = false;
   bool gated = false, fused_qkv = false, fused_gate_up = false, parallel = false;
   bool qk_norm = false;
   bool tied = false, lm_head = true, final_norm = true, embedding_norm = false;
   bool rotary = false, learned_positions = false, causal = true;
-  double p_attn = 0, p_resid = 0, p_embd = 0;
-  // Byte widths (docs/activation-derivation.md §1).
-  std::uint64_t ex = 4;  ///< residual stream / model dtype
-  std::uint64_t ec = 4;  ///< matmul outputs (activation dtype)
-  std::uint64_t ew = 2;  ///< autocast weight copies
-  bool amp = false;      ///< autocast
+  bool amp = false;  ///< autocast
   bool cuda = true;
-  Attention attention = Attention::sdpa;  ///< PyTorch 2 and transformers default
-  Recompute recompute = Recompute::none;
-  bool compile = false;  ///< torch.compile of each layer (src/step/rules/compile.cpp)
-  Loss loss = Loss::hf;
-  std::uint64_t loss_chunk = 0;      ///< chunks (chunked) or positions per chunk (chunked-tokens)
+  bool compile = false;              ///< torch.compile of each layer (src/step/rules/compile.cpp)
   bool keeps_output = false;         ///< the training loop holds the model's output (its logits)
   bool softmax_keeps_input = false;  ///< PyTorch < 1.11: softmax keeps its input as well
-  bool litgpt = false;   ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
-  bool offload = false;  ///< activation offloading (--offload activations; docs/techniques.md)
-  GradFlow grads;
-  // One device of a split run (src/parallel/layout.hpp): the dimensions above are its share.
-  std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank
-  bool sp = false;              ///< sequence parallelism: norms, dropouts, residuals keep N/t
-  std::uint64_t cp = 1;         ///< context-parallel ranks: s is this rank's part of the sequence
-  std::uint64_t in_flight = 1;  ///< micro-batches whose saved tensors the device holds (pipeline)
-  bool approximate = false;     ///< a shape or family that was not measured
-  std::vector<std::string> notes;  ///< what was assumed (canonical shape, family approximations)
+  bool litgpt = false;       ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
+  bool offload = false;      ///< activation offloading (--offload activations; docs/techniques.md)
+  bool sp = false;           ///< sequence parallelism: norms, dropouts, residuals keep N/t
+  bool approximate = false;  ///< a shape or family that was not measured
 };
 
 /// The split of the token dimension the sizes use: t under sequence parallelism, else 1.
 inline std::uint64_t token_split(const ActivationInputs& in) { return in.sp ? in.t : 1; }
 
+/// Whether activation_inputs writes the notes of an approximate run (ActivationInputs::notes), or
+/// skips their strings (the fast path of bytes_needed and the searches).
+enum class Notes : std::uint8_t { written, skipped };
+
 /// The activation inputs of a run; nullopt when --batch/--seq are not given. A bare parameter
-/// count uses canonical_architecture() and is marked approximate; `with_notes` false skips
-/// the strings (the fast path of bytes_needed).
-std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_notes = true);
+/// count uses canonical_architecture() and is marked approximate.
+std::optional<ActivationInputs> activation_inputs(const RunSpec& run, Notes notes = Notes::written);
 
 /// One saved tensor of an --explain listing: its name, size and shape (the formula is the
 /// width times the shape's symbols, with their values at the run's b and s).
@@ -121,8 +125,12 @@ struct ActivationBytes {
   std::vector<ActivationTerm> terms;  ///< every saved tensor, when asked for
 };
 
-/// The saved activations, from the step's tensors (include/memest/step.hpp); `with_terms`
-/// lists each tensor. Throws Error when a size passes 2^64 bytes.
-ActivationBytes activation_bytes(const ActivationInputs& in, bool with_terms = false);
+/// Whether the saved activations come as sums only, or with each tensor listed
+/// (ActivationBytes::terms, for --explain).
+enum class Terms : std::uint8_t { sums_only, listed };
+
+/// The saved activations, from the step's tensors (include/memest/step.hpp). Throws Error when a
+/// size passes 2^64 bytes.
+ActivationBytes activation_bytes(const ActivationInputs& in, Terms terms = Terms::sums_only);
 
 }  // namespace memest

@@ -12,6 +12,6 @@ namespace memest {
 /// options (run_option_rules). Throws Error naming the setting's `where`, the value and what is
 /// accepted, e.g. `--optimizer: unknown optimizer "adamw8" (expected one of: ...)`, one line per
 /// problem.
-RunSpec resolve(const RunOptions& options);
+RunSpec resolve(const RunOptions& given);
 
 }  // namespace memest

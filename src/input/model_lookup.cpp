@@ -73,7 +73,7 @@ std::string hf_hub_cache(const char* (*env)(const char*)) {
     const char* v = env(name);
     return v != nullptr ? std::string(v) : std::string();
   };
-  if (const std::string v = get("HF_HUB_CACHE"); !v.empty()) return v;
+  if (std::string v = get("HF_HUB_CACHE"); !v.empty()) return v;
   if (const std::string v = get("HF_HOME"); !v.empty()) return v + "/hub";
   if (const std::string v = get("XDG_CACHE_HOME"); !v.empty()) return v + "/huggingface/hub";
   if (const std::string v = get("HOME"); !v.empty()) return v + "/.cache/huggingface/hub";

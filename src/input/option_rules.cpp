@@ -325,7 +325,7 @@ std::optional<std::string> broken_rule(const RunOptions& o, Check check) {
 }
 
 void check_rules(const RunOptions& o, Check check) {
-  if (auto m = broken_rule(o, check)) throw Error(std::move(*m));
+  if (auto m = broken_rule(o, check)) throw Error(*m);
 }
 
 bool applies(const RunOptions& o, const RunOptionInfo& info) {

@@ -158,7 +158,7 @@ nlohmann::ordered_json json_value(const RunOptionInfo& info, const std::string& 
       break;
   }
   if (takes_number(info)) {
-    const auto number = ordered_json::parse(v, nullptr, false);
+    auto number = ordered_json::parse(v, nullptr, false);
     if (number.is_number() && number.dump() == v) return number;
   }
   return v;

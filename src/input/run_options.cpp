@@ -45,6 +45,7 @@ std::span<const std::string_view> preset_names() {
   static const std::vector<PresetInfo> presets = model_presets();
   static const std::vector<std::string_view> out = [] {
     std::vector<std::string_view> v;
+    v.reserve(presets.size());
     for (const auto& p : presets) v.push_back(p.name);
     return v;
   }();

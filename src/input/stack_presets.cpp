@@ -102,6 +102,7 @@ std::span<const StackPreset> stack_presets() { return kStacks; }
 std::span<const std::string_view> stack_names() {
   static const std::vector<std::string_view> names = [] {
     std::vector<std::string_view> out;
+    out.reserve(kStacks.size());
     for (const auto& p : kStacks) out.push_back(p.name);
     return out;
   }();

@@ -90,8 +90,12 @@ std::string header(std::string_view title, std::string_view subtitle, const Axis
 
 std::string y_ticks(const Axis& axis, Unit unit) {
   std::string out;
-  for (double b = 0; b <= axis.max_bytes * (1 + 1e-9); b += axis.step) {
+  // The ticks by repeated addition, as they were first drawn (a product i * step can round to
+  // another last digit).
+  double b = 0;
+  while (b <= axis.max_bytes * (1 + 1e-9)) {
     const auto bytes = static_cast<u64>(std::llround(b));
+    b += axis.step;
     const double y = axis.y(bytes);
     out += fmt::format(
         "<line x1=\"{0}\" y1=\"{1:.2f}\" x2=\"{2}\" y2=\"{1:.2f}\" stroke=\"#ddd\"/>"

@@ -91,7 +91,7 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   }
   r.limit = limit;
   // The model, precision and optimizer stay; only the searched size changes.
-  const auto in = activation_inputs(run, false);
+  const auto in = activation_inputs(run, Notes::skipped);
   std::optional<PeakPlan> plan;  // a split run has a plan per stage, in `need`
   if (in && !run.parallel.splits_model()) plan.emplace(run, *in);
   search_largest(
@@ -328,7 +328,7 @@ void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget
     point.optimizer = spec_of(optimizers.front());
     point.training.micro_batch = batches.front() ? batches.front() : 1;
     point.training.seq_len = seqs.front() ? seqs.front() : 1;
-    const auto in = activation_inputs(point, false);
+    const auto in = activation_inputs(point, Notes::skipped);
     std::optional<PeakPlan> base;  // a split run has a plan per stage, in `split`
     if (in && !point.parallel.splits_model()) base.emplace(point, *in);
     const std::size_t first = plans.size();

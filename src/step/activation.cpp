@@ -187,13 +187,13 @@ void read_grads(const RunSpec& run, const Architecture& arch, ActivationInputs& 
 }
 
 // What was assumed: a canonical shape, a family not measured, an unknown activation function.
-void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_act, bool with_notes,
+void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_act, Notes notes,
                       ActivationInputs& in) {
   const std::string& mt = arch.model_type;
   const detail::ModelFamily& family = detail::family_of(mt);
   const auto note = [&](std::string text) {
     in.approximate = true;
-    if (with_notes) in.notes.push_back(std::move(text));
+    if (notes == Notes::written) in.notes.push_back(std::move(text));
   };
   if (!run.model.arch) {
     note(fmt::format(
@@ -241,7 +241,7 @@ void read_rank(const RankSpec& r, const TrainingSpec& t, ActivationInputs& in) {
 
 }  // namespace
 
-std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_notes) {
+std::optional<ActivationInputs> activation_inputs(const RunSpec& run, Notes notes) {
   const auto& t = run.training;
   if (t.micro_batch == 0 || t.seq_len == 0) return std::nullopt;
   ActivationInputs in;
@@ -267,7 +267,7 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, bool with_
   read_dropout(arch, t, in);
   read_policy(run, in);
   read_grads(run, arch, in);
-  note_assumptions(run, arch, known_act, with_notes, in);
+  note_assumptions(run, arch, known_act, notes, in);
   if (run.rank.split()) read_rank(run.rank, run.training, in);
   return in;
 }

@@ -239,7 +239,7 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
   }
   StepEstimate r;
   r.activations = detail::saved_bytes(
-      step, in, x, options.with_terms ? detail::Terms::listed : detail::Terms::sums_only);
+      step, in, x, options.with_terms ? Terms::listed : Terms::sums_only);
   r.peak = peak_at(run, step, steady, options.first_step ? &first : nullptr, x, in.L);
   if (options.timeline) {
     Peak& pk = r.peak;
@@ -251,11 +251,10 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
   return r;
 }
 
-ActivationBytes activation_bytes(const ActivationInputs& in, bool with_terms) {
+ActivationBytes activation_bytes(const ActivationInputs& in, Terms terms) {
   Step step;
   detail::add_saved_tensors(step, in);
-  return detail::saved_bytes(step, in, basis_at(in.b, in.s, token_split(in)),
-                             with_terms ? detail::Terms::listed : detail::Terms::sums_only);
+  return detail::saved_bytes(step, in, basis_at(in.b, in.s, token_split(in)), terms);
 }
 
 // Per batch regime (batch 1, or more): the compiled moments, and the frontier of moment

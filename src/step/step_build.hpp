@@ -66,9 +66,6 @@ bool is_lora_tensor(const Tensor& t);
 /// (docs/activation-derivation.md §3, §5), with Step::saved listing them with their counts.
 void add_saved_tensors(Step& step, const ActivationInputs& in);
 
-/// Whether saved_bytes lists every saved (and recomputed) tensor, for --explain.
-enum class Terms : std::uint8_t { sums_only, listed };
-
 /// Sums of saved tensors at a point, the ActivationBytes of activation.hpp.
 ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
                             Terms terms);
