@@ -124,7 +124,8 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted, 
       {{"--params", "7B", "--dp", "8", "--zero", "4"},
        "memest: error: --zero: unknown ZeRO stage \"4\" (expected one of: 0, 1, 2, 3)"},
       {{"--params", "7B", "--offload", "cpu"},
-       "memest: error: --offload: unknown offload \"cpu\" (expected none, or a comma-separated list "
+       "memest: error: --offload: unknown offload \"cpu\" (expected none, or a comma-separated "
+       "list "
        "of: optimizer, params, activations)"},
       {{"--params", "7B", "--optimizer-impl", "single", "--fused-optimizer"},
        "memest: error: --fused-optimizer conflicts with --optimizer-impl \"single\" "

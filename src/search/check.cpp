@@ -34,7 +34,8 @@ std::uint64_t NeedCache::operator()(const RunSpec& run) {
   if (!run_ || !same_step(*run_, run)) {
     run_.reset();
     plans_.clear();
-    for (const RunSpec& r : stage_runs(run)) plans_.emplace_back(r, *activation_inputs(r, Notes::skipped));
+    for (const RunSpec& r : stage_runs(run))
+      plans_.emplace_back(r, *activation_inputs(r, Notes::skipped));
     run_ = run;
   }
   std::uint64_t needed = 0;

@@ -238,8 +238,8 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
     first = step.first.empty() ? first_step_of(step, steady) : compile(step, step.first, one);
   }
   StepEstimate r;
-  r.activations = detail::saved_bytes(
-      step, in, x, options.with_terms ? Terms::listed : Terms::sums_only);
+  r.activations =
+      detail::saved_bytes(step, in, x, options.with_terms ? Terms::listed : Terms::sums_only);
   r.peak = peak_at(run, step, steady, options.first_step ? &first : nullptr, x, in.L);
   if (options.timeline) {
     Peak& pk = r.peak;

@@ -38,7 +38,8 @@ bool named_by_layer(MomentKind kind) {
 
 }  // namespace
 
-Walker::Walker(Step& step, const RunSpec& run, const ActivationInputs& in, const ParameterSums& sums)
+Walker::Walker(Step& step, const RunSpec& run, const ActivationInputs& in,
+               const ParameterSums& sums)
     : step_(step),
       run_(run),
       in_(in),
@@ -224,7 +225,8 @@ void Walker::backward_start() {
   u64 casts = 0;
   if (in_.amp) {
     const u64 lm_head = in_.lm_head ? in_.ew * in_.V * in_.h : 0;
-    casts = checkpointed_layers() ? lm_head : in_.ew * sums_.autocast_weights + (in_.tied ? lm_head : 0);
+    casts = checkpointed_layers() ? lm_head
+                                  : in_.ew * sums_.autocast_weights + (in_.tied ? lm_head : 0);
   }
   writer_.add(constant("autocast weight copies saved for backward", Part::param_casts, casts));
   enter_lived(Anchor::loss);

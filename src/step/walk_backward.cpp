@@ -148,9 +148,10 @@ void Walker::attention_backward_base(u64 j, Slot also) {
     return mlp_side || gpt2_side || (also != Slot::none && s == also);
   });
   writer_.add(copies_.qkv);
-  writer_.add(in_flight(
-      "gradients of the MLP, post-attention norm and o_proj weights", Part::grads,
-      in_backward_.unstepped(flight_grad_width() * (sums_.layer_mlp_trainable + sums_.norm_trainable + sums_.layer_o_trainable))));
+  writer_.add(in_flight("gradients of the MLP, post-attention norm and o_proj weights", Part::grads,
+                        in_backward_.unstepped(flight_grad_width() *
+                                               (sums_.layer_mlp_trainable + sums_.norm_trainable +
+                                                sums_.layer_o_trainable))));
   if (in_.attention == Attention::eager && in_.recompute == Recompute::selective) {
     for (const std::uint32_t i : by_scope_[static_cast<std::size_t>(Scope::core)]) {
       if (step_.tensors[i].slot != also) writer_.add(i);  // the recomputed core is live again

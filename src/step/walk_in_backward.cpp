@@ -32,7 +32,8 @@ std::array<u64, 3> largest_tensors(const ParameterSums& sums) {
 }  // namespace
 
 void InBackward::create_tensors(Step& step, const RunSpec& run, const ActivationInputs& in,
-                                const ParameterSums& sums, const OptimizerSizes& sizes, bool tied_grad) {
+                                const ParameterSums& sums, const OptimizerSizes& sizes,
+                                bool tied_grad) {
   if (!on_) return;
   const u64 eg = width(run.precision.grad);
   const std::array<u64, 3> n = largest_tensors(sums);

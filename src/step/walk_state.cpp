@@ -109,7 +109,8 @@ void Walker::weight_copies() {
   copies_.down = constant("autocast copy of the MLP down projection", Part::param_casts, down);
   copies_.other_mlp = constant("autocast copies of the other MLP weights", Part::param_casts,
                                ew * sums_.layer_mlp_matmul - down);
-  copies_.o_proj = constant("autocast copy of o_proj", Part::param_casts, ew * sums_.layer_o_matmul);
+  copies_.o_proj =
+      constant("autocast copy of o_proj", Part::param_casts, ew * sums_.layer_o_matmul);
   copies_.qkv = constant("autocast copies of the attention input projections", Part::param_casts,
                          ew * (sums_.layer_matmul - sums_.layer_mlp_matmul - sums_.layer_o_matmul));
 }
