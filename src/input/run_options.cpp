@@ -407,6 +407,22 @@ const RunOptionInfo& run_option(std::string_view flag) {
   return *it;
 }
 
+namespace {
+
+// Choices that are numbers (--zero 3, --fsdp-version 2), which a run config may give as JSON
+// numbers. std::all_of, not std::ranges::all_of: the web build's libc++ 14 has no ranges
+// algorithms.
+bool numbered_choices(const RunOptionInfo& info) {
+  if (!info.choices) return false;
+  const auto names = info.choices();
+  return std::all_of(names.begin(), names.end(), [](std::string_view n) {
+    return !n.empty() &&
+           std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+  });
+}
+
+}  // namespace
+
 bool takes_number(const RunOptionInfo& info) {
   switch (info.kind) {
     case ValueKind::count:
@@ -415,10 +431,7 @@ bool takes_number(const RunOptionInfo& info) {
     case ValueKind::probability:
       return true;
     case ValueKind::choice:  // --zero 3, --fsdp-version 2
-      return info.choices && std::ranges::all_of(info.choices(), [](std::string_view n) {
-               return !n.empty() &&
-                      std::ranges::all_of(n, [](char c) { return c >= '0' && c <= '9'; });
-             });
+      return numbered_choices(info);
     default:
       return false;
   }
