@@ -2,6 +2,7 @@
 // against bytes worked out by hand from the graph's table in docs/activations.md.
 #include "model/adapters.hpp"
 #include "step/step_build.hpp"
+#include "testutil.hpp"
 
 #include <memest/activation.hpp>
 #include <memest/hf_config.hpp>
@@ -14,23 +15,9 @@
 #include <string>
 
 using namespace memest;
+using memest::test::tiny_llama;
 
 namespace {
-
-// A two-layer Llama: h = 64, 4 heads of d = 16, gated SiLU MLP of 128, vocab 100, untied.
-RunSpec tiny_llama(std::uint64_t b, std::uint64_t s) {
-  RunSpec r;
-  r.model = parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-      "intermediate_size": 128, "vocab_size": 100})",
-                            "tiny.json");
-  r.precision = precision_preset("fp32");
-  r.optimizer.kind = OptimizerKind::sgd;
-  r.training.micro_batch = b;
-  r.training.seq_len = s;
-  r.training.attention = Attention::eager;
-  return r;
-}
 
 Step saved_step(const ActivationInputs& in) {
   Step step;
@@ -55,7 +42,7 @@ TEST_CASE("a Llama layer in fp32 with eager attention saves what the table says"
   //   the float64 scale                                                                 8
   //   softmax(dtype=float32) output: 4 b a s^2 = 4 x 4 x 64 (no copy: fp32 scores)  1,024
   //   gated SiLU: gate output, act output, up output, gate x up: 4 x 4 N I         16,384
-  const ActivationBytes ab = activation_bytes(*activation_inputs(tiny_llama(1, 8)));
+  const ActivationBytes ab = activation_bytes(*activation_inputs(tiny_llama("fp32", 1, 8)));
   CHECK(ab.full_layer == 37'960);
   CHECK(ab.mlp == 16'384);
   CHECK(ab.per_layer == 37'960);
@@ -69,7 +56,7 @@ TEST_CASE("a Llama layer in fp32 with eager attention saves what the table says"
 }
 
 TEST_CASE("Step::saved counts a layer's tensors once per layer, the rest once", "[layer_graph]") {
-  const Step step = saved_step(*activation_inputs(tiny_llama(2, 8)));
+  const Step step = saved_step(*activation_inputs(tiny_llama("fp32", 2, 8)));
   REQUIRE(!step.saved.empty());
   for (const Entry& e : step.saved) {
     const Tensor& t = step.tensors[e.tensor];
@@ -85,7 +72,7 @@ TEST_CASE("Step::saved counts a layer's tensors once per layer, the rest once", 
 
 TEST_CASE("a frozen embedding: the first layer keeps nothing for its input's gradient",
           "[layer_graph]") {
-  RunSpec run = tiny_llama(2, 8);
+  RunSpec run = tiny_llama("fp32", 2, 8);
   const std::array<Role, 1> roles = {Role::embedding};
   freeze_roles(run.model.inventory, roles);
   const Step step = saved_step(*activation_inputs(run));
@@ -100,7 +87,7 @@ TEST_CASE("a frozen embedding: the first layer keeps nothing for its input's gra
 
 TEST_CASE("selective recompute stores no attention core, full recompute the layer input",
           "[layer_graph]") {
-  RunSpec run = tiny_llama(1, 8);
+  RunSpec run = tiny_llama("fp32", 1, 8);
   run.training.recompute = Recompute::selective;
   const ActivationBytes selective = activation_bytes(*activation_inputs(run));
   // The softmax output and the float64 scale are recomputed: 37,960 - 1,024 - 8.

@@ -3,6 +3,7 @@
 #include "model/model_state.hpp"
 
 #include "model/optimizer_traits.hpp"
+#include "testutil.hpp"
 
 #include <memest/error.hpp>
 #include <memest/model.hpp>
@@ -23,15 +24,7 @@ namespace {
 // and two norms of 128: 197,888; embed and lm_head 128,000 each, the final norm 128:
 // 651,904 parameters.
 RunSpec small_llama() {
-  Architecture a;
-  a.model_type = "llama";
-  a.vocab_size = 1000;
-  a.hidden_size = 128;
-  a.num_layers = 2;
-  a.num_heads = 4;
-  a.intermediate_size = 344;
-  a.gated_mlp = true;
-  a.rms_norm = true;
+  const Architecture a = memest::test::small_llama_architecture();
   RunSpec run;
   run.model.inventory = build_inventory(a);
   run.model.arch = a;

@@ -1,3 +1,5 @@
+#include "testutil.hpp"
+
 #include <memest/error.hpp>
 #include <memest/model.hpp>
 
@@ -45,15 +47,7 @@ TEST_CASE("parameter_bytes takes each group's storage dtype", "[model]") {
 TEST_CASE("an inline architecture gets the Llama layout", "[model]") {
   // truth/cases.jsonl: llama, vocab 1000, hidden 128, MLP 344, 2 layers, 4 heads:
   // 651,904 parameters in 21 tensors.
-  Architecture a;
-  a.model_type = "llama";
-  a.vocab_size = 1000;
-  a.hidden_size = 128;
-  a.num_layers = 2;
-  a.num_heads = 4;
-  a.intermediate_size = 344;
-  a.gated_mlp = true;
-  a.rms_norm = true;
+  Architecture a = memest::test::small_llama_architecture();
   const Inventory inv = build_inventory(a);
   CHECK(parameter_count(inv) == 651904);
   CHECK(tensor_count(inv) == 21);

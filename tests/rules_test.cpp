@@ -20,22 +20,9 @@
 using namespace memest;
 using detail::Lifetime;
 using detail::StepOf;
+using memest::test::tiny_llama;
 
 namespace {
-
-RunSpec tiny_llama(std::string_view policy, std::uint64_t b, std::uint64_t s) {
-  RunSpec r;
-  r.model = parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-      "intermediate_size": 128, "vocab_size": 100})",
-                            "tiny.json");
-  r.precision = precision_preset(policy);
-  r.optimizer.kind = OptimizerKind::sgd;
-  r.training.micro_batch = b;
-  r.training.seq_len = s;
-  r.training.attention = Attention::eager;
-  return r;
-}
 
 Step saved_step(const RunSpec& run) {
   Step step;

@@ -50,6 +50,38 @@ inline RunSpec run_of(std::string_view preset, std::string_view policy, std::uin
   return r;
 }
 
+/// A two-layer Llama small enough to size by hand: h = 64, 4 heads of d = 16, a gated SiLU MLP
+/// of 128, vocabulary 100, untied; trained with SGD at micro-batch b and sequence s, eager
+/// attention.
+inline RunSpec tiny_llama(std::string_view policy, std::uint64_t b, std::uint64_t s) {
+  RunSpec r;
+  r.model = parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+      "intermediate_size": 128, "vocab_size": 100})",
+                            "tiny.json");
+  r.precision = precision_preset(policy);
+  r.optimizer.kind = OptimizerKind::sgd;
+  r.training.micro_batch = b;
+  r.training.seq_len = s;
+  r.training.attention = Attention::eager;
+  return r;
+}
+
+/// The Llama of the CPU truth cases (tests/data/truth/cases.jsonl): vocabulary 1000, hidden
+/// 128, MLP 344, 2 layers, 4 heads: 651,904 parameters in 21 tensors.
+inline Architecture small_llama_architecture() {
+  Architecture a;
+  a.model_type = "llama";
+  a.vocab_size = 1000;
+  a.hidden_size = 128;
+  a.num_layers = 2;
+  a.num_heads = 4;
+  a.intermediate_size = 344;
+  a.gated_mlp = true;
+  a.rms_norm = true;
+  return a;
+}
+
 /// Result of running the CLI in-process.
 struct CliResult {
   int code;

@@ -2,6 +2,7 @@
 // happen, what a moment holds, and where a rule's tensors live.
 #include "step/rules/rules.hpp"
 #include "step/step_build.hpp"
+#include "testutil.hpp"
 
 #include <memest/activation.hpp>
 #include <memest/hf_config.hpp>
@@ -17,23 +18,9 @@
 #include <vector>
 
 using namespace memest;
+using memest::test::tiny_llama;
 
 namespace {
-
-// A two-layer Llama small enough to size by hand: h = 64, 4 heads of 16, MLP 128, vocab 100.
-RunSpec tiny_llama(std::string_view policy, std::uint64_t b, std::uint64_t s) {
-  RunSpec r;
-  r.model = parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-      "intermediate_size": 128, "vocab_size": 100})",
-                            "tiny.json");
-  r.precision = precision_preset(policy);
-  r.optimizer.kind = OptimizerKind::sgd;
-  r.training.micro_batch = b;
-  r.training.seq_len = s;
-  r.training.attention = Attention::eager;
-  return r;
-}
 
 Step step_of(const RunSpec& run, detail::WalkOptions options = {}) {
   return detail::build_step(run, *activation_inputs(run), options);
