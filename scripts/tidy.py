@@ -8,7 +8,7 @@
 The whole tree takes longer on CI's two cores than the rest of the suite, so CI checks only
 the sources whose key is not in .ci/tidy-clean: a source's key is a hash of its text, of the
 project headers it includes and of .clang-tidy, so a changed header re-checks its includers.
-`--record` writes the keys of every source after a clean check; a change that forgets it is
+`--record` adds the key of each source as it checks clean (and drops keys no source has); a change that forgets it is
 checked again next time (slower, never skipped). BUILD_DIR needs compile_commands.json (the dev
 preset writes it).
 """
@@ -72,22 +72,26 @@ def main():
     clean = set(open(RECORD).read().split()) if os.path.exists(RECORD) else set()
     stale = [s for s in keys if mode == "--all" or keys[s] not in clean]
     print(f"tidy: {len(stale)} of {len(keys)} sources changed since the record", flush=True)
-    failed = []
+    failed, passed = [], []
     with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         for src, rc, out in pool.map(lambda s: tidy(build, s), stale):
             print(f"tidy: {src}: {'ok' if rc == 0 else 'FAILED'}", flush=True)
+            (passed if rc == 0 else failed).append(src)
             if rc != 0:
-                failed.append(src)
                 print(out)
+            if mode == "--record":
+                record(keys, clean, passed)
     if failed:
         print(f"tidy: {len(failed)} sources have findings: {', '.join(failed)}")
         sys.exit(1)
-    if mode == "--record":
-        with open(RECORD, "w") as f:
-            f.write("# clang-tidy was clean on these keys (scripts/tidy.py --record)\n")
-            f.write("\n".join(sorted(keys.values())) + "\n")
-        print(f"tidy: recorded {len(keys)} sources")
 
+
+def record(keys, clean, passed):
+    """Keep the keys still current and clean, so an interrupted or failing run keeps its work."""
+    kept = {k for k in keys.values() if k in clean} | {keys[s] for s in passed}
+    with open(RECORD, "w") as f:
+        f.write("# clang-tidy was clean on these keys (scripts/tidy.py --record)\n")
+        f.write("\n".join(sorted(kept)) + "\n")
 
 if __name__ == "__main__":
     main()
