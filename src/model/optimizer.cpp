@@ -1,3 +1,4 @@
+#include "base/compiled_format.hpp"
 #include "base/names.hpp"
 #include "model/optimizer_traits.hpp"
 
@@ -197,7 +198,8 @@ std::uint64_t isqrt(std::uint64_t n) {
 }
 
 std::string params_formula(Dtype d, std::uint64_t n) {
-  return fmt::format("{} B x {} params", bytes_per_element(d), format_count(n));
+  return detail::compiled_format(FMT_COMPILE("{} B x {} params"), bytes_per_element(d),
+                                 format_count(n));
 }
 
 // transformers.Adafactor: a matrix keeps a row and a column second-moment vector

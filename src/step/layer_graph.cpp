@@ -2,6 +2,7 @@
 // (measured for Llama/Mistral/Qwen2 and GPT-2 on the CPU) with the CUDA, SDPA/flash and family
 // generalisations of §5 and docs/activations.md. Sizes are shapes of symbols, so the bytes and
 // the --explain formulas come from one expression.
+#include "step/monomial.hpp"
 #include "step/rules/rules.hpp"
 #include "step/step_build.hpp"
 
@@ -490,6 +491,12 @@ class Saver {
 
 void size_tensor(Tensor& t) {
   t.bytes = Poly{};
+  if (const Monomial m = single_monomial(t.shape); m.index >= 0) {  // most tensors
+    const auto i = static_cast<std::size_t>(m.index);
+    t.bytes.c[i] = checked_mul(m.coef, t.width);
+    t.mono = t.bytes.c[i] != 0 ? m.index : -1;
+    return;
+  }
   t.bytes.add(t.shape.elements(), t.width);
   int nonzero = 0;
   for (std::size_t i = 0; i < kMonoCount; ++i) {

@@ -118,26 +118,19 @@ std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x) {
   return out;
 }
 
-// One entry's bytes at a point, from its tensor's (`each`): as entry_bytes sizes it.
-u64 entry_value(const Tensor& t, const Entry& e, u64 each) {
-  if (e.ranks > 1 && t.bytes.constant()) return shard(checked_mul(each, e.count), e.ranks);
-  return checked_mul(each, e.count);
-}
-
 // Each moment of a walk at the point `bytes` was taken at, straight from its entries: what one
 // estimate needs, without compiling the moments first.
 std::vector<Moment> moments_at(const Step& step, const std::vector<MomentSpec>& walk,
-                               const detail::TensorBytes& bytes, bool batch_one) {
+                               const detail::TensorBytes& bytes) {
   std::vector<Moment> out;
   out.reserve(walk.size());
   for (const MomentSpec& spec : walk) {
     Moment& m = out.emplace_back(moment_of(spec.id, spec.layer));
     for (std::uint32_t i = spec.begin; i < spec.end; ++i) {
       const Entry& e = step.entries[i];
-      const Tensor& t = step.tensors[e.tensor];
-      if (!t.exists(batch_one)) continue;
-      u64& part = m.parts[idx(t.part)];
-      part = checked_add(part, entry_value(t, e, bytes[e.tensor]));
+      if (!bytes.exists(e.tensor)) continue;
+      u64& part = m.parts[idx(bytes.part(e.tensor))];
+      part = checked_add(part, bytes.entry(e));
     }
     sum_parts(m);
   }
@@ -148,14 +141,13 @@ std::vector<Moment> moments_at(const Step& step, const std::vector<MomentSpec>& 
 // creates them, in its optimizer phase.
 std::vector<Moment> first_step_of(const Step& step, std::vector<Moment> steady,
                                   const detail::TensorBytes& bytes) {
-  const Tensor& states = step.tensors[step.states_tensor];
   for (std::size_t k = 0; k < steady.size(); ++k) {
     Moment& m = steady[k];
     if (states_exist(phase_of(m.id.kind))) continue;
     for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
       const Entry& e = step.entries[i];
       if (e.tensor != step.states_tensor) continue;
-      const u64 gone = entry_value(states, e, bytes[e.tensor]);
+      const u64 gone = bytes.entry(e);
       m.parts[idx(Part::optimizer_state)] -= gone;
       m.bytes -= gone;
     }
@@ -280,13 +272,12 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
   const Step step =
       build_step(run, in, {.first_step = options.first_step, .timeline = options.timeline});
   const Basis x = basis_at(in.b, in.s, token_split(in));
-  const bool one = in.b == 1;
   const detail::TensorBytes bytes(step, x);
-  const std::vector<Moment> steady = moments_at(step, step.steady, bytes, one);
+  const std::vector<Moment> steady = moments_at(step, step.steady, bytes);
   std::vector<Moment> first;
   if (options.first_step) {
     first = step.first.empty() ? first_step_of(step, steady, bytes)
-                               : moments_at(step, step.first, bytes, one);
+                               : moments_at(step, step.first, bytes);
   }
   StepEstimate r;
   r.activations = detail::saved_bytes(step, in, x, bytes,
@@ -294,7 +285,7 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
   r.peak = peak_at(run, step, steady, options.first_step ? &first : nullptr, bytes, x, in.L);
   if (options.timeline) {
     Peak& pk = r.peak;
-    pk.timeline = reduce_alternatives(moments_at(step, step.timeline, bytes, one), nullptr);
+    pk.timeline = reduce_alternatives(moments_at(step, step.timeline, bytes), nullptr);
     for (std::size_t i = 0; i < pk.timeline.size(); ++i) {
       if (pk.timeline[i].bytes > pk.timeline[pk.timeline_peak].bytes) pk.timeline_peak = i;
     }
@@ -415,8 +406,8 @@ std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len)
 namespace detail {
 
 TensorBytes::TensorBytes(const Step& step, const Basis& x) {
-  values_.reserve(step.tensors.size());
-  for (const Tensor& t : step.tensors) values_.push_back(value_at(t, x));
+  values_.resize(step.tensors.size());
+  for (std::size_t i = 0; i < values_.size(); ++i) values_[i] = value_at(step.tensors[i], x);
 }
 
 // Poly::at without throwing: a tensor of one monomial is one multiplication.
@@ -428,11 +419,17 @@ TensorBytes::Value TensorBytes::value_at(const Tensor& t, const Basis& x) {
            (x[i] != kBeyond || c == 0);
   };
   Value v;
+  v.exists = t.exists_at(x);
+  v.part = t.part;
   if (t.mono >= 0) {
+    v.constant = t.mono == 0;
     v.fits = term(static_cast<std::size_t>(t.mono), v.bytes);
     return v;
   }
-  for (std::size_t i = 0; i < kMonoCount && v.fits; ++i) v.fits = term(i, v.bytes);
+  v.constant = t.bytes.constant();
+  for (std::size_t i = 0; i < kMonoCount && v.fits; ++i) {
+    if (t.bytes.c[i] != 0) v.fits = term(i, v.bytes);  // a zero term adds nothing
+  }
   return v;
 }
 

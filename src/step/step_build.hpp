@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memest/activation.hpp>
+#include <memest/parallel.hpp>
 #include <memest/step.hpp>
 #include <memest/units.hpp>
 
@@ -78,11 +79,23 @@ class TensorBytes {
     if (!v.fits) throw_size_overflow();
     return v.bytes;
   }
+  /// Whether the tensor exists at the point (Tensor::exists_at).
+  bool exists(std::uint32_t tensor) const { return values_[tensor].exists; }
+  Part part(std::uint32_t tensor) const { return values_[tensor].part; }
+  /// An entry's bytes at the point: `count` copies, one rank's share when sharded (a size that
+  /// does not depend on b or s: only model states are sharded).
+  std::uint64_t entry(const Entry& e) const {
+    const std::uint64_t all = checked_mul((*this)[e.tensor], e.count);
+    return e.ranks > 1 && values_[e.tensor].constant ? shard(all, e.ranks) : all;
+  }
 
  private:
   struct Value {
     std::uint64_t bytes = 0;
     bool fits = true;
+    bool exists = true;
+    bool constant = true;
+    Part part = Part::other;
   };
   static Value value_at(const Tensor& t, const Basis& x);
   std::vector<Value> values_;
