@@ -23,12 +23,14 @@ std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
 
 Category dtype_category(std::string key, std::string label, std::optional<Dtype> dtype,
                         std::uint64_t elements, std::string_view what) {
-  Category c{std::move(key), std::move(label), dtype, elements, 0, "not used by this policy"};
+  Category c{std::move(key), std::move(label), dtype, elements, 0, ""};
   if (dtype && elements > 0) {
     c.bytes = bytes_for(*dtype, elements);
     c.basis = basis(*dtype, elements, what);
   } else if (dtype) {
     c.basis = fmt::format("no {}", what);
+  } else {
+    c.basis = "not used by this policy";
   }
   if (!dtype) c.elements = 0;
   return c;

@@ -406,8 +406,8 @@ std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len)
 namespace detail {
 
 TensorBytes::TensorBytes(const Step& step, const Basis& x) {
-  values_.resize(step.tensors.size());
-  for (std::size_t i = 0; i < values_.size(); ++i) values_[i] = value_at(step.tensors[i], x);
+  values_.reserve(step.tensors.size());
+  for (const Tensor& t : step.tensors) values_.push_back(value_at(t, x));
 }
 
 // Poly::at without throwing: a tensor of one monomial is one multiplication.
