@@ -89,6 +89,9 @@ TEST_CASE("sizes are formatted with exact unit labels", "[units]") {
   REQUIRE(format_bytes(28'000'000'000, Unit::bytes) == "28,000,000,000 B");
   REQUIRE(format_count(6738415616) == "6,738,415,616");
   REQUIRE(format_count(999) == "999");
+  REQUIRE(format_count(0) == "0");
+  REQUIRE(format_count(1000) == "1,000");
+  REQUIRE(format_count(UINT64_MAX) == "18,446,744,073,709,551,615");
   REQUIRE(format_count_short(6738415616) == "6.74B");
   REQUIRE(parse_unit("GiB") == Unit::GiB);
   // issue 12: unit names in any case; a nonzero size never prints as 0.00

@@ -1,3 +1,5 @@
+#include "base/compiled_format.hpp"
+
 #include <memest/error.hpp>
 #include <memest/units.hpp>
 
@@ -217,18 +219,20 @@ std::string format_bytes(std::uint64_t bytes, Unit unit) {
   const double value = static_cast<double>(bytes) / static_cast<double>(unit_bytes(unit));
   // A few bytes are not nothing: "< 0.01 GB", never "0.00 GB".
   if (bytes > 0 && value < 0.005) return fmt::format("< 0.01 {}", unit_label(unit));
-  return fmt::format("{:.2f} {}", value, unit_label(unit));
+  return detail::compiled_format(FMT_COMPILE("{:.2f} {}"), value, unit_label(unit));
 }
 
 std::string format_count(std::uint64_t count) {
-  std::string digits = std::to_string(count);
-  std::string out;
-  const std::size_t n = digits.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i > 0 && (n - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
+  // Written from the last digit back, a comma before every third: 20 digits and 6 commas at most.
+  std::array<char, 26> buf{};
+  std::size_t at = buf.size(), digits = 0;
+  do {
+    if (digits > 0 && digits % 3 == 0) buf[--at] = ',';
+    buf[--at] = static_cast<char>('0' + count % 10);
+    count /= 10;
+    ++digits;
+  } while (count > 0);
+  return {buf.data() + at, buf.size() - at};
 }
 
 std::string format_count_short(std::uint64_t count) {

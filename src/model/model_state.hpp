@@ -20,7 +20,7 @@ using u64 = std::uint64_t;
 /// Whether `g` has one share in each of `layers` layers: a "layers.*" name and a count that is
 /// a multiple of them (more than one).
 inline bool per_layer(const TensorGroup& g, u64 layers) {
-  return layers > 1 && g.name.find('*') != std::string::npos && g.count % layers == 0;
+  return layers > 1 && g.count % layers == 0 && g.name.find('*') != std::string::npos;
 }
 
 /// The sums of parameter elements the walk sizes its model-state tensors by. The layer_* sums

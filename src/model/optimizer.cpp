@@ -1,3 +1,4 @@
+#include "base/compiled_format.hpp"
 #include "base/names.hpp"
 #include "model/optimizer_traits.hpp"
 
@@ -197,7 +198,8 @@ std::uint64_t isqrt(std::uint64_t n) {
 }
 
 std::string params_formula(Dtype d, std::uint64_t n) {
-  return fmt::format("{} B x {} params", bytes_per_element(d), format_count(n));
+  return detail::compiled_format(FMT_COMPILE("{} B x {} params"), bytes_per_element(d),
+                                 format_count(n));
 }
 
 // transformers.Adafactor: a matrix keeps a row and a column second-moment vector
@@ -293,14 +295,16 @@ OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inven
                                Dtype state_dtype) {
   const detail::OptimizerTraits& traits = detail::traits_of(spec.kind);
   OptimizerBytes out;
+  out.states.reserve(4);
   if (traits.shape == detail::StateShape::factored) add_adafactor(inventory, state_dtype, out);
   if (traits.shape == detail::StateShape::blockwise8) add_adam8bit(inventory, out);
   // The elementwise states after the shaped ones (Adafactor's exp_avg after its factored ones).
   const std::uint64_t n = trainable_count(inventory);
+  std::string formula;  // the same for each elementwise state, written once
   for (const detail::StateName& s : traits.states) {
     if (s.name.empty() || !detail::has_option(spec, s.when)) continue;
-    out.states.push_back({std::string(s.name), state_dtype, bytes_for(state_dtype, n),
-                          params_formula(state_dtype, n)});
+    if (formula.empty()) formula = params_formula(state_dtype, n);
+    out.states.push_back({std::string(s.name), state_dtype, bytes_for(state_dtype, n), formula});
   }
   for (const auto& s : out.states) out.state_bytes = checked_add(out.state_bytes, s.bytes);
   if (traits.step_counter) {

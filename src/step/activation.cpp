@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 
 namespace memest {
 namespace {
@@ -99,7 +100,7 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
 // false for the routed experts' adapters and modules the layer graph has no input for.
 bool adapter_site(const TensorGroup& g, std::uint64_t layers, AdapterSite& site) {
   if (!std::string_view(g.name).ends_with("lora_A.weight") || g.count != layers) return false;
-  const std::string& k = g.kind;
+  const std::string_view k = g.kind;  // a length check before any compare
   if (k == "q" || k == "k" || k == "v" || k == "qkv" || k == "kv") {
     site.slot = Slot::q_in;
   } else if (k == "o") {
@@ -131,7 +132,7 @@ std::uint64_t lora_b_rows(const Inventory& inv, const TensorGroup& a) {
 // One trainable group of the layers: which inputs its gradient needs.
 void layer_grad(const TensorGroup& g, GradFlow& f) {
   f.layers = true;
-  const std::string& k = g.kind;
+  const std::string_view k = g.kind;  // a length check before any compare
   if (g.role == Role::norm) f.norms = true;
   if (!g.matmul || g.role == Role::adapter) return;
   if (k == "q" || k == "k" || k == "v") f.qkv = std::min<std::uint64_t>(3, f.qkv + 1);
@@ -173,9 +174,10 @@ void read_grads(const RunSpec& run, const Architecture& arch, ActivationInputs& 
       if (g.trainable) layer_grad(g, f);
       continue;
     }
-    if (g.kind == "lm_head") lm_head = true;
+    const bool head = std::string_view(g.kind) == "lm_head";
+    if (head) lm_head = true;
     if (!g.trainable) continue;
-    if (g.kind == "lm_head") {
+    if (head) {
       f.head = true;
     } else if (!seen_layers) {
       f.embed = true;  // embeddings and their norm: the first layer's input requires grad

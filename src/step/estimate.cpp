@@ -1,3 +1,4 @@
+#include "base/compiled_format.hpp"
 #include "parallel/fsdp.hpp"
 #include "parallel/layout.hpp"
 #include "step/rules/rules.hpp"
@@ -16,17 +17,20 @@ namespace memest {
 namespace {
 
 std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
-  return fmt::format("{} B x {} {}", bytes_per_element(d), format_count(elements), what);
+  return detail::compiled_format(FMT_COMPILE("{} B x {} {}"), bytes_per_element(d),
+                                 format_count(elements), what);
 }
 
 Category dtype_category(std::string key, std::string label, std::optional<Dtype> dtype,
                         std::uint64_t elements, std::string_view what) {
-  Category c{std::move(key), std::move(label), dtype, elements, 0, "not used by this policy"};
+  Category c{std::move(key), std::move(label), dtype, elements, 0, ""};
   if (dtype && elements > 0) {
     c.bytes = bytes_for(*dtype, elements);
     c.basis = basis(*dtype, elements, what);
   } else if (dtype) {
     c.basis = fmt::format("no {}", what);
+  } else {
+    c.basis = "not used by this policy";
   }
   if (!dtype) c.elements = 0;
   return c;
@@ -77,16 +81,18 @@ Category optimizer_states(const OptimizerBytes& ob, std::uint64_t trainable, Dty
   }
   // States of the same shape read better as one term: "exp_avg + exp_avg_sq: 2 x 4 B x N".
   std::vector<std::string> names, parts;
+  names.reserve(ob.states.size());
+  parts.reserve(ob.states.size());
   bool same = true;
   for (const auto& s : ob.states) {
     names.push_back(s.name);
-    parts.push_back(fmt::format("{} ({})", s.name, s.formula));
+    parts.push_back(detail::compiled_format(FMT_COMPILE("{} ({})"), s.name, s.formula));
     same = same && s.formula == ob.states.front().formula;
     if (s.dtype != state_dtype) c.dtype.reset();  // mixed dtypes (adam8bit)
   }
   if (same && ob.states.size() > 1) {
-    c.basis = fmt::format("{}: {} x {}", fmt::join(names, " + "), names.size(),
-                          ob.states.front().formula);
+    c.basis = detail::compiled_format(FMT_COMPILE("{}: {} x {}"), fmt::join(names, " + "),
+                                      names.size(), ob.states.front().formula);
     return c;
   }
   c.basis = fmt::format("{}", fmt::join(parts, " + "));
@@ -107,8 +113,8 @@ Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
     c.basis = "none for this optimizer";
   } else {
     c.elements = tensors.value_or(0);
-    c.basis = fmt::format("4 B x {} trainable tensors, in {} memory", ob.step_bytes / 4,
-                          c.on_device ? "device" : "host");
+    c.basis = detail::compiled_format(FMT_COMPILE("4 B x {} trainable tensors, in {} memory"),
+                                      ob.step_bytes / 4, c.on_device ? "device" : "host");
   }
   return c;
 }
@@ -247,9 +253,10 @@ Category activations_and_peak(const RunSpec& run, const EstimateOptions& options
     const ActivationBytes& ab = se.activations;
     act.bytes = ab.total;
     act.dtype.reset();  // norms, softmax and the loss keep fp32 next to the compute dtype
-    act.basis = fmt::format(
-        "saved for backward: {} layers x {} + {} embedding and head{}{}, {} attention{}{}", in->L,
-        format_bytes(ab.per_layer, Unit::bytes),
+    act.basis = detail::compiled_format(
+        FMT_COMPILE(
+            "saved for backward: {} layers x {} + {} embedding and head{}{}, {} attention{}{}"),
+        in->L, format_bytes(ab.per_layer, Unit::bytes),
         format_bytes(ab.head + ab.shared + ab.embed, Unit::bytes),
         in->recompute == Recompute::none
             ? ""
@@ -378,6 +385,7 @@ void model_state_categories(const RunSpec& run, Estimate& e) {
     if (g.matmul && !g.quant_state && !g.storage) matmul = checked_add(matmul, g.elements());
   }
   auto& cats = e.categories;
+  cats.reserve(16);  // the model state's, the activations', the techniques' rows
   cats.push_back(params_category(inv, p.param, e.params));
   cats.push_back(dtype_category("working_copies", "autocast weight copies", p.working, matmul,
                                 "matmul weights"));

@@ -2,6 +2,7 @@
 // (measured for Llama/Mistral/Qwen2 and GPT-2 on the CPU) with the CUDA, SDPA/flash and family
 // generalisations of §5 and docs/activations.md. Sizes are shapes of symbols, so the bytes and
 // the --explain formulas come from one expression.
+#include "step/monomial.hpp"
 #include "step/rules/rules.hpp"
 #include "step/step_build.hpp"
 
@@ -454,6 +455,7 @@ class Saver {
     const u64 L = in_.L;
     const bool full = checkpointed(in_.recompute);
     const u64 moe_layers = in_.moe_layers, dense_layers = L - moe_layers;
+    step_.saved.reserve(step_.tensors.size());
     for (std::uint32_t i = 0; i < step_.tensors.size(); ++i) {
       const Tensor& t = step_.tensors[i];
       if (t.part != Part::activations) continue;
@@ -489,6 +491,12 @@ class Saver {
 
 void size_tensor(Tensor& t) {
   t.bytes = Poly{};
+  if (const Monomial m = single_monomial(t.shape); m.index >= 0) {  // most tensors
+    const auto i = static_cast<std::size_t>(m.index);
+    t.bytes.c[i] = checked_mul(m.coef, t.width);
+    t.mono = t.bytes.c[i] != 0 ? m.index : -1;
+    return;
+  }
   t.bytes.add(t.shape.elements(), t.width);
   int nonzero = 0;
   for (std::size_t i = 0; i < kMonoCount; ++i) {
@@ -599,7 +607,7 @@ bool is_lora_tensor(const Tensor& t) {
 void add_saved_tensors(Step& step, const ActivationInputs& in) { Saver(step, in).all(); }
 
 ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
-                            Terms terms) {
+                            const TensorBytes& bytes, Terms terms) {
   ActivationBytes r;
   r.b = x[kMonoB];
   r.s = x[kMonoS];
@@ -615,7 +623,7 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {
     const Tensor& t = step.tensors[i];
     if (t.part != Part::activations || !t.exists_at(x)) continue;
-    const u64 v = t.bytes.at(x);
+    const u64 v = bytes[i];
     if (t.scope == Scope::layer) r.full_layer += v;
     if (t.scope == step.walk_mlp) r.mlp += v;
     if (t.scope == Scope::checkpoint) r.per_layer += v;
@@ -626,7 +634,7 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   for (const Entry& e : step.saved) {
     const Tensor& t = step.tensors[e.tensor];
     if (!t.exists_at(x)) continue;
-    const u64 v = checked_mul(t.bytes.at(x), e.count);
+    const u64 v = checked_mul(bytes[e.tensor], e.count);
     u64& sum = t.scope == Scope::shared  ? r.shared
                : t.scope == Scope::embed ? r.embed
                : t.scope == Scope::head  ? r.head
@@ -635,17 +643,18 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   }
   r.total = checked_add(checked_add(r.layers, r.shared), checked_add(r.embed, r.head));
   if (terms == Terms::sums_only) return r;
+  r.terms.reserve(step.tensors.size());
   for (const Entry& e : step.saved) {
     const Tensor& t = step.tensors[e.tensor];
     if (!t.exists_at(x)) continue;
-    r.terms.push_back({t.scope, t.name, t.bytes.at(x), e.count, t.width, t.shape});
+    r.terms.push_back({t.scope, t.name, bytes[e.tensor], e.count, t.width, t.shape});
   }
   for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {  // recomputed, not stored
     const Tensor& t = step.tensors[i];
     const bool recomputed =
         t.scope == Scope::core || (full && (t.scope == Scope::layer || t.scope == step.walk_mlp));
     if (t.part == Part::activations && recomputed && t.exists_at(x))
-      r.terms.push_back({t.scope, t.name, t.bytes.at(x), 0, t.width, t.shape});
+      r.terms.push_back({t.scope, t.name, bytes[i], 0, t.width, t.shape});
   }
   return r;
 }

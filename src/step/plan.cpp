@@ -74,23 +74,6 @@ std::vector<Compiled> compile(const Step& step, const std::vector<MomentSpec>& w
   return out;
 }
 
-// The steady walk as the first step sees it: no optimizer states before the optimizer creates
-// them, in its optimizer phase.
-std::vector<Compiled> first_step_of(const Step& step, std::vector<Compiled> steady) {
-  for (std::size_t k = 0; k < steady.size(); ++k) {
-    Compiled& c = steady[k];
-    if (states_exist(phase_of(c.id.kind))) continue;
-    for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
-      const Entry& e = step.entries[i];
-      if (e.tensor != step.states_tensor) continue;
-      const Poly gone = entry_bytes(step.tensors[e.tensor].bytes, e);
-      c.parts[idx(Part::optimizer_state)].subtract(gone);
-      c.total.subtract(gone);
-    }
-  }
-  return steady;
-}
-
 // Whether a's polynomial is at least b's everywhere (every coefficient is).
 bool dominates(const Poly& a, const Poly& b) {
   for (std::size_t i = 0; i < kMonoCount; ++i) {
@@ -114,18 +97,71 @@ std::vector<Poly> frontier(const std::vector<Compiled>& ms) {
   return out;
 }
 
-// Alternatives of one moment (the same name, at the same layer) count as the largest of them.
-std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x,
-                             std::vector<std::size_t>* chosen) {
+// A moment of a walk, its parts still to be filled.
+Moment moment_of(MomentId id, std::int32_t layer) {
+  return {moment_name(id), phase_name(phase_of(id.kind)), 0, {}, layer, id};
+}
+
+void sum_parts(Moment& m) {
+  for (const u64 p : m.parts) m.bytes = checked_add(m.bytes, p);
+}
+
+// Each compiled moment at a point.
+std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x) {
   std::vector<Moment> out;
   out.reserve(ms.size());
-  for (std::size_t i = 0; i < ms.size(); ++i) {
-    const Compiled& c = ms[i];
-    Moment m{moment_name(c.id), phase_name(phase_of(c.id.kind)), 0, {}, c.layer, c.id};
-    for (std::size_t p = 0; p < kPartCount; ++p) {
-      m.parts[p] = c.parts[p].at(x);
-      m.bytes = checked_add(m.bytes, m.parts[p]);
+  for (const Compiled& c : ms) {
+    Moment& m = out.emplace_back(moment_of(c.id, c.layer));
+    for (std::size_t p = 0; p < kPartCount; ++p) m.parts[p] = c.parts[p].at(x);
+    sum_parts(m);
+  }
+  return out;
+}
+
+// Each moment of a walk at the point `bytes` was taken at, straight from its entries: what one
+// estimate needs, without compiling the moments first.
+std::vector<Moment> moments_at(const Step& step, const std::vector<MomentSpec>& walk,
+                               const detail::TensorBytes& bytes) {
+  std::vector<Moment> out;
+  out.reserve(walk.size());
+  for (const MomentSpec& spec : walk) {
+    Moment& m = out.emplace_back(moment_of(spec.id, spec.layer));
+    for (std::uint32_t i = spec.begin; i < spec.end; ++i) {
+      const Entry& e = step.entries[i];
+      if (!bytes.exists(e.tensor)) continue;
+      u64& part = m.parts[idx(bytes.part(e.tensor))];
+      part = checked_add(part, bytes.entry(e));
     }
+    sum_parts(m);
+  }
+  return out;
+}
+
+// The first step's moments from the steady ones: no optimizer states before the optimizer
+// creates them, in its optimizer phase.
+std::vector<Moment> first_step_of(const Step& step, std::vector<Moment> steady,
+                                  const detail::TensorBytes& bytes) {
+  for (std::size_t k = 0; k < steady.size(); ++k) {
+    Moment& m = steady[k];
+    if (states_exist(phase_of(m.id.kind))) continue;
+    for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
+      const Entry& e = step.entries[i];
+      if (e.tensor != step.states_tensor) continue;
+      const u64 gone = bytes.entry(e);
+      m.parts[idx(Part::optimizer_state)] -= gone;
+      m.bytes -= gone;
+    }
+  }
+  return steady;
+}
+
+// Alternatives of one moment (the same name, at the same layer) count as the largest of them.
+std::vector<Moment> reduce_alternatives(const std::vector<Moment>& all,
+                                        std::vector<std::size_t>* chosen) {
+  std::vector<Moment> out;
+  out.reserve(all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const Moment& m = all[i];
     if (!out.empty() && out.back().id == m.id && out.back().layer == m.layer) {
       if (m.bytes > out.back().bytes) {
         out.back() = m;
@@ -139,14 +175,15 @@ std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x,
   return out;
 }
 
-std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Basis& x) {
+std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Basis& x,
+                                const detail::TensorBytes& bytes) {
   std::vector<LiveTensor> out;
   out.reserve(m.end - m.begin);
   for (std::uint32_t i = m.begin; i < m.end; ++i) {
     const Entry& e = step.entries[i];
     const Tensor& t = step.tensors[e.tensor];
     if (!t.exists_at(x)) continue;
-    const u64 each = t.bytes.at(x);
+    const u64 each = bytes[e.tensor];
     const u64 all =
         e.ranks > 1 ? shard(checked_mul(each, e.count), e.ranks) : checked_mul(each, e.count);
     if (all > 0) out.push_back({t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks});
@@ -185,15 +222,20 @@ void replay_into(const RunSpec& run, const Step& step, u64 L, const Basis& x, Pe
   if (pk.context_reserve) pk.nvidia_smi_bytes = checked_add(r.reserved, pk.context_reserve);
 }
 
-Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& steady,
-             const std::vector<Compiled>* first, const Basis& x, u64 L) {
+// The peak of a walk's moments (`steady`, alternatives not reduced) at the point `bytes` was
+// taken at; the first step's largest moment from `first` when given.
+Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Moment>& steady,
+             const std::vector<Moment>* first, const detail::TensorBytes& bytes, const Basis& x,
+             u64 L) {
   Peak pk;
+  pk.by_phase.reserve(kPhaseCount);
   std::vector<std::size_t> chosen;
-  pk.moments = evaluate(steady, x, &chosen);
+  chosen.reserve(steady.size());
+  pk.moments = reduce_alternatives(steady, &chosen);
   by_phase(pk);
   pk.bytes = pk.peak_moment().bytes;
   pk.phase = pk.peak_moment().phase;
-  pk.live = live_at(step, step.steady[chosen[pk.winner]], x);
+  pk.live = live_at(step, step.steady[chosen[pk.winner]], x, bytes);
   for (const auto& m : pk.moments) {
     if (m.id.kind == MomentKind::backward_start)
       pk.saved_weight_copies = m.parts[idx(Part::param_casts)];
@@ -204,14 +246,13 @@ Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Compiled>& 
   pk.first_step_id = pk.peak_moment().id;
   if (first) {
     bool found = false;
-    for (const Compiled& c : *first) {  // the first of the largest, as in the steady walk
-      const u64 v = c.total.at(x);
-      if (found && v <= pk.first_step_bytes) continue;
+    for (const Moment& m : *first) {  // the first of the largest, as in the steady walk
+      if (found && m.bytes <= pk.first_step_bytes) continue;
       found = true;
-      pk.first_step_bytes = v;
-      pk.first_step_phase = phase_name(phase_of(c.id.kind));
-      pk.first_step_moment = moment_name(c.id);
-      pk.first_step_id = c.id;
+      pk.first_step_bytes = m.bytes;
+      pk.first_step_phase = m.phase;
+      pk.first_step_moment = m.name;
+      pk.first_step_id = m.id;
     }
   }
   pk.context_reserve = run.training.context_reserve;
@@ -231,19 +272,20 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
   const Step step =
       build_step(run, in, {.first_step = options.first_step, .timeline = options.timeline});
   const Basis x = basis_at(in.b, in.s, token_split(in));
-  const bool one = in.b == 1;
-  const auto steady = compile(step, step.steady, one);
-  std::vector<Compiled> first;
+  const detail::TensorBytes bytes(step, x);
+  const std::vector<Moment> steady = moments_at(step, step.steady, bytes);
+  std::vector<Moment> first;
   if (options.first_step) {
-    first = step.first.empty() ? first_step_of(step, steady) : compile(step, step.first, one);
+    first = step.first.empty() ? first_step_of(step, steady, bytes)
+                               : moments_at(step, step.first, bytes);
   }
   StepEstimate r;
-  r.activations =
-      detail::saved_bytes(step, in, x, options.with_terms ? Terms::listed : Terms::sums_only);
-  r.peak = peak_at(run, step, steady, options.first_step ? &first : nullptr, x, in.L);
+  r.activations = detail::saved_bytes(step, in, x, bytes,
+                                      options.with_terms ? Terms::listed : Terms::sums_only);
+  r.peak = peak_at(run, step, steady, options.first_step ? &first : nullptr, bytes, x, in.L);
   if (options.timeline) {
     Peak& pk = r.peak;
-    pk.timeline = evaluate(compile(step, step.timeline, one), x, nullptr);
+    pk.timeline = reduce_alternatives(moments_at(step, step.timeline, bytes), nullptr);
     for (std::size_t i = 0; i < pk.timeline.size(); ++i) {
       if (pk.timeline[i].bytes > pk.timeline[pk.timeline_peak].bytes) pk.timeline_peak = i;
     }
@@ -254,7 +296,8 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
 ActivationBytes activation_bytes(const ActivationInputs& in, Terms terms) {
   Step step;
   detail::add_saved_tensors(step, in);
-  return detail::saved_bytes(step, in, basis_at(in.b, in.s, token_split(in)), terms);
+  const Basis x = basis_at(in.b, in.s, token_split(in));
+  return detail::saved_bytes(step, in, x, detail::TensorBytes(step, x), terms);
 }
 
 // Per batch regime (batch 1, or more): the compiled moments, and the frontier of moment
@@ -351,11 +394,44 @@ std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len)
     RunSpec run = *impl_->run;
     run.training.micro_batch = micro_batch;
     run.training.seq_len = seq_len;
-    return peak_at(run, *impl_->step, r.steady, nullptr, x, in.L).needed;
+    const Step& step = *impl_->step;
+    return peak_at(run, step, evaluate(r.steady, x), nullptr, detail::TensorBytes(step, x), x, in.L)
+        .needed;
   }
   u64 peak = 0;
   for (const Poly& p : r.frontier) peak = std::max(peak, p.at(x));
   return checked_add(peak, impl_->context_reserve);
 }
 
+namespace detail {
+
+TensorBytes::TensorBytes(const Step& step, const Basis& x) {
+  values_.reserve(step.tensors.size());
+  for (const Tensor& t : step.tensors) values_.push_back(value_at(t, x));
+}
+
+// Poly::at without throwing: a tensor of one monomial is one multiplication.
+TensorBytes::Value TensorBytes::value_at(const Tensor& t, const Basis& x) {
+  const auto term = [&](std::size_t i, u64& sum) {
+    const u64 c = t.bytes.c[i];
+    u64 m = 0;
+    return !__builtin_mul_overflow(c, x[i], &m) && !__builtin_add_overflow(sum, m, &sum) &&
+           (x[i] != kBeyond || c == 0);
+  };
+  Value v;
+  v.exists = t.exists_at(x);
+  v.part = t.part;
+  if (t.mono >= 0) {
+    v.constant = t.mono == 0;
+    v.fits = term(static_cast<std::size_t>(t.mono), v.bytes);
+    return v;
+  }
+  v.constant = t.bytes.constant();
+  for (std::size_t i = 0; i < kMonoCount && v.fits; ++i) {
+    if (t.bytes.c[i] != 0) v.fits = term(i, v.bytes);  // a zero term adds nothing
+  }
+  return v;
+}
+
+}  // namespace detail
 }  // namespace memest

@@ -36,9 +36,13 @@ class Residency {
  public:
   /// `in` says whether activations are offloaded.
   Residency(const Sharding& sharding, const ActivationInputs& in)
-      : sharding_(sharding), offload_activations_(in.offload) {}
+      : sharding_(sharding),
+        offload_activations_(in.offload),
+        everything_whole_(!in.offload && !sharding.offload && !sharding.offload_params &&
+                          !sharding.states && !sharding.grads && !sharding.params) {}
 
   Placement place(const Tensor& t, std::uint32_t id, const EntryContext& c) const {
+    if (everything_whole_) return {true, 1};  // no rule below applies
     const bool step_temporary = c.optimizer_phase && t.part == Part::other && id != kept_;
     if (activation_offloaded(t, c) || optimizer_offloaded(t, step_temporary) ||
         parameter_offloaded(t))
@@ -83,6 +87,7 @@ class Residency {
 
   Sharding sharding_;
   bool offload_activations_ = false;
+  bool everything_whole_ = false;  // nothing offloaded or sharded: every entry whole on the device
   std::uint32_t kept_ = UINT32_MAX;
 };
 

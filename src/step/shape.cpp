@@ -1,5 +1,7 @@
 // Sizes as polynomials in the micro-batch and the sequence length (docs/design.md, "The step
 // as data"): what lets a compiled plan evaluate a whole step with a few multiply-adds.
+#include "step/monomial.hpp"
+
 #include <memest/error.hpp>
 #include <memest/shape.hpp>
 #include <memest/units.hpp>
@@ -33,12 +35,15 @@ static_assert(kExps[kMonoS].s == 1 && kExps[kMonoS].b == 0 && kExps[kMonoB].b ==
 constexpr std::array<std::array<std::array<int, 2>, 3>, 2> kIndex = {
     {{{{0, -1}, {1, -1}, {2, -1}}}, {{{3, 6}, {4, -1}, {5, -1}}}}};
 
-std::size_t mono_of(unsigned b, unsigned s, unsigned r, unsigned t = 0) {
+[[noreturn]] void no_monomial(unsigned b, unsigned s, unsigned r, unsigned t) {
+  throw std::logic_error(
+      fmt::format("shape: no monomial b^{} s^{} ceil32(s)^{} (N/t)^{}", b, s, r, t));
+}
+
+inline std::size_t mono_of(unsigned b, unsigned s, unsigned r, unsigned t = 0) {
   if (t == 1 && b == 0 && s == 0 && r == 0) return kMonoNt;
   const int i = t == 0 && b < 2 && s < 3 && r < 2 ? kIndex[b][s][r] : -1;
-  if (i < 0)
-    throw std::logic_error(
-        fmt::format("shape: no monomial b^{} s^{} ceil32(s)^{} (N/t)^{}", b, s, r, t));
+  if (i < 0) no_monomial(b, s, r, t);
   return static_cast<std::size_t>(i);
 }
 
@@ -95,23 +100,30 @@ bool Poly::constant() const {
 
 void Poly::overflow() { throw_size_overflow(); }
 
-Poly Shape::elements() const {
-  Poly p;
-  // Most shapes are a product of dimensions and one monomial.
+namespace detail {
+
+Monomial single_monomial(const Shape& sh) {
   std::uint64_t coef = 1;
   unsigned eb = 0, es = 0, er = 0, et = 0;
-  bool simple = true;
-  for (std::uint8_t i = 0; i < rank; ++i) {
-    const Sym& f = factors[i];
-    simple = simple && !f.plus_one;
+  for (std::uint8_t i = 0; i < sh.rank; ++i) {
+    const Sym& f = sh.factors[i];
+    if (f.plus_one) return {};
     coef = checked_mul(coef, f.value);
     eb += f.eb;
     es += f.es;
     er += f.er;
     et += f.et;
   }
-  if (simple) {
-    p.c[mono_of(eb, es, er, et)] = coef;
+  return {coef, static_cast<int>(mono_of(eb, es, er, et))};
+}
+
+}  // namespace detail
+
+Poly Shape::elements() const {
+  Poly p;
+  // Most shapes are a product of dimensions and one monomial.
+  if (const detail::Monomial m = detail::single_monomial(*this); m.index >= 0) {
+    p.c[static_cast<std::size_t>(m.index)] = m.coef;
     return p;
   }
   p.c[0] = 1;

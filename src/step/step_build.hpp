@@ -2,7 +2,9 @@
 #pragma once
 
 #include <memest/activation.hpp>
+#include <memest/parallel.hpp>
 #include <memest/step.hpp>
+#include <memest/units.hpp>
 
 #include <initializer_list>
 #include <utility>
@@ -66,9 +68,43 @@ bool is_lora_tensor(const Tensor& t);
 /// (docs/activation-derivation.md §3, §5), with Step::saved listing them with their counts.
 void add_saved_tensors(Step& step, const ActivationInputs& in);
 
-/// Sums of saved tensors at a point, the ActivationBytes of activation.hpp.
+/// Each tensor's bytes at one point (b, s), evaluated once: what one estimate reads instead of
+/// compiling the moments to polynomials it would evaluate once. A size past 2^64 throws where it
+/// is read, as Poly::at would, so a tensor no moment holds never throws.
+class TensorBytes {
+ public:
+  TensorBytes(const Step& step, const Basis& x);
+  std::uint64_t operator[](std::uint32_t tensor) const {
+    const Value& v = values_[tensor];
+    if (!v.fits) throw_size_overflow();
+    return v.bytes;
+  }
+  /// Whether the tensor exists at the point (Tensor::exists_at).
+  bool exists(std::uint32_t tensor) const { return values_[tensor].exists; }
+  Part part(std::uint32_t tensor) const { return values_[tensor].part; }
+  /// An entry's bytes at the point: `count` copies, one rank's share when sharded (a size that
+  /// does not depend on b or s: only model states are sharded).
+  std::uint64_t entry(const Entry& e) const {
+    const std::uint64_t all = checked_mul((*this)[e.tensor], e.count);
+    return e.ranks > 1 && values_[e.tensor].constant ? shard(all, e.ranks) : all;
+  }
+
+ private:
+  struct Value {
+    std::uint64_t bytes = 0;
+    bool fits = true;
+    bool exists = true;
+    bool constant = true;
+    Part part = Part::other;
+  };
+  static Value value_at(const Tensor& t, const Basis& x);
+  std::vector<Value> values_;
+};
+
+/// Sums of saved tensors at the point `x` that `bytes` was taken at, the ActivationBytes of
+/// activation.hpp.
 ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
-                            Terms terms);
+                            const TensorBytes& bytes, Terms terms);
 
 /// Which step a walk is of: the steady state, or the first step of a run (no step before it;
 /// the optimizer creates its states in it). The timeline is a steady step.

@@ -150,7 +150,7 @@ void Walker::layers(u64 first, u64 count) {
 }
 
 void Walker::scoped(Scope s, u64 count) {
-  for (const std::uint32_t i : by_scope_[static_cast<std::size_t>(s)]) writer_.add(i, count);
+  for (const std::uint32_t i : by_scope(s)) writer_.add(i, count);
 }
 
 void Walker::embed_and_shared() {
@@ -334,6 +334,7 @@ Step build_step(const RunSpec& run, const ActivationInputs& in, const WalkOption
   Step step;
   step.tensors.reserve(96);
   step.entries.reserve(options.first_step ? 768 : 384);
+  step.steady.reserve(16);
   add_saved_tensors(step, in);
   ParameterSums sums = parameter_sums(run, in);
   // FSDP's gradients and optimizer states are shards of padded flat (or dim-0) parameters.

@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 namespace memest::detail {
@@ -210,9 +211,16 @@ class Walker {
   LayerWeightCopies copies_;
   StepScalars scalars_;
   AttentionTemporaries attention_;
-  // The saved tensors by scope, and those of a walk layer (its scope and its MLP's).
-  std::array<std::vector<std::uint32_t>, kScopeCount> by_scope_;
+  // The saved tensors grouped by scope (those of scope s at [scope_start_[s],
+  // scope_start_[s + 1])), and those of a walk layer (its scope and its MLP's), in step order.
+  std::vector<std::uint32_t> by_scope_;
+  std::array<std::uint32_t, kScopeCount + 1> scope_start_{};
   std::vector<std::uint32_t> layer_tensors_;
+  bool has_norm1_ = false;  // a layer keeps tensors of its first norm (not a parallel block)
+  std::span<const std::uint32_t> by_scope(Scope s) const {
+    const auto i = static_cast<std::size_t>(s);
+    return std::span(by_scope_).subspan(scope_start_[i], scope_start_[i + 1] - scope_start_[i]);
+  }
   std::vector<Entry> stash_;  // what the device keeps of offloaded saved tensors in forward
   // The rules' tensors (rules/), and the one tensor of each that lives as one.
   std::vector<Lived> lived_;

@@ -29,7 +29,7 @@ void Walker::layer_backward_base(u64 j) {
     writer_.add(scalars_.rng_states);
     // The inputs of layers 0..j (layer j's brought back); under per-op checkpointing the
     // outputs layers below j cached (layer j's are its recomputation's saved tensors).
-    for (const std::uint32_t i : by_scope_[static_cast<std::size_t>(Scope::checkpoint)]) {
+    for (const std::uint32_t i : by_scope(Scope::checkpoint)) {
       writer_.saved_tensors([&] { writer_.add(i, j); });
       if (step_.tensors[i].slot == Slot::none) writer_.add(i);
     }
@@ -153,7 +153,7 @@ void Walker::attention_backward_base(u64 j, Slot also) {
                                                (sums_.layer_mlp_trainable + sums_.norm_trainable +
                                                 sums_.layer_o_trainable))));
   if (in_.attention == Attention::eager && in_.recompute == Recompute::selective) {
-    for (const std::uint32_t i : by_scope_[static_cast<std::size_t>(Scope::core)]) {
+    for (const std::uint32_t i : by_scope(Scope::core)) {
       if (step_.tensors[i].slot != also) writer_.add(i);  // the recomputed core is live again
     }
   }

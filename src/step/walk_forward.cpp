@@ -3,7 +3,6 @@
 // eager attention, one alternative per candidate worst instant.
 #include "step/walk.hpp"
 
-#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -50,7 +49,7 @@ void Walker::forward_attention(u64 j) {
   for (const ScoreAlternative& alt : llama() ? llama_scores() : gpt2_scores()) {
     attention_prelude(j);
     if (alt.softmax) {  // saved, or under selective recompute a transient all the same
-      for (const std::uint32_t i : by_scope_[static_cast<std::size_t>(Scope::core)]) {
+      for (const std::uint32_t i : by_scope(Scope::core)) {
         if (step_.tensors[i].slot == Slot::sm) writer_.add(i);
       }
       layers(in_.L - 1, 1, [](Slot s) { return s != Slot::sm; });
@@ -76,10 +75,7 @@ void Walker::forward_layers_below() {
 
 // The tensors of the current layer saved before its attention scores exist.
 bool Walker::before_scores(Slot s) const {
-  const bool has_norm1 =
-      std::any_of(layer_tensors_.begin(), layer_tensors_.end(),
-                  [&](std::uint32_t i) { return step_.tensors[i].slot == Slot::norm1; });
-  if (first_norm(s, has_norm1) || s == Slot::q_in || s == Slot::q || s == Slot::k) return true;
+  if (first_norm(s, has_norm1_) || s == Slot::q_in || s == Slot::q || s == Slot::k) return true;
   if (in_.attention != Attention::eager) return s == Slot::v || s == Slot::o_in || s == Slot::lse;
   return llama() && (s == Slot::v || s == Slot::scale);
 }

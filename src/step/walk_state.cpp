@@ -33,13 +33,29 @@ void Walker::create_tensors(const Inventory& inventory) {
                2 * (parameter_bytes(inventory, run_.precision.param) / std::max<u64>(1, in_.L)));
 }
 
-// The saved tensors by scope, and those of a walk layer (its scope and its MLP's).
+// The saved tensors by scope (counted, then placed), and those of a walk layer (its scope and
+// its MLP's).
 void Walker::index_saved() {
+  const auto saved = [&](const Tensor& t) { return t.part == Part::activations; };
+  std::array<std::uint32_t, kScopeCount> count{};
+  std::size_t layer = 0;
+  for (const Tensor& t : step_.tensors) {
+    if (!saved(t)) continue;
+    ++count[static_cast<std::size_t>(t.scope)];
+    if (t.scope == Scope::layer || t.scope == step_.walk_mlp) ++layer;
+  }
+  for (std::size_t s = 0; s < kScopeCount; ++s) scope_start_[s + 1] = scope_start_[s] + count[s];
+  by_scope_.resize(scope_start_[kScopeCount]);
+  layer_tensors_.reserve(layer);
+  std::array<std::uint32_t, kScopeCount> next{};
   for (std::uint32_t i = 0; i < step_.tensors.size(); ++i) {
     const Tensor& t = step_.tensors[i];
-    if (t.part != Part::activations) continue;
-    by_scope_[static_cast<std::size_t>(t.scope)].push_back(i);
-    if (t.scope == Scope::layer || t.scope == step_.walk_mlp) layer_tensors_.push_back(i);
+    if (!saved(t)) continue;
+    const auto s = static_cast<std::size_t>(t.scope);
+    by_scope_[scope_start_[s] + next[s]++] = i;
+    if (t.scope != Scope::layer && t.scope != step_.walk_mlp) continue;
+    layer_tensors_.push_back(i);
+    has_norm1_ = has_norm1_ || t.slot == Slot::norm1;
   }
 }
 
