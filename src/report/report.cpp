@@ -725,7 +725,7 @@ namespace {
 // A policy against the budget: its headroom, or how far over it is; empty without a budget.
 std::string budget_cell(const Estimate& e, Unit unit) {
   if (!e.budget) return "";
-  return e.budget->fits ? fmt::format("fits, {} free", format_bytes(e.budget->headroom, unit))
+  return e.budget->fits ? format_bytes(e.budget->headroom, unit)
                         : fmt::format("over by {}", format_bytes(e.budget->over, unit));
 }
 
@@ -776,7 +776,7 @@ CompareGrid compare_grid(const std::vector<RunSpec>& runs, const std::vector<Est
   row(fmt::format("{} vs {}", peaks ? "peak" : "sum", runs.front().precision.name),
       [&](const Estimate& e) { return signed_bytes(need(e), need(estimates.front()), unit); });
   if (const auto& budget = runs.front().budget) {  // each policy against the budget
-    row(fmt::format("on {}", budget_label(*budget, unit)),
+    row(fmt::format("headroom on {}", budget_label(*budget, unit)),
         [&](const Estimate& e) { return budget_cell(e, unit); });
   }
   if (!estimates.front().total_complete) {
@@ -804,7 +804,7 @@ std::string render_compare_table(const std::vector<RunSpec>& runs,
   int width = 18;
   for (const auto& r : runs) width = std::max(width, static_cast<int>(r.precision.name.size()) + 2);
   for (const auto& [label, cells] : g.rows) {
-    if (label.starts_with("on ")) {
+    if (label.starts_with("headroom on ")) {
       for (const auto& c : cells) width = std::max(width, static_cast<int>(c.size()) + 2);
     }
   }
