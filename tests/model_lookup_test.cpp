@@ -176,6 +176,14 @@ TEST_CASE("a Hub id in --model: a preset's, then the local Hugging Face cache", 
           ") has no models--acme--Missing/snapshots/*/config.json; fetch it with "
           "`huggingface-cli download acme/Missing config.json` and run again, or pass --config "
           "PATH (memest never uses the network)");
+  // Issue 23: a Hub id no preset has names the closest preset, case aside (a fine-tune of a
+  // preset has its shapes).
+  REQUIRE_THROWS_WITH(load_named_model("meta-llama/Llama-3.1-8B-Instruct", hub.string()),
+                      Catch::Matchers::StartsWith(
+                          "model \"meta-llama/Llama-3.1-8B-Instruct\": no preset has this Hub id "
+                          "(did you mean \"llama-3.1-8b\"?) and the local"));
+  REQUIRE_THROWS_WITH(load_named_model("acme/Qwen3-8", hub.string()),
+                      Catch::Matchers::Contains("(did you mean \"qwen3-8b\"?)"));
   REQUIRE_THROWS_WITH(load_named_model("acme/Two", hub.string()),
                       Catch::Matchers::StartsWith("model \"acme/Two\": the local Hugging Face "
                                                   "cache has 2 snapshots"));
