@@ -191,6 +191,17 @@ TEST_CASE("a Hub id in --model: a preset's, then the local Hugging Face cache", 
   REQUIRE_THROWS_WITH(load_named_model("qwen3-9b", hub.string()),
                       Catch::Matchers::StartsWith("unknown model preset \"qwen3-9b\""));
 
+  // Issue 23: a local model folder is its config.json; a folder without one is refused.
+  const fs::path snapshot = repo / "snapshots" / "abc123";
+  const ModelSpec folder = load_named_model(snapshot.string(), "");
+  CHECK(folder.source == file);
+  CHECK(parameter_count(folder.inventory) == parameter_count(cached.inventory));
+  REQUIRE_THROWS_WITH(load_named_model((repo / "refs").string(), ""),
+                      Catch::Matchers::Contains("a folder without a config.json"));
+  const auto by_folder = run_cli({"--model", snapshot.string()});
+  CHECK(by_folder.code == 0);
+  CHECK(by_folder.out.find("config     " + file + "\n") != std::string::npos);
+
   // Through the CLI, with HF_HOME pointing at the fake cache: the file read is named.
   ::setenv("HF_HOME", tmp.path.c_str(), 1);
   ::unsetenv("HF_HUB_CACHE");

@@ -100,6 +100,21 @@ std::string hf_hub_cache(const char* (*env)(const char*)) {
 }
 
 ModelSpec load_named_model(std::string_view name, const std::string& hub_cache) {
+  // A local model folder (what save_pretrained or a Hub download writes): its config.json.
+  std::error_code ec;
+  if (const fs::path folder(name); fs::is_directory(folder, ec)) {
+    const fs::path file = folder / "config.json";
+    if (!fs::is_regular_file(file, ec)) {
+      throw Error(
+          fmt::format("model \"{}\": a folder without a config.json (expected a model "
+                      "folder as save_pretrained writes it, a preset name or a Hub id)",
+                      name));
+    }
+    ModelSpec m = load_hf_config(file.string());
+    m.name = std::string(name);
+    m.source = file.string();
+    return m;
+  }
   if (!looks_like_hub_id(name)) return load_model_preset(name);
   for (const PresetInfo& p : model_presets()) {
     if (same_id(p.hub_id, name)) {
