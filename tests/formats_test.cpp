@@ -92,3 +92,21 @@ TEST_CASE("markdown labels each figure as the table does and keeps every note", 
   CHECK_THAT(md.out, Catch::Contains("Budget: "));
   CHECK(j["budget"]["need_bytes"].get<std::uint64_t>() >= j["total"]["bytes"].get<std::uint64_t>());
 }
+
+TEST_CASE("a split model's header names the whole model, then the device's share", "[cli]") {
+  const auto whole = run_cli({"--model", "llama-2-7b", "--batch", "1", "--seq", "128"});
+  const std::string first = whole.out.substr(0, whole.out.find('\n'));
+  REQUIRE_THAT(first, Catch::Contains("6,738,415,616 parameters"));
+  for (const auto& split :
+       std::vector<std::vector<std::string>>{{"--tp", "2"}, {"--pp", "2", "--microbatches", "2"}}) {
+    std::vector<std::string> args = {"--model", "llama-2-7b", "--batch", "1", "--seq", "128"};
+    args.insert(args.end(), split.begin(), split.end());
+    const auto r = run_cli(args);
+    CAPTURE(args);
+    REQUIRE(r.code == 0);
+    const auto lines = lines_of(r.out);
+    CHECK(lines.at(0) == first);  // once named only one rank's 3.4B
+    CHECK(lines.at(1).starts_with("per device "));
+    CHECK_THAT(lines.at(1), !Catch::Contains("6,738,415,616"));
+  }
+}

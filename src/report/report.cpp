@@ -34,8 +34,13 @@ std::string size_cell(const Category& c, Unit unit) {
 }
 
 std::string model_line(const RunSpec& run, const Estimate& e) {
+  // A split model is named whole; the counts of the device the table shows follow.
+  const std::uint64_t whole = parameter_count(run.model.inventory);
+  const bool split = run.parallel.splits_model() && whole != e.params;
   std::string line =
-      fmt::format("model      {}: {} parameters", run.model.name, format_count(e.params));
+      split ? fmt::format("model      {}: {} parameters\nper device {} parameters", run.model.name,
+                          format_count(whole), format_count(e.params))
+            : fmt::format("model      {}: {} parameters", run.model.name, format_count(e.params));
   if (e.trainable != e.params) line += fmt::format(", {} trainable", format_count(e.trainable));
   if (e.active != e.params) line += fmt::format(", {} active per token", format_count(e.active));
   if (!run.model.source.empty()) line += fmt::format("\nconfig     {}", run.model.source);
@@ -822,11 +827,23 @@ std::string render_compare_table(const std::vector<RunSpec>& runs,
   return out;
 }
 
+namespace {
+
+// Lines joined by "; ", for a Markdown heading.
+std::string one_line(std::string text) {
+  for (std::size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at)) {
+    text.replace(at, 1, "; ");
+  }
+  return text;
+}
+
+}  // namespace
+
 std::string render_compare_markdown(const std::vector<RunSpec>& runs,
                                     const std::vector<Estimate>& estimates, Unit unit) {
   const CompareGrid g = compare_grid(runs, estimates, unit);
   std::string out = fmt::format("**{}**, optimizer `{}`\n\n| category |",
-                                model_line(runs.front(), estimates.front()).substr(11),
+                                one_line(model_line(runs.front(), estimates.front()).substr(11)),
                                 optimizer_name(runs.front().optimizer.kind));
   std::string rule = "|---|";
   for (const auto& r : runs) {
