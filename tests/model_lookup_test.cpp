@@ -176,12 +176,31 @@ TEST_CASE("a Hub id in --model: a preset's, then the local Hugging Face cache", 
           ") has no models--acme--Missing/snapshots/*/config.json; fetch it with "
           "`huggingface-cli download acme/Missing config.json` and run again, or pass --config "
           "PATH (memest never uses the network)");
+  // Issue 23: a Hub id no preset has names the closest preset, case aside (a fine-tune of a
+  // preset has its shapes).
+  REQUIRE_THROWS_WITH(load_named_model("meta-llama/Llama-3.1-8B-Instruct", hub.string()),
+                      Catch::Matchers::StartsWith(
+                          "model \"meta-llama/Llama-3.1-8B-Instruct\": no preset has this Hub id "
+                          "(did you mean \"llama-3.1-8b\"?) and the local"));
+  REQUIRE_THROWS_WITH(load_named_model("acme/Qwen3-8", hub.string()),
+                      Catch::Matchers::Contains("(did you mean \"qwen3-8b\"?)"));
   REQUIRE_THROWS_WITH(load_named_model("acme/Two", hub.string()),
                       Catch::Matchers::StartsWith("model \"acme/Two\": the local Hugging Face "
                                                   "cache has 2 snapshots"));
   // A plain name is a preset name, as before.
   REQUIRE_THROWS_WITH(load_named_model("qwen3-9b", hub.string()),
                       Catch::Matchers::StartsWith("unknown model preset \"qwen3-9b\""));
+
+  // Issue 23: a local model folder is its config.json; a folder without one is refused.
+  const fs::path snapshot = repo / "snapshots" / "abc123";
+  const ModelSpec folder = load_named_model(snapshot.string(), "");
+  CHECK(folder.source == file);
+  CHECK(parameter_count(folder.inventory) == parameter_count(cached.inventory));
+  REQUIRE_THROWS_WITH(load_named_model((repo / "refs").string(), ""),
+                      Catch::Matchers::Contains("a folder without a config.json"));
+  const auto by_folder = run_cli({"--model", snapshot.string()});
+  CHECK(by_folder.code == 0);
+  CHECK(by_folder.out.find("config     " + file + "\n") != std::string::npos);
 
   // Through the CLI, with HF_HOME pointing at the fake cache: the file read is named.
   ::setenv("HF_HOME", tmp.path.c_str(), 1);

@@ -5,6 +5,7 @@
 #include <memest/check.hpp>
 #include <memest/config.hpp>
 #include <memest/error.hpp>
+#include <memest/gpu_support.hpp>
 #include <memest/report.hpp>
 #include <memest/run_config.hpp>
 #include <memest/search.hpp>
@@ -375,4 +376,112 @@ TEST_CASE("properties: a result reproduces itself through its inputs and --file"
     ++accepted;
   }
   CHECK(accepted >= kRuns / 2);
+}
+
+namespace {
+
+constexpr std::array<const char*, 6> kFitGpus = {"t4",       "v100-16gb", "a10",
+                                                 "rtx-4090", "a100-40gb", "h100-80gb"};
+
+// Whether `a` may stand before `b` in the remedies: what fits first; of those, the GPUs given
+// before more GPUs and the fewest changes first; then the smallest need.
+bool ordered(const Remedy& a, const Remedy& b) {
+  if (a.fits != b.fits) return a.fits;
+  if (a.fits && a.more_gpus != b.more_gpus) return !a.more_gpus;
+  if (a.fits && a.changes != b.changes) return a.changes < b.changes;
+  return a.need <= b.need;
+}
+
+}  // namespace
+
+TEST_CASE("issue 23 properties: remedies are estimates the GPU can run, fewest changes first",
+          "[property][search]") {
+  Draw d(23);
+  int with_fits = 0;
+  for (int i = 0; i < 16; ++i) {
+    RunOptions o = random_run(d);
+    o.gpu = Setting<std::string>{d.pick(kFitGpus), "test"};
+    o.device.reset();  // fit advises GPUs
+    RunSpec run;
+    try {
+      run = resolve(o);
+    } catch (const Error&) {
+      continue;  // a draw the model cannot take (LoRA of BERT, a dp past the heads)
+    }
+    const Budget budget = *run.budget;
+    CAPTURE(describe(run), budget.source);
+    const std::uint64_t before = bytes_needed(run);
+    const auto fixes = remedies(run, budget);
+    for (std::size_t k = 0; k < fixes.size(); ++k) {
+      const Remedy& f = fixes[k];
+      CAPTURE(f.change);
+      CHECK(unsupported_features(f.run, budget).empty());
+      CHECK(f.need < before);
+      CHECK(f.fits == (f.need <= budget.usable()));
+      if (k < 3) CHECK(f.need == bytes_needed(f.run));
+      if (k > 0) CHECK(ordered(fixes[k - 1], f));
+    }
+    // The first remedy that fits has the fewest changes of those that fit on the GPUs given
+    // (or, when none does, of all that fit).
+    const auto first =
+        std::find_if(fixes.begin(), fixes.end(), [](const Remedy& f) { return f.fits; });
+    if (first == fixes.end()) continue;
+    ++with_fits;
+    for (const Remedy& f : fixes) {
+      if (f.fits && f.more_gpus == first->more_gpus) CHECK(first->changes <= f.changes);
+      if (f.fits) CHECK((!f.more_gpus || first->more_gpus == f.more_gpus || !first->more_gpus));
+    }
+  }
+  CHECK(with_fits > 0);
+}
+
+TEST_CASE("issue 23 properties: fit honours every input it is given or refuses it",
+          "[property][cli]") {
+  Draw d(2323);
+  constexpr std::array<const char*, 4> kSmall = {"gpt2", "llama-3.2-1b", "pythia-70m",
+                                                 "qwen2.5-0.5b"};
+  int answered = 0;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<std::string> args = {"fit",          "--format", "json",          "--model",
+                                     d.pick(kSmall), "--gpu",    d.pick(kFitGpus)};
+    const bool seq_target = d.below(3) == 0;
+    if (seq_target) args.insert(args.end(), {"--for", "seq"});
+    const bool has_batch = d.below(4) != 0, has_seq = d.below(4) != 0;
+    const std::string batch = std::to_string(1 + d.below(8));
+    const std::string seq = std::to_string(64 << d.below(5));
+    if (has_batch) args.insert(args.end(), {"--batch", batch});
+    if (has_seq) args.insert(args.end(), {"--seq", seq});
+    const bool layouts = d.below(3) == 0;
+    const std::string tp = d.coin() ? "2" : "";
+    if (layouts) args.insert(args.end(), {"--gpus", "4", "--attention", "flash"});
+    if (layouts && !tp.empty()) args.insert(args.end(), {"--tp", tp});
+    const auto r = memest::test::run_cli(args);
+    CAPTURE(args, r.err);
+    // The size fit does not search is the user's: missing, it is refused, naming its flag.
+    const bool missing = seq_target ? !has_batch : !has_seq;
+    if (missing) {
+      CHECK(r.code == 2);
+      CHECK_THAT(r.err, Catch::Contains(seq_target ? "--batch" : "--seq"));
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      continue;
+    }
+    if (r.code == 2) continue;  // a refusal names its own flag (checked by the CLI tests)
+    ++answered;
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["target"] == (seq_target ? "seq_len" : "micro_batch"));
+    if (layouts) {
+      if (seq_target || has_batch) CHECK(j["micro_batch"] == std::stoull(has_batch ? batch : "1"));
+      for (const auto& l : j["layouts"]) {
+        if (!tp.empty()) CHECK(l["tensor_parallel"] == std::stoull(tp));
+        CHECK(l.contains(seq_target ? "largest_seq_len" : "largest_micro_batch"));
+      }
+      continue;
+    }
+    if (seq_target) CHECK(j["micro_batch"] == std::stoull(batch));
+    if (!seq_target) CHECK(j["seq_len"] == std::stoull(seq));
+    const bool target_given = seq_target ? has_seq : has_batch;
+    CHECK(j["given"].is_null() == !target_given);
+    if (target_given) CHECK(j["given"]["value"] == std::stoull(seq_target ? seq : batch));
+  }
+  CHECK(answered > 5);
 }

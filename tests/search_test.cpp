@@ -58,10 +58,14 @@ TEST_CASE("fit: when nothing fits, remedies are ranked and each is a real estima
     if (i == 0) continue;
     const auto& a = fixes[i - 1];
     const auto& b = fixes[i];
-    // What fits first, fewest changes first, then the smallest need.
+    // What fits first; on the GPUs given before more GPUs, fewest changes first, then the
+    // smallest need.
     REQUIRE((a.fits || !b.fits));
-    if (a.fits == b.fits && (!a.fits || a.changes == b.changes)) REQUIRE(a.need <= b.need);
-    if (a.fits && b.fits) REQUIRE(a.changes <= b.changes);
+    if (a.fits && b.fits) REQUIRE((!a.more_gpus || b.more_gpus));
+    const bool same_kind = a.fits == b.fits && a.more_gpus == b.more_gpus;
+    if (a.fits && b.fits && same_kind) REQUIRE(a.changes <= b.changes);
+    if (!a.fits && !b.fits) REQUIRE(a.need <= b.need);
+    if (a.fits && same_kind && a.changes == b.changes) REQUIRE(a.need <= b.need);
   }
   // QLoRA of a 7B model fits a 24 GB card; fp32 full fine-tuning does not.
   REQUIRE(fixes.front().fits);
@@ -146,8 +150,8 @@ TEST_CASE("fit --gpus: each layout that fits is estimated like any run, most hea
     at.training.recompute = f.recompute;
     CHECK(f.need == bytes_needed(at));
     CHECK(f.headroom == budget.usable() - f.need);
-    CHECK(f.largest_batch >= 1);
-    at.training.micro_batch = f.largest_batch;
+    CHECK(f.largest >= 1);
+    at.training.micro_batch = f.largest;
     CHECK(bytes_needed(at) <= budget.usable());
     if (i > 0) CHECK(s.fits[i - 1].headroom >= f.headroom);
   }

@@ -78,6 +78,9 @@ std::string render_check_json(const std::vector<CheckResult>& results);
 /// category, the total and its difference from the first column.
 std::string render_compare_table(const std::vector<RunSpec>& runs,
                                  const std::vector<Estimate>& estimates, Unit unit);
+/// The comparison as a Markdown table, the same rows and notes as the table.
+std::string render_compare_markdown(const std::vector<RunSpec>& runs,
+                                    const std::vector<Estimate>& estimates, Unit unit);
 /// The comparison as JSON: one entry per policy with its categories' bytes and total.
 std::string render_compare_json(const std::vector<RunSpec>& runs,
                                 const std::vector<Estimate>& estimates);

@@ -30,6 +30,11 @@ struct FitResult {
   std::uint64_t usable = 0;
   std::uint64_t limit = 0;        ///< the largest value tried
   std::uint64_t evaluations = 0;  ///< estimates computed
+  /// The value of the target the user gave (--batch for the micro-batch), which fit answers
+  /// beside the largest: where it was given and what it needs. Set by the caller.
+  std::optional<std::uint64_t> given;
+  std::string given_where;
+  std::uint64_t need_at_given = 0;
 };
 
 /// Searches the largest micro-batch (or sequence length) in [1, limit] that fits `budget`, by
@@ -54,7 +59,11 @@ struct Remedy {
   std::uint64_t need = 0;
   bool fits = false;
   std::size_t changes = 1;  ///< how many changes `change` combines
+  bool more_gpus = false;   ///< it spreads the run over more GPUs than given
 };
+
+/// How many remedies the table shows; JSON lists them all.
+inline constexpr std::size_t kRemediesShown = 10;
 
 /// Changes that save memory (precision, 8-bit or fused optimizer, ZeRO/FSDP over more GPUs,
 /// offload, recompute, flash attention, smaller micro-batch with more accumulation,
@@ -67,16 +76,27 @@ std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget);
 struct LayoutFit {
   ParallelSpec parallel;
   Recompute recompute = Recompute::none;
-  std::uint64_t need = 0;           ///< per device, at the run's micro-batch
-  std::uint64_t headroom = 0;       ///< usable - need
-  std::uint64_t largest_batch = 0;  ///< the largest micro-batch that fits this layout
+  std::uint64_t need = 0;      ///< per device, at the run's micro-batch and sequence
+  std::uint64_t headroom = 0;  ///< usable - need
+  std::uint64_t largest = 0;   ///< the largest micro-batch (or sequence) that fits this layout
+};
+
+/// What the user fixed of a layout (--tp, --pp, --cp, --dp, --zero, --recompute): `fit --gpus`
+/// searches only the layouts that keep it.
+struct LayoutConstraints {
+  std::optional<std::uint64_t> tensor, pipeline, context, data_parallel;
+  std::optional<unsigned> zero_stage;
+  std::optional<Recompute> recompute;
 };
 
 /// The layouts `fit --gpus` tried and those that fit.
 struct LayoutSearch {
   std::uint64_t gpus = 0;
+  FitTarget target = FitTarget::micro_batch;
+  std::uint64_t limit = 0;      ///< the largest value of the target tried
+  LayoutConstraints fixed;      ///< what the user fixed, kept by every layout
   std::uint64_t tried = 0;      ///< valid layouts estimated
-  std::vector<LayoutFit> fits;  ///< most headroom first
+  std::vector<LayoutFit> fits;  ///< most headroom first (for a sequence: the longest first)
 };
 
 /// Every layout of `gpus` devices: tensor parallelism within a node of 8 (1, 2, 4, 8), pipeline
@@ -84,9 +104,13 @@ struct LayoutSearch {
 /// (1, 2, 4, 8; not with eager attention), data parallelism over the rest with ZeRO 0-3, and
 /// recompute none, selective or full. Those that fit at the run's micro-batch, with the largest
 /// micro-batch each allows (at most `max_batch`), most headroom first. Memory only: speed is not
-/// modelled.
+/// modelled. With FitTarget::seq_len the largest sequence of each layout is searched instead
+/// (at most `max`), at the run's micro-batch, and those that fit at sequence 1 (or the run's)
+/// are listed longest first. `fixed` keeps what the user gave; throws Error naming the flag when
+/// it cannot make `gpus` devices.
 LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, std::uint64_t gpus,
-                         std::uint64_t max_batch);
+                         std::uint64_t max, FitTarget target = FitTarget::micro_batch,
+                         const LayoutConstraints& fixed = {});
 
 /// A grid of runs: every combination of the listed values (an empty list keeps the run's own).
 struct SweepGrid {

@@ -1,9 +1,12 @@
 #include "cli/cli.hpp"
 
+#include <memest/check.hpp>
 #include <memest/config.hpp>
 #include <memest/error.hpp>
+#include <memest/gpu_support.hpp>
 #include <memest/report.hpp>
 #include <memest/run_config.hpp>
+#include <memest/search.hpp>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -128,8 +131,11 @@ void write_plot(const std::string& path, const std::string& svg) {
   }
 }
 
+// The formats of the commands that print a report: each has its table, JSON and Markdown.
+const std::initializer_list<std::string_view> kReportFormats = {"table", "json", "markdown"};
+
 ReportOptions report_options(const OutputFlags& f,
-                             std::initializer_list<std::string_view> formats = {"table", "json"}) {
+                             std::initializer_list<std::string_view> formats) {
   ReportOptions r;
   r.explain = f.explain;
   try {
@@ -142,6 +148,11 @@ ReportOptions report_options(const OutputFlags& f,
                             fmt::join(formats, ", ")));
   }
   return r;
+}
+
+// A plain-text report in Markdown: the table in a text block, every figure under its label.
+std::string as_markdown(const OutputFlags& flags, std::string text) {
+  return flags.format == "markdown" ? "```text\n" + text + "```\n" : text;
 }
 
 // A run config (--file) with the flags laid over it.
@@ -181,57 +192,94 @@ struct FitFlags {
   std::string gpus;  ///< fit --gpus N: search layouts instead
 };
 
-int run_fit_layouts(const RunSpec& run, std::uint64_t gpus, std::uint64_t max_batch,
-                    const OutputFlags& flags, std::ostream& out) {
-  const auto report = report_options(flags);
-  const LayoutSearch search = fit_layouts(run, *run.budget, gpus, max_batch);
-  out << (flags.format == "json" ? render_layouts_json(run, *run.budget, search)
-                                 : render_layouts_table(run, *run.budget, search, report.unit));
+std::uint64_t parse_max(const FitFlags& ff) {
+  try {
+    return parse_whole(ff.max);
+  } catch (const Error& e) {
+    rethrow_with_context(e, "--max");
+  }
+}
+
+// What the user fixed of the layout, which `fit --gpus` keeps.
+LayoutConstraints fixed_layout(const RunOptions& given, const RunSpec& run) {
+  LayoutConstraints c;
+  if (given.tensor_parallel) c.tensor = run.parallel.tensor;
+  if (given.pipeline_parallel) c.pipeline = run.parallel.pipeline;
+  if (given.context_parallel) c.context = run.parallel.context;
+  if (given.data_parallel) c.data_parallel = run.parallel.data_parallel;
+  if (given.zero_stage) c.zero_stage = run.parallel.zero_stage;
+  if (given.recompute) c.recompute = run.training.recompute;
+  return c;
+}
+
+int run_fit_layouts(const RunSpec& run, const FitFlags& ff, FitTarget target,
+                    const RunOptions& given, const OutputFlags& flags, std::ostream& out) {
+  const auto report = report_options(flags, kReportFormats);
+  std::uint64_t gpus = 0;
+  try {
+    gpus = parse_whole(ff.gpus);
+  } catch (const Error& e) {
+    rethrow_with_context(e, "--gpus");
+  }
+  if (gpus > 4096) throw Error(fmt::format("--gpus: {} is past the 4096 searched", gpus));
+  const LayoutSearch search =
+      fit_layouts(run, *run.budget, gpus, parse_max(ff), target, fixed_layout(given, run));
+  out << (flags.format == "json"
+              ? render_layouts_json(run, *run.budget, search)
+              : as_markdown(flags, render_layouts_table(run, *run.budget, search, report.unit)));
   return search.fits.empty() ? kExitCheckFailed : kExitOk;
+}
+
+// fit searches one size; the other is the user's, as a plain estimate needs both for the
+// activations: none is assumed.
+void require_other_size(const RunOptions& options, FitTarget target) {
+  if (target == FitTarget::micro_batch && !options.seq) {
+    throw Error(
+        "--seq: fit needs the sequence length to search the micro-batch (a plain estimate needs "
+        "--batch and --seq for activations); pass --seq N, or --for seq to search it");
+  }
+  if (target == FitTarget::seq_len && !options.batch) {
+    throw Error(
+        "--batch: fit --for seq needs the micro-batch to search the sequence length (a plain "
+        "estimate needs --batch and --seq for activations); pass --batch N");
+  }
 }
 
 int run_fit(const FitFlags& ff, const RunOptions& flag_options, const OutputFlags& flags,
             std::ostream& out) {
-  const auto report = report_options(flags);
+  const auto report = report_options(flags, kReportFormats);
   if (ff.target != "batch" && ff.target != "seq") {
     throw Error(
         fmt::format("--for: unknown target \"{}\" (expected one of: batch, seq)", ff.target));
   }
-  std::uint64_t limit = 0;
-  try {
-    limit = parse_whole(ff.max);
-  } catch (const Error& e) {
-    rethrow_with_context(e, "--max");
-  }
-  // Defaults go in after the file, so a file's batch or sequence is kept: the searched value
-  // starts at 1, the other one defaults to 1 sequence or kFitDefaultSeq tokens.
-  RunOptions options = with_file(flag_options, flags);
-  if (!options.batch) options.batch = Setting<std::string>{"1", "fit"};
-  if (!options.seq) options.seq = Setting<std::string>{std::to_string(kFitDefaultSeq), "fit"};
+  const FitTarget target = ff.target == "batch" ? FitTarget::micro_batch : FitTarget::seq_len;
+  const std::uint64_t limit = parse_max(ff);
+  // The searched size starts at 1 unless given (from the flags or a run config); the other
+  // size must be given.
+  const RunOptions given = with_file(flag_options, flags);
+  require_other_size(given, target);
+  RunOptions options = given;
+  TextSetting& searched = target == FitTarget::micro_batch ? options.batch : options.seq;
+  if (!searched) searched = Setting<std::string>{"1", "fit"};
   const RunSpec run = resolve(options);
   if (!run.budget)
     throw Error("fit needs a budget: pass --gpu NAME (see 'memest gpus') or --budget SIZE");
-  if (!ff.gpus.empty()) {
-    std::uint64_t gpus = 0;
-    try {
-      gpus = parse_whole(ff.gpus);
-    } catch (const Error& e) {
-      rethrow_with_context(e, "--gpus");
-    }
-    if (gpus > 4096) throw Error(fmt::format("--gpus: {} is past the 4096 searched", gpus));
-    return run_fit_layouts(run, gpus, limit, flags, out);
+  if (!ff.gpus.empty()) return run_fit_layouts(run, ff, target, given, flags, out);
+  FitResult fit = fit_largest(run, *run.budget, target, limit);
+  if (const TextSetting& value = target == FitTarget::micro_batch ? given.batch : given.seq) {
+    fit.given = target == FitTarget::micro_batch ? run.training.micro_batch : run.training.seq_len;
+    fit.given_where = value->where;
+    fit.need_at_given = bytes_needed(run);
   }
-  const FitTarget target = ff.target == "batch" ? FitTarget::micro_batch : FitTarget::seq_len;
-  const FitResult fit = fit_largest(run, *run.budget, target, limit);
   std::vector<Remedy> fixes;
   if (!fit.best) {
     RunSpec at_one = run;  // what would make even the smallest size fit
     (target == FitTarget::micro_batch ? at_one.training.micro_batch : at_one.training.seq_len) = 1;
     fixes = remedies(at_one, *run.budget);
   }
-  out << (flags.format == "json"
-              ? render_fit_json(run, *run.budget, target, fit, fixes)
-              : render_fit_table(run, *run.budget, target, fit, fixes, report.unit));
+  out << (flags.format == "json" ? render_fit_json(run, *run.budget, target, fit, fixes)
+                                 : as_markdown(flags, render_fit_table(run, *run.budget, target,
+                                                                       fit, fixes, report.unit)));
   return fit.best ? kExitOk : kExitCheckFailed;
 }
 
@@ -279,7 +327,7 @@ int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags
 }
 
 int run_models(const std::string& filter, const OutputFlags& flags, std::ostream& out) {
-  report_options(flags);  // validates --format and --units
+  report_options(flags, kReportFormats);  // validates --format and --units
   const auto presets = model_presets(filter);
   if (presets.empty()) {
     throw Error(
@@ -287,26 +335,28 @@ int run_models(const std::string& filter, const OutputFlags& flags, std::ostream
                     "'memest models' lists all)",
                     filter));
   }
-  out << (flags.format == "json" ? render_models_json(presets) : render_models_table(presets));
+  out << (flags.format == "json" ? render_models_json(presets)
+                                 : as_markdown(flags, render_models_table(presets)));
   return kExitOk;
 }
 
 int run_gpus(const OutputFlags& flags, std::ostream& out) {
-  const auto report = report_options(flags);
-  out << (flags.format == "json" ? render_gpus_json(gpu_presets())
-                                 : render_gpus_table(gpu_presets(), report.unit));
+  const auto report = report_options(flags, kReportFormats);
+  out << (flags.format == "json"
+              ? render_gpus_json(gpu_presets())
+              : as_markdown(flags, render_gpus_table(gpu_presets(), report.unit)));
   return kExitOk;
 }
 
 int run_check(const std::vector<std::string>& files, const RunOptions& overrides,
               const OutputFlags& flags, std::ostream& out) {
-  const auto report = report_options(flags);
+  const auto report = report_options(flags, kReportFormats);
   if (!flags.file.empty()) throw Error("--file: not used by check (pass the files as arguments)");
   std::vector<CheckResult> results;
   results.reserve(files.size());
   for (const auto& f : files) results.push_back(check_run_file(f, overrides));
   out << (flags.format == "json" ? render_check_json(results)
-                                 : render_check_table(results, report.unit));
+                                 : as_markdown(flags, render_check_table(results, report.unit)));
   int code = kExitOk;
   for (const auto& r : results) {
     if (r.status == CheckStatus::invalid) return kExitInvalidInput;
@@ -318,7 +368,7 @@ int run_check(const std::vector<std::string>& files, const RunOptions& overrides
 // The same run under each of `policies` (comma-separated precision presets).
 int run_compare(const std::string& policies, const RunOptions& flag_options,
                 const OutputFlags& flags, std::ostream& out) {
-  const auto report = report_options(flags);
+  const auto report = report_options(flags, kReportFormats);
   if (flag_options.precision || flag_options.amp) {
     throw Error("--precision: not used by compare (name the policies with --policies)");
   }
@@ -334,17 +384,24 @@ int run_compare(const std::string& policies, const RunOptions& flag_options,
     estimates.push_back(estimate(runs.back()));
   }
   if (runs.empty()) throw Error("--policies: expected a comma-separated list of policies");
-  out << (flags.format == "json" ? render_compare_json(runs, estimates)
-                                 : render_compare_table(runs, estimates, report.unit));
-  return kExitOk;
+  out << (flags.format == "json"       ? render_compare_json(runs, estimates)
+          : flags.format == "markdown" ? render_compare_markdown(runs, estimates, report.unit)
+                                       : render_compare_table(runs, estimates, report.unit));
+  // With a budget, exit 1 when no policy fits it, as an estimate over its budget does.
+  const bool none_fits = std::all_of(estimates.begin(), estimates.end(),
+                                     [](const Estimate& e) { return e.budget && !e.budget->fits; });
+  return none_fits ? kExitCheckFailed : kExitOk;
 }
 
 int run_estimate(const RunOptions& flag_options, const OutputFlags& flags, std::ostream& out) {
-  ReportOptions report = report_options(flags, {"table", "json", "markdown"});
+  ReportOptions report = report_options(flags, kReportFormats);
   report.color = flags.color;
   const RunOptions options = with_file(flag_options, flags);
   const RunSpec spec = resolve(options);
-  const Estimate est = estimate(spec, {.timeline = !flags.plot.empty()});
+  Estimate est = estimate(spec, {.timeline = !flags.plot.empty()});
+  if (spec.budget) {  // what the run asks of the chosen GPU that it lacks
+    for (auto& w : unsupported_features(spec, *spec.budget)) est.warnings.push_back(std::move(w));
+  }
   if (!flags.plot.empty()) write_plot(flags.plot, render_step_svg(spec, est, report));
   if (flags.format == "json") {
     out << render_json(spec, est, report, run_config_of(options));

@@ -3,6 +3,7 @@
 // holds the commit, snapshots/<commit>/config.json the file). Reads the disk, never the network.
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
+#include <memest/suggest.hpp>
 
 #include <fmt/format.h>
 
@@ -66,6 +67,24 @@ std::string cached_config(const fs::path& repo, std::string_view id) {
   return found.empty() ? "" : found.front();
 }
 
+// The presets closest to a Hub id no preset has: the longest preset name that begins the id's
+// name (an "-Instruct" or "-hf" of a preset), else did_you_mean over the names, case aside.
+std::string closest_presets(std::string_view id) {
+  std::string query(id.substr(id.find('/') + 1));
+  std::transform(query.begin(), query.end(), query.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::vector<std::string_view> names;
+  std::string_view longest;
+  for (const PresetInfo& p : model_presets()) {
+    names.push_back(p.name);
+    const bool begins =
+        query.starts_with(p.name) && (query.size() == p.name.size() || query[p.name.size()] == '-');
+    if (begins && p.name.size() > longest.size()) longest = p.name;
+  }
+  if (!longest.empty()) return fmt::format(" (did you mean \"{}\"?)", longest);
+  return did_you_mean(query, names);
+}
+
 }  // namespace
 
 std::string hf_hub_cache(const char* (*env)(const char*)) {
@@ -81,6 +100,21 @@ std::string hf_hub_cache(const char* (*env)(const char*)) {
 }
 
 ModelSpec load_named_model(std::string_view name, const std::string& hub_cache) {
+  // A local model folder (what save_pretrained or a Hub download writes): its config.json.
+  std::error_code ec;
+  if (const fs::path folder(name); fs::is_directory(folder, ec)) {
+    const fs::path file = folder / "config.json";
+    if (!fs::is_regular_file(file, ec)) {
+      throw Error(
+          fmt::format("model \"{}\": a folder without a config.json (expected a model "
+                      "folder as save_pretrained writes it, a preset name or a Hub id)",
+                      name));
+    }
+    ModelSpec m = load_hf_config(file.string());
+    m.name = std::string(name);
+    m.source = file.string();
+    return m;
+  }
   if (!looks_like_hub_id(name)) return load_model_preset(name);
   for (const PresetInfo& p : model_presets()) {
     if (same_id(p.hub_id, name)) {
@@ -102,11 +136,12 @@ ModelSpec load_named_model(std::string_view name, const std::string& hub_cache) 
     }
   }
   throw Error(fmt::format(
-      "model \"{}\": no preset has this Hub id and the local Hugging Face cache ({}) has no "
+      "model \"{}\": no preset has this Hub id{} and the local Hugging Face cache ({}) has no "
       "{}/snapshots/*/config.json; fetch it with `huggingface-cli download {} config.json` and "
       "run again, or pass --config PATH (memest never uses the network)",
-      name, hub_cache.empty() ? "not found: HF_HUB_CACHE, HF_HOME and HOME are unset" : hub_cache,
-      folder, name));
+      name, closest_presets(name),
+      hub_cache.empty() ? "not found: HF_HUB_CACHE, HF_HOME and HOME are unset" : hub_cache, folder,
+      name));
 }
 
 }  // namespace memest

@@ -141,4 +141,15 @@ void apply_lora(ModelSpec& model, const LoraSpec& spec) {
   model.active_params = checked_add(model.active_params, adapter_active);
 }
 
+void quantize_frozen_base(ModelSpec& model, bool double_quant) {
+  std::vector<TensorGroup> added;
+  for (auto& g : model.inventory.groups) {
+    if (!g.matmul || g.quant_state || g.trainable || g.role == Role::adapter) continue;
+    if (g.kind == "lm_head" || g.kind == "fused_experts" || g.storage == Dtype::nf4) continue;
+    g.storage = Dtype::nf4;
+    add_quant_state(g, double_quant, added);
+  }
+  model.inventory.groups.insert(model.inventory.groups.end(), added.begin(), added.end());
+}
+
 }  // namespace memest

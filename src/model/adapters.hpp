@@ -49,4 +49,8 @@ inline constexpr std::uint64_t kDoubleQuantBlockSize = 256;
 /// match no module, or a model known only by its parameter count.
 void apply_lora(ModelSpec& model, const LoraSpec& spec);
 
+/// QLoRA's base for a model that already has LoRA adapters: every frozen Linear but the output
+/// layer stored as NF4 with its quantization constants, as apply_lora with `qlora` stores it.
+void quantize_frozen_base(ModelSpec& model, bool double_quant);
+
 }  // namespace memest

@@ -1,4 +1,5 @@
 #include "report/json_dump.hpp"
+#include "report/report_text.hpp"
 
 #include <memest/report.hpp>
 
@@ -33,8 +34,13 @@ std::string size_cell(const Category& c, Unit unit) {
 }
 
 std::string model_line(const RunSpec& run, const Estimate& e) {
+  // A split model is named whole; the counts of the device the table shows follow.
+  const std::uint64_t whole = parameter_count(run.model.inventory);
+  const bool split = run.parallel.splits_model() && whole != e.params;
   std::string line =
-      fmt::format("model      {}: {} parameters", run.model.name, format_count(e.params));
+      split ? fmt::format("model      {}: {} parameters\nper device {} parameters", run.model.name,
+                          format_count(whole), format_count(e.params))
+            : fmt::format("model      {}: {} parameters", run.model.name, format_count(e.params));
   if (e.trainable != e.params) line += fmt::format(", {} trainable", format_count(e.trainable));
   if (e.active != e.params) line += fmt::format(", {} active per token", format_count(e.active));
   if (!run.model.source.empty()) line += fmt::format("\nconfig     {}", run.model.source);
@@ -468,6 +474,19 @@ std::string render_stages(const Estimate& e, Unit unit) {
 
 std::string_view version() { return MEMEST_VERSION; }
 
+std::string_view total_label(const Estimate& e) {
+  return e.total_complete ? "device total (sum of the device rows)"
+                          : "device total (sum, without activations)";
+}
+
+std::string render_peak_and_notes(const RunSpec& run, const Estimate& e, Unit unit) {
+  std::string out = render_peak(run, e, unit) + render_stages(e, unit);
+  for (const auto& a : e.assumptions) out += fmt::format("assumed: {}\n", a);
+  for (const auto& n : e.notes) out += fmt::format("note: {}\n", n);
+  for (const auto& w : e.warnings) out += fmt::format("warning: {}\n", w);
+  return out;
+}
+
 std::string render_table(const RunSpec& run, const Estimate& e, const ReportOptions& options) {
   std::string out;
   out += model_line(run, e) + "\n";
@@ -481,9 +500,7 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
     out += fmt::format("{:<26} {:<9} {:>7} {:>16}  {}\n", c.label, dtype_or_dash(c.dtype),
                        per_element(c), size, c.basis);
   }
-  const char* what = e.total_complete ? "device total (sum of the device rows)"
-                                      : "device total (sum, without activations)";
-  out += fmt::format("{:<44} {:>16}\n", what, format_bytes(e.total_bytes, options.unit));
+  out += fmt::format("{:<44} {:>16}\n", total_label(e), format_bytes(e.total_bytes, options.unit));
   if (const auto host = e.host_bytes; host * 100 >= unit_bytes(options.unit)) {
     out += fmt::format("{:<44} {:>16}\n", "host memory (rows marked host)",
                        format_bytes(host, options.unit));
@@ -492,11 +509,7 @@ std::string render_table(const RunSpec& run, const Estimate& e, const ReportOpti
     out += fmt::format("{:<44} {:>16}\n", "unified memory (paged, not in the peak)",
                        format_bytes(e.unified_bytes, options.unit));
   }
-  out += render_peak(run, e, options.unit);
-  out += render_stages(e, options.unit);
-  for (const auto& a : e.assumptions) out += fmt::format("assumed: {}\n", a);
-  for (const auto& n : e.notes) out += fmt::format("note: {}\n", n);
-  for (const auto& w : e.warnings) out += fmt::format("warning: {}\n", w);
+  out += render_peak_and_notes(run, e, options.unit);
   if (options.explain) {
     out += render_inventory(run.model);
     out += render_activation_terms(e);
@@ -714,6 +727,13 @@ std::string render_check_json(const std::vector<CheckResult>& results) {
 
 namespace {
 
+// A policy against the budget: its headroom, or how far over it is; empty without a budget.
+std::string budget_cell(const Estimate& e, Unit unit) {
+  if (!e.budget) return "";
+  return e.budget->fits ? format_bytes(e.budget->headroom, unit)
+                        : fmt::format("over by {}", format_bytes(e.budget->over, unit));
+}
+
 std::string signed_bytes(std::uint64_t value, std::uint64_t base, Unit unit) {
   if (value == base) return "0";
   const bool up = value > base;
@@ -725,61 +745,117 @@ std::string signed_bytes(std::uint64_t value, std::uint64_t base, Unit unit) {
 
 }  // namespace
 
-std::string render_compare_table(const std::vector<RunSpec>& runs,
-                                 const std::vector<Estimate>& estimates, Unit unit) {
-  // Columns at least two spaces apart, however long a policy's name.
-  int kWidth = 18;
-  for (const auto& r : runs)
-    kWidth = std::max(kWidth, static_cast<int>(r.precision.name.size()) + 2);
-  std::string out = model_line(runs.front(), estimates.front()) + "\n";
-  out += fmt::format("optimizer  {}\n\n", optimizer_name(runs.front().optimizer.kind));
-  out += fmt::format("{:<26}", "category");
-  for (const auto& r : runs) out += fmt::format("{:>{}}", r.precision.name, kWidth);
-  out += "\n";
-  for (std::size_t row = 0; row < estimates.front().categories.size(); ++row) {
-    const auto& first = estimates.front().categories[row];
+namespace {
+
+// The comparison's rows (a label, one cell per policy) and the lines under them, which the
+// table and the Markdown lay out each their own way.
+struct CompareGrid {
+  std::vector<std::pair<std::string, std::vector<std::string>>> rows;
+  std::vector<std::string> notes;
+};
+
+CompareGrid compare_grid(const std::vector<RunSpec>& runs, const std::vector<Estimate>& estimates,
+                         Unit unit) {
+  CompareGrid g;
+  const auto row = [&](std::string label, const auto& cell) {
+    std::vector<std::string> cells;
+    for (const auto& e : estimates) cells.push_back(cell(e));
+    g.rows.emplace_back(std::move(label), std::move(cells));
+  };
+  for (std::size_t i = 0; i < estimates.front().categories.size(); ++i) {
+    const auto& first = estimates.front().categories[i];
     if (!first.on_device) continue;
-    out += fmt::format("{:<26}", first.label);
-    for (const auto& e : estimates) {
-      const auto& c = e.categories[row];
+    row(first.label, [&](const Estimate& e) {
+      const auto& c = e.categories[i];
       std::string cell = size_cell(c, unit);
-      if (c.dtype && c.bytes && *c.bytes > 0)
-        cell = fmt::format("{} {}", dtype_name(*c.dtype), cell);
-      out += fmt::format("{:>{}}", cell, kWidth);
-    }
-    out += "\n";
+      return c.dtype && c.bytes && *c.bytes > 0 ? fmt::format("{} {}", dtype_name(*c.dtype), cell)
+                                                : cell;
+    });
   }
-  out += fmt::format("{:<26}", "sum of categories");
-  for (const auto& e : estimates) {
-    out += fmt::format("{:>{}}", format_bytes(e.total_bytes, unit), kWidth);
-  }
+  row("sum of categories", [&](const Estimate& e) { return format_bytes(e.total_bytes, unit); });
   const bool peaks = estimates.front().peak.has_value();
-  if (peaks) {
-    out += fmt::format("\n{:<26}", "peak over a step");
-    for (const auto& e : estimates)
-      out += fmt::format("{:>{}}", format_bytes(e.peak->bytes, unit), kWidth);
-  }
+  if (peaks)
+    row("peak over a step", [&](const Estimate& e) { return format_bytes(e.peak->bytes, unit); });
   // The comparison that matters: what each policy needs, against the first column.
   auto need = [&](const Estimate& e) { return peaks ? e.peak->needed : e.total_bytes; };
-  out += fmt::format("\n{:<26}",
-                     fmt::format("{} vs {}", peaks ? "peak" : "sum", runs.front().precision.name));
-  for (const auto& e : estimates) {
-    out += fmt::format("{:>{}}", signed_bytes(need(e), need(estimates.front()), unit), kWidth);
+  row(fmt::format("{} vs {}", peaks ? "peak" : "sum", runs.front().precision.name),
+      [&](const Estimate& e) { return signed_bytes(need(e), need(estimates.front()), unit); });
+  if (const auto& budget = runs.front().budget) {  // each policy against the budget
+    row(fmt::format("headroom on {}", budget_label(*budget, unit)),
+        [&](const Estimate& e) { return budget_cell(e, unit); });
   }
-  out += "\n";
   if (!estimates.front().total_complete) {
-    out += "activations not estimated: give --batch and --seq for the peak\n";
+    g.notes.push_back("activations not estimated: give --batch and --seq for the peak");
   }
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const Estimate& e = estimates[i];
     // Said where it matters: a hundredth of the peak or more.
     if (!e.peak || e.peak_outside_rows.empty() || e.peak_outside_rows_bytes * 100 < e.peak->bytes)
       continue;
-    out += fmt::format("{}: the peak holds {} that no row has, largest {} {}\n",
-                       runs[i].precision.name, format_bytes(e.peak_outside_rows_bytes, unit),
-                       e.peak_outside_rows.front().name,
-                       format_bytes(e.peak_outside_rows.front().bytes, unit));
+    g.notes.push_back(
+        fmt::format("{}: the peak holds {} that no row has, largest {} {}", runs[i].precision.name,
+                    format_bytes(e.peak_outside_rows_bytes, unit), e.peak_outside_rows.front().name,
+                    format_bytes(e.peak_outside_rows.front().bytes, unit)));
   }
+  return g;
+}
+
+}  // namespace
+
+std::string render_compare_table(const std::vector<RunSpec>& runs,
+                                 const std::vector<Estimate>& estimates, Unit unit) {
+  const CompareGrid g = compare_grid(runs, estimates, unit);
+  // Columns at least two spaces apart, however long a policy's name or a cell.
+  int width = 18;
+  for (const auto& r : runs) width = std::max(width, static_cast<int>(r.precision.name.size()) + 2);
+  for (const auto& [label, cells] : g.rows) {
+    if (label.starts_with("headroom on ")) {
+      for (const auto& c : cells) width = std::max(width, static_cast<int>(c.size()) + 2);
+    }
+  }
+  std::string out = model_line(runs.front(), estimates.front()) + "\n";
+  out += fmt::format("optimizer  {}\n\n", optimizer_name(runs.front().optimizer.kind));
+  out += fmt::format("{:<26}", "category");
+  for (const auto& r : runs) out += fmt::format("{:>{}}", r.precision.name, width);
+  out += "\n";
+  for (const auto& [label, cells] : g.rows) {
+    out += fmt::format("{:<26}", label);
+    for (const auto& c : cells) out += fmt::format("{:>{}}", c, width);
+    out += "\n";
+  }
+  for (const auto& n : g.notes) out += n + "\n";
+  return out;
+}
+
+namespace {
+
+// Lines joined by "; ", for a Markdown heading.
+std::string one_line(std::string text) {
+  for (std::size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at)) {
+    text.replace(at, 1, "; ");
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string render_compare_markdown(const std::vector<RunSpec>& runs,
+                                    const std::vector<Estimate>& estimates, Unit unit) {
+  const CompareGrid g = compare_grid(runs, estimates, unit);
+  std::string out = fmt::format("**{}**, optimizer `{}`\n\n| category |",
+                                one_line(model_line(runs.front(), estimates.front()).substr(11)),
+                                optimizer_name(runs.front().optimizer.kind));
+  std::string rule = "|---|";
+  for (const auto& r : runs) {
+    out += fmt::format(" {} |", r.precision.name);
+    rule += "---:|";
+  }
+  out += "\n" + rule + "\n";
+  for (const auto& [label, cells] : g.rows) {
+    out += fmt::format("| {} | {} |\n", label, fmt::join(cells, " | "));
+  }
+  if (!g.notes.empty()) out += "\n";
+  for (const auto& n : g.notes) out += n + "\n";
   return out;
 }
 
@@ -797,11 +873,23 @@ std::string render_compare_json(const std::vector<RunSpec>& runs,
                     {"total_complete", estimates[i].total_complete},
                     {"peak_bytes", estimates[i].peak ? ordered_json(estimates[i].peak->bytes)
                                                      : ordered_json(nullptr)}});
+    if (const auto& b = estimates[i].budget) {
+      list.back()["budget"] = {{"need_bytes", b->need},
+                               {"fits", b->fits},
+                               {"headroom_bytes", b->headroom},
+                               {"over_bytes", b->over}};
+    }
   }
   ordered_json j = {{"schema_version", kJsonSchemaVersion},
                     {"model", runs.front().model.name},
                     {"optimizer", optimizer_json(runs.front().optimizer)},
                     {"runs", list}};
+  if (const auto& b = runs.front().budget) {
+    j["budget"] = {{"source", b->source},
+                   {"capacity_bytes", b->capacity},
+                   {"reserve_bytes", b->reserve},
+                   {"usable_bytes", b->usable()}};
+  }
   return detail::dump_json(j, 2) + "\n";
 }
 

@@ -1,4 +1,6 @@
 // The chart and the Markdown rendering of an estimate.
+#include "report/report_text.hpp"
+
 #include <memest/check.hpp>
 #include <memest/peak.hpp>
 #include <memest/report.hpp>
@@ -93,29 +95,39 @@ std::string render_bar(const Estimate& est, const std::optional<Budget>& budget,
 }
 
 std::string render_markdown(const RunSpec& run, const Estimate& est, const ReportOptions& options) {
+  const Unit unit = options.unit;
   std::string out =
       fmt::format("**{}**: {} parameters, optimizer `{}`, precision `{}`\n\n", run.model.name,
                   format_count(est.params), optimizer_name(run.optimizer.kind), run.precision.name);
-  out += "| category | dtype | bytes/param | size | basis |\n|---|---|---:|---:|---|\n";
+  out += "| category | dtype | B/param | size | basis |\n|---|---|---:|---:|---|\n";
   for (const auto& c : est.categories) {
-    std::string size =
-        c.bytes ? (*c.bytes ? format_bytes(*c.bytes, options.unit) : "-") : "not estimated";
+    std::string size = c.bytes ? (*c.bytes ? format_bytes(*c.bytes, unit) : "-") : "not estimated";
     if (!c.on_device && c.bytes && *c.bytes) size += c.unified ? " (unified)" : " (host)";
     out += fmt::format(
         "| {} | {} | {} | {} | {} |\n", c.label, c.dtype ? dtype_name(*c.dtype) : "-",
         c.bytes && c.elements && c.per_param ? fmt::format("{:.2f}", c.bytes_per_element()) : "-",
         size, c.basis);
   }
-  out += fmt::format(
-      "| **needed** | | | **{}** | {} |\n", format_bytes(bytes_needed(est), options.unit),
-      est.total_complete ? "sum of the rows above" : "sum of the rows above, without activations");
+  // The totals under the table's own labels; the peak, the stages and every note as it prints
+  // them.
+  out += fmt::format("| **{}** | | | **{}** | |\n", total_label(est),
+                     format_bytes(est.total_bytes, unit));
+  if (const auto host = est.host_bytes; host * 100 >= unit_bytes(unit)) {
+    out += fmt::format("| host memory (rows marked host) | | | {} | |\n", format_bytes(host, unit));
+  }
+  if (est.unified_bytes > 0) {
+    out += fmt::format("| unified memory (paged, not in the peak) | | | {} | |\n",
+                       format_bytes(est.unified_bytes, unit));
+  }
+  if (const std::string rest = render_peak_and_notes(run, est, unit); !rest.empty()) {
+    out += "\n```text\n" + rest + "```\n";
+  }
   if (run.budget && est.budget) {
     const auto& c = *est.budget;
-    out += fmt::format(
-        "\nBudget: {} usable on {}: {}\n", format_bytes(c.usable, options.unit),
-        budget_label(*run.budget, options.unit),
-        c.fits ? fmt::format("fits, headroom {}", format_bytes(c.headroom, options.unit))
-               : fmt::format("**over by {}**", format_bytes(c.over, options.unit)));
+    out += fmt::format("\nBudget: {} of {} usable on {}: {}\n", format_bytes(c.need, unit),
+                       format_bytes(c.usable, unit), budget_label(*run.budget, unit),
+                       c.fits ? fmt::format("fits, headroom {}", format_bytes(c.headroom, unit))
+                              : fmt::format("**over by {}**", format_bytes(c.over, unit)));
   }
   return out;
 }

@@ -1,10 +1,16 @@
 // Renderers for the search commands: fit and sweep.
 #include "report/json_dump.hpp"
 
+#include <memest/gpu_support.hpp>
 #include <memest/report.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace memest {
 namespace {
@@ -39,6 +45,16 @@ std::string margin(std::uint64_t bytes, Unit unit) {
                                         : format_bytes(bytes, unit);
 }
 
+// The value of the target the user gave, answered beside the largest.
+std::string given_line(const FitResult& fit, FitTarget target, Unit unit) {
+  if (!fit.given) return "";
+  const std::uint64_t need = fit.need_at_given;
+  return fmt::format("given {} {} ({}) needs {}, {}\n", target_name(target), *fit.given,
+                     fit.given_where, format_bytes(need, unit),
+                     need <= fit.usable ? "fits, headroom " + margin(fit.usable - need, unit)
+                                        : "over by " + margin(need - fit.usable, unit));
+}
+
 }  // namespace
 
 std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget target,
@@ -47,6 +63,7 @@ std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget
       fmt::format("model      {}\nbudget     {} usable on {} ({} less {} reserved)\n",
                   run.model.name, format_bytes(budget.usable(), unit), budget_label(budget, unit),
                   format_bytes(budget.capacity, unit), format_bytes(budget.reserve, unit));
+  for (const auto& w : unsupported_features(run, budget)) out += fmt::format("warning: {}\n", w);
   if (fit.best) {
     out += fmt::format("largest {} that fits {}: {}\n", target_name(target),
                        other_dimension(run, target), *fit.best);
@@ -69,18 +86,24 @@ std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget
     } else {
       out += fmt::format("  (the search stops at {})\n", fit.limit);
     }
-    return out;
+    return out + given_line(fit, target, unit);
   }
   out += fmt::format("nothing fits: {} 1 {} needs {}\n", target_name(target),
                      other_dimension(run, target), past_need(fit, unit));
+  out += given_line(fit, target, unit);
   if (remedies.empty()) {
     out += "no single change memest knows saves memory here\n";
     return out;
   }
-  out += "changes that save memory (what fits first, fewest changes first):\n";
-  for (const auto& r : remedies) {
+  out += "changes that save memory (what fits first: on the GPUs given, fewest changes first):\n";
+  for (std::size_t i = 0; i < remedies.size() && i < kRemediesShown; ++i) {
+    const Remedy& r = remedies[i];
     out += fmt::format("  {:<5} {:>14}  {}\n", r.fits ? "fits" : "over", format_bytes(r.need, unit),
                        r.change);
+  }
+  if (remedies.size() > kRemediesShown) {
+    out += fmt::format("  ... {} more (--format json lists them all)\n",
+                       remedies.size() - kRemediesShown);
   }
   return out;
 }
@@ -89,13 +112,20 @@ std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget 
                             const FitResult& fit, const std::vector<Remedy>& remedies) {
   ordered_json rem = ordered_json::array();
   for (const auto& r : remedies) {
-    rem.push_back(
-        {{"change", r.change}, {"changes", r.changes}, {"need_bytes", r.need}, {"fits", r.fits}});
+    rem.push_back({{"change", r.change},
+                   {"changes", r.changes},
+                   {"more_gpus", r.more_gpus},
+                   {"need_bytes", r.need},
+                   {"fits", r.fits}});
   }
   ordered_json j = {
       {"schema_version", kJsonSchemaVersion},
       {"model", run.model.name},
       {"target", target_key(target)},
+      {"micro_batch", target == FitTarget::micro_batch ? ordered_json(nullptr)
+                                                       : ordered_json(run.training.micro_batch)},
+      {"seq_len",
+       target == FitTarget::seq_len ? ordered_json(nullptr) : ordered_json(run.training.seq_len)},
       {"budget",
        {{"source", budget.source},
         {"capacity_bytes", budget.capacity},
@@ -108,6 +138,12 @@ std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget 
       {"need_past_best_beyond_limit", fit.past_best_beyond_limit},
       {"limit", fit.limit},
       {"limit_is_model_positions", fit.limit_is_model},
+      {"warnings", unsupported_features(run, budget)},
+      {"given", fit.given ? ordered_json{{"where", fit.given_where},
+                                         {"value", *fit.given},
+                                         {"need_bytes", fit.need_at_given},
+                                         {"fits", fit.need_at_given <= fit.usable}}
+                          : ordered_json(nullptr)},
       {"remedies", rem}};
   return detail::dump_json(j, 2) + "\n";
 }
@@ -120,6 +156,35 @@ constexpr const char* kSpeedNote =
     "memory only: speed is not modelled (pipeline bubbles, communication and recompute time "
     "decide which layout trains fastest)\n";
 
+// What the user fixed of the layouts, as flags with their values.
+std::vector<std::pair<std::string, std::string>> fixed_flags(const LayoutConstraints& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::pair<const char*, const std::optional<std::uint64_t>*> sizes[] = {
+      {"--tp", &c.tensor}, {"--pp", &c.pipeline}, {"--cp", &c.context}, {"--dp", &c.data_parallel}};
+  for (const auto& [flag, size] : sizes) {
+    if (*size) out.emplace_back(flag, std::to_string(**size));
+  }
+  if (c.zero_stage) out.emplace_back("--zero", std::to_string(*c.zero_stage));
+  if (c.recompute) out.emplace_back("--recompute", std::string(recompute_name(*c.recompute)));
+  return out;
+}
+
+std::string fixed_line(const LayoutConstraints& c) {
+  std::vector<std::string> items;
+  for (const auto& [flag, value] : fixed_flags(c)) items.push_back(flag + " " + value);
+  if (items.empty()) return "";
+  return fmt::format("fixed      {} (every layout keeps what was given)\n", fmt::join(items, ", "));
+}
+
+ordered_json fixed_json(const LayoutConstraints& c) {
+  ordered_json j = ordered_json::object();
+  for (const auto& [flag, value] : fixed_flags(c)) {
+    const bool number = value.find_first_not_of("0123456789") == std::string::npos;
+    j[flag.substr(2)] = number ? ordered_json(std::stoull(value)) : ordered_json(value);
+  }
+  return j;
+}
+
 std::string sharding_name(const ParallelSpec& p) {
   if (p.data_parallel <= 1 || p.zero_stage == 0) return "-";
   return fmt::format("ZeRO-{}", p.zero_stage);
@@ -129,22 +194,26 @@ std::string sharding_name(const ParallelSpec& p) {
 
 std::string render_layouts_table(const RunSpec& run, const Budget& budget,
                                  const LayoutSearch& search, Unit unit, std::size_t shown) {
+  const bool seq = search.target == FitTarget::seq_len;
   std::string out = fmt::format(
-      "model      {}\nbudget     {} usable per device on {}\nlayouts    {} of {} tried on {} "
-      "GPUs fit at micro-batch {}, sequence {} (most headroom first)\n",
+      "model      {}\nbudget     {} usable per device on {}\n{}layouts    {} of {} tried on {} "
+      "GPUs fit at micro-batch {}{}\n",
       run.model.name, format_bytes(budget.usable(), unit), budget_label(budget, unit),
-      search.fits.size(), search.tried, search.gpus, run.training.micro_batch,
-      run.training.seq_len);
+      fixed_line(search.fixed), search.fits.size(), search.tried, search.gpus,
+      run.training.micro_batch,
+      seq ? " (longest sequence first)"
+          : fmt::format(", sequence {} (most headroom first)", run.training.seq_len));
   if (search.fits.empty()) return out + "no layout of these GPUs fits\n" + kSpeedNote;
   out += fmt::format("  {:>3} {:>3} {:>3} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n", "tp", "pp",
-                     "cp", "dp", "shard", "recompute", "needs", "headroom", "max batch");
+                     "cp", "dp", "shard", "recompute", "needs", "headroom",
+                     seq ? "max seq" : "max batch");
   for (std::size_t i = 0; i < search.fits.size() && i < shown; ++i) {
     const LayoutFit& f = search.fits[i];
     out += fmt::format("  {:>3} {:>3} {:>3} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n",
                        f.parallel.tensor, f.parallel.pipeline, f.parallel.context,
                        f.parallel.data_parallel, sharding_name(f.parallel),
                        recompute_name(f.recompute), format_bytes(f.need, unit),
-                       format_bytes(f.headroom, unit), f.largest_batch);
+                       format_bytes(f.headroom, unit), f.largest);
   }
   if (search.fits.size() > shown)
     out +=
@@ -154,6 +223,8 @@ std::string render_layouts_table(const RunSpec& run, const Budget& budget,
 
 std::string render_layouts_json(const RunSpec& run, const Budget& budget,
                                 const LayoutSearch& search) {
+  const char* largest_key =
+      search.target == FitTarget::seq_len ? "largest_seq_len" : "largest_micro_batch";
   ordered_json list = ordered_json::array();
   for (const LayoutFit& f : search.fits) {
     list.push_back({{"tensor_parallel", f.parallel.tensor},
@@ -166,11 +237,14 @@ std::string render_layouts_json(const RunSpec& run, const Budget& budget,
                     {"recompute", recompute_name(f.recompute)},
                     {"need_bytes", f.need},
                     {"headroom_bytes", f.headroom},
-                    {"largest_micro_batch", f.largest_batch}});
+                    {largest_key, f.largest}});
   }
   ordered_json j = {{"schema_version", kJsonSchemaVersion},
                     {"model", run.model.name},
                     {"gpus", search.gpus},
+                    {"target", target_key(search.target)},
+                    {"limit", search.limit},
+                    {"fixed", fixed_json(search.fixed)},
                     {"micro_batch", run.training.micro_batch},
                     {"seq_len", run.training.seq_len},
                     {"usable_bytes", budget.usable()},

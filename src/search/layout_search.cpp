@@ -6,15 +6,20 @@
 #include <memest/error.hpp>
 #include <memest/search.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
+#include <string>
+#include <utility>
 
 namespace memest {
 namespace {
 
 using u64 = std::uint64_t;
 
-std::vector<u64> divisors_up_to(u64 n, u64 most) {
+std::vector<u64> divisors_up_to(u64 n, u64 most, const std::optional<u64>& fixed) {
+  if (fixed) return n % *fixed == 0 ? std::vector<u64>{*fixed} : std::vector<u64>{};
   std::vector<u64> out;
   for (u64 d = 1; d <= n && d <= most; ++d) {
     if (n % d == 0) out.push_back(d);
@@ -22,18 +27,47 @@ std::vector<u64> divisors_up_to(u64 n, u64 most) {
   return out;
 }
 
+bool power_of_two(u64 n) { return (n & (n - 1)) == 0; }
+
+// What the user fixed must make `gpus` devices: each size divides them, and their product too
+// (all four given: equals them).
+void check_fixed(const LayoutConstraints& fixed, u64 gpus) {
+  const std::pair<const char*, std::optional<u64>> sizes[] = {{"--tp", fixed.tensor},
+                                                              {"--pp", fixed.pipeline},
+                                                              {"--cp", fixed.context},
+                                                              {"--dp", fixed.data_parallel}};
+  u64 product = 1;
+  std::string flags;
+  int count = 0;
+  for (const auto& [flag, size] : sizes) {
+    if (!size) continue;
+    product *= *size;
+    flags += fmt::format("{}{} {}", flags.empty() ? "" : " x ", flag, *size);
+    ++count;
+    if (product > gpus || gpus % product != 0 || (count == 4 && product != gpus)) {
+      throw Error(
+          fmt::format("{}: {} cannot make the {} GPUs of --gpus (the sizes multiply to "
+                      "the GPU count)",
+                      flag, flags, gpus));
+    }
+  }
+}
+
 // The parallel specs of `gpus` devices the model can take (check_layout accepts them).
-std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus) {
+std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus,
+                                            const LayoutConstraints& fixed) {
   constexpr u64 kNode = 8;  // tensor and context parallelism stay inside a node
   std::vector<ParallelSpec> out;
-  for (u64 tp : divisors_up_to(gpus, kNode)) {
-    if ((tp & (tp - 1)) != 0) continue;
-    for (u64 pp : divisors_up_to(gpus / tp, gpus)) {
-      for (u64 cp : divisors_up_to(gpus / tp / pp, kNode)) {
-        if ((cp & (cp - 1)) != 0) continue;
+  for (u64 tp : divisors_up_to(gpus, kNode, fixed.tensor)) {
+    if (!power_of_two(tp) && !fixed.tensor) continue;
+    for (u64 pp : divisors_up_to(gpus / tp, gpus, fixed.pipeline)) {
+      for (u64 cp : divisors_up_to(gpus / tp / pp, kNode, fixed.context)) {
+        if (!power_of_two(cp) && !fixed.context) continue;
         if (cp > 1 && run.training.attention == Attention::eager) continue;
         const u64 dp = gpus / tp / pp / cp;
+        if (fixed.data_parallel && dp != *fixed.data_parallel) continue;
         for (unsigned zero = 0; zero <= (dp > 1 ? 3U : 0U); ++zero) {
+          if (fixed.zero_stage && dp > 1 && zero != *fixed.zero_stage) continue;
           ParallelSpec p = run.parallel;
           p.tensor = tp;
           p.sequence = run.parallel.sequence && tp > 1;
@@ -51,16 +85,16 @@ std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus) {
   return out;
 }
 
-// The layout (one check_layout accepts) at the run's micro-batch, and the largest micro-batch
-// it allows; nothing when it does not fit.
-std::optional<LayoutFit> try_layout(const RunSpec& run, const Budget& budget, u64 max_batch,
-                                    NeedCache& need_of) {
+// The layout (one check_layout accepts) at the run's micro-batch and sequence, and the largest
+// value of the target it allows; nothing when it does not fit.
+std::optional<LayoutFit> try_layout(const RunSpec& run, const Budget& budget, FitTarget target,
+                                    u64 max, NeedCache& need_of) {
   try {
     const u64 need = need_of(run);
     if (need > budget.usable()) return std::nullopt;
     LayoutFit f{run.parallel, run.training.recompute, need, budget.usable() - need, 0};
-    const FitResult best = fit_largest(run, budget, FitTarget::micro_batch, max_batch, need_of);
-    f.largest_batch = best.best.value_or(0);
+    const FitResult best = fit_largest(run, budget, target, max, need_of);
+    f.largest = best.best.value_or(0);
     return f;
   } catch (const Error&) {
     return std::nullopt;  // a size past 2^64
@@ -69,17 +103,27 @@ std::optional<LayoutFit> try_layout(const RunSpec& run, const Budget& budget, u6
 
 }  // namespace
 
-LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, u64 gpus, u64 max_batch) {
+LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, u64 gpus, u64 max,
+                         FitTarget target, const LayoutConstraints& fixed) {
+  check_fixed(fixed, gpus);
   LayoutSearch r;
   r.gpus = gpus;
+  r.target = target;
+  r.fixed = fixed;
   RunSpec point = run;
   if (point.training.micro_batch == 0) point.training.micro_batch = 1;
-  if (point.training.seq_len == 0) point.training.seq_len = kFitDefaultSeq;
+  if (point.training.seq_len == 0)
+    point.training.seq_len = target == FitTarget::seq_len ? 1 : kFitDefaultSeq;
+  const auto& arch = run.model.arch;  // as fit_largest: a learned position table stops the search
+  r.limit = target == FitTarget::seq_len && arch && arch->max_seq_len > 0
+                ? std::min(max, arch->max_seq_len)
+                : max;
   NeedCache need;
   constexpr std::array<Recompute, 3> kRecompute = {Recompute::none, Recompute::selective,
                                                    Recompute::full};
-  for (const ParallelSpec& p : candidate_layouts(run, gpus)) {
+  for (const ParallelSpec& p : candidate_layouts(run, gpus, fixed)) {
     for (Recompute rc : kRecompute) {
+      if (fixed.recompute && rc != *fixed.recompute) continue;
       point.parallel = p;
       point.training.recompute = rc;
       try {
@@ -88,11 +132,13 @@ LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, u64 gpus, u64
         continue;
       }
       ++r.tried;
-      if (auto f = try_layout(point, budget, max_batch, need)) r.fits.push_back(*f);
+      if (auto f = try_layout(point, budget, target, max, need)) r.fits.push_back(*f);
     }
   }
-  std::stable_sort(r.fits.begin(), r.fits.end(),
-                   [](const LayoutFit& a, const LayoutFit& b) { return a.headroom > b.headroom; });
+  std::stable_sort(r.fits.begin(), r.fits.end(), [&](const LayoutFit& a, const LayoutFit& b) {
+    if (target == FitTarget::seq_len && a.largest != b.largest) return a.largest > b.largest;
+    return a.headroom > b.headroom;
+  });
   return r;
 }
 

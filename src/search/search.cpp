@@ -3,6 +3,7 @@
 #include <memest/activation.hpp>
 #include <memest/check.hpp>
 #include <memest/error.hpp>
+#include <memest/gpu_support.hpp>
 #include <memest/peak.hpp>
 #include <memest/search.hpp>
 
@@ -10,7 +11,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 namespace memest {
 namespace {
@@ -116,12 +120,14 @@ struct Move {
   std::string change;
   int group = 0;
   std::function<void(RunSpec&)> apply;
+  bool more_gpus = false;
 };
 
 enum Group : int {
   kPrecision,
   kOptimizer,
   kImpl,
+  kPaged,
   kParallel,
   kOffload,
   kRecompute,
@@ -130,16 +136,90 @@ enum Group : int {
   kAdapters
 };
 
-void precision_moves(const RunSpec& run, std::vector<Move>& out) {
-  for (const char* policy : {"bf16", "mixed-bf16", "amp-bf16"}) {
+// The fp16 twin of a bf16 precision preset, for a GPU without bf16.
+std::string_view fp16_twin(std::string_view policy) {
+  if (policy == "bf16") return "fp16";
+  if (policy == "mixed-bf16") return "mixed";
+  if (policy == "amp-bf16") return "amp";
+  if (policy == "mixed-bf16-fp32grad") return "mixed-fp32grad";
+  return "";
+}
+
+// Every `from` dtype of a policy made `to`.
+void replace_dtype(PrecisionPolicy& p, std::initializer_list<Dtype> from, Dtype to) {
+  const auto swap = [&](Dtype& d) {
+    if (std::find(from.begin(), from.end(), d) != from.end()) d = to;
+  };
+  for (Dtype* d : {&p.param, &p.grad, &p.state, &p.activation}) swap(*d);
+  for (auto* d : {&p.working, &p.master, &p.grad_accum}) {
+    if (*d) swap(**d);
+  }
+}
+
+// The changes a run needs before it runs on the budget's GPU at all (bf16 or fp8 the GPU lacks,
+// FlashAttention before sm 80): every remedy makes them too.
+std::vector<Move> runnable_moves(const RunSpec& run, const Budget& budget) {
+  std::vector<Move> out;
+  const Gpu* gpu = budget_gpu(budget);
+  if (!gpu || unsupported_features(run, budget).empty()) return out;
+  const std::string_view twin = fp16_twin(run.precision.name);
+  if (!gpu_support(*gpu).bf16) {
+    RunSpec probe = run;
+    probe.training.attention = Attention::sdpa;
+    replace_dtype(probe.precision, {Dtype::fp8_e4m3, Dtype::fp8_e5m2}, Dtype::fp16);
+    if (!unsupported_features(probe, budget).empty()) {
+      out.push_back({twin.empty() ? fmt::format("fp16 for bf16, which {} lacks", gpu->name)
+                                  : fmt::format("fp16 for bf16, which {} lacks (--precision {})",
+                                                gpu->name, twin),
+                     kPrecision, [twin](RunSpec& r) {
+                       if (!twin.empty()) r.precision = precision_preset(twin);
+                       replace_dtype(r.precision, {Dtype::bf16}, Dtype::fp16);
+                     }});
+    }
+  }
+  if (!gpu_support(*gpu).fp8) {
+    const Dtype to = gpu_support(*gpu).bf16 ? Dtype::bf16 : Dtype::fp16;
+    RunSpec probe = run;
+    replace_dtype(probe.precision, {Dtype::fp8_e4m3, Dtype::fp8_e5m2}, to);
+    if (!(probe.precision == run.precision)) {
+      out.push_back({fmt::format("{} for fp8, which {} lacks", dtype_name(to), gpu->name), kImpl,
+                     [to](RunSpec& r) {
+                       replace_dtype(r.precision, {Dtype::fp8_e4m3, Dtype::fp8_e5m2}, to);
+                     }});
+    }
+  }
+  if (!gpu_support(*gpu).flash_attention && run.training.attention == Attention::flash) {
+    out.push_back({fmt::format("PyTorch's memory-efficient attention for FlashAttention, which {} "
+                               "lacks (--attention sdpa)",
+                               gpu->name),
+                   kAttention, [](RunSpec& r) { r.training.attention = Attention::sdpa; }});
+  }
+  return out;
+}
+
+void precision_moves(const RunSpec& run, const Gpu* gpu, std::vector<Move>& out) {
+  const bool bf16 = !gpu || gpu_support(*gpu).bf16;
+  for (const char* bf : {"bf16", "mixed-bf16", "amp-bf16"}) {
+    const std::string policy(bf16 ? std::string_view(bf) : fp16_twin(bf));
     if (run.precision.name == policy) continue;
     out.push_back({fmt::format("precision {} (--precision {})", policy, policy), kPrecision,
                    [policy](RunSpec& r) { r.precision = precision_preset(policy); }});
   }
-  if (run.optimizer.kind == OptimizerKind::adam || run.optimizer.kind == OptimizerKind::adamw) {
+  const auto kind = run.optimizer.kind;
+  if (kind == OptimizerKind::adam || kind == OptimizerKind::adamw) {
     out.push_back({"8-bit Adam states (--optimizer adam8bit)", kOptimizer, [](RunSpec& r) {
                      r.optimizer = OptimizerSpec{};
                      r.optimizer.kind = OptimizerKind::adam8bit;
+                   }});
+  }
+  const bool pages = kind == OptimizerKind::adam || kind == OptimizerKind::adamw ||
+                     kind == OptimizerKind::adam8bit || kind == OptimizerKind::lion;
+  if (pages && !run.optimizer.paged && !run.parallel.offload_optimizer) {
+    out.push_back({"paged optimizer states in CUDA unified memory (--paged-optimizer)", kPaged,
+                   [](RunSpec& r) {
+                     r.optimizer.paged = true;  // bitsandbytes' 32-bit optimizers: fp32 states
+                     if (r.optimizer.kind != OptimizerKind::adam8bit)
+                       r.precision.state = Dtype::fp32;
                    }});
   }
   if (run.optimizer.impl != OptimizerImpl::fused) {
@@ -162,27 +242,32 @@ void parallel_moves(const RunSpec& run, std::vector<Move>& out) {
   for (std::uint64_t n : {dp * 2, dp * 4, dp * 8}) {
     if (n < 2 || n > 1024) continue;
     out.push_back({fmt::format("{} GPUs with ZeRO-3 / FSDP full sharding (--dp {} --zero 3)", n, n),
-                   kParallel, [n](RunSpec& r) {
+                   kParallel,
+                   [n](RunSpec& r) {
                      r.parallel.data_parallel = n;
                      r.parallel.zero_stage = 3;
-                   }});
+                   },
+                   true});
   }
-  if (!run.parallel.offload_optimizer && run.precision.master) {
+  if (!run.parallel.offload_optimizer && run.precision.master && !run.optimizer.paged) {
     out.push_back({"master weights and optimizer states in host memory (--offload optimizer)",
                    kOffload, [](RunSpec& r) { r.parallel.offload_optimizer = true; }});
   }
 }
 
-void training_moves(const RunSpec& run, std::vector<Move>& out) {
+void training_moves(const RunSpec& run, const Gpu* gpu, std::vector<Move>& out) {
   const bool has_batch = run.training.micro_batch > 0 && run.training.seq_len > 0;
   if (!has_batch) return;
   if (run.training.recompute != Recompute::full) {
     out.push_back({"full activation recompute (--recompute full)", kRecompute,
                    [](RunSpec& r) { r.training.recompute = Recompute::full; }});
   }
-  if (run.training.attention != Attention::flash) {
+  if (run.training.attention != Attention::flash && (!gpu || gpu_support(*gpu).flash_attention)) {
     out.push_back({"flash attention (--attention flash)", kAttention,
                    [](RunSpec& r) { r.training.attention = Attention::flash; }});
+  } else if (run.training.attention == Attention::eager) {
+    out.push_back({"PyTorch's memory-efficient attention (--attention sdpa)", kAttention,
+                   [](RunSpec& r) { r.training.attention = Attention::sdpa; }});
   }
   if (run.training.micro_batch > 1) {
     const std::uint64_t b = run.training.micro_batch / 2, a = run.training.grad_accum * 2;
@@ -196,10 +281,25 @@ void training_moves(const RunSpec& run, std::vector<Move>& out) {
   }
 }
 
+bool has_adapters(const Inventory& inventory) {
+  return std::any_of(inventory.groups.begin(), inventory.groups.end(),
+                     [](const TensorGroup& g) { return g.role == Role::adapter; });
+}
+
+bool has_nf4(const Inventory& inventory) {
+  return std::any_of(inventory.groups.begin(), inventory.groups.end(),
+                     [](const TensorGroup& g) { return g.storage == Dtype::nf4; });
+}
+
 void adapter_moves(const RunSpec& run, std::vector<Move>& out) {
-  const bool base_trains =
-      trainable_count(run.model.inventory) == parameter_count(run.model.inventory);
-  if (!run.model.arch || !base_trains) return;
+  if (!run.model.arch) return;
+  const Inventory& inv = run.model.inventory;
+  if (has_adapters(inv) && !has_nf4(inv)) {  // LoRA already: its base in 4 bits is QLoRA
+    out.push_back({"QLoRA: the frozen base in nf4 under the same adapters (--qlora --double-quant)",
+                   kAdapters, [](RunSpec& r) { quantize_frozen_base(r.model, true); }});
+    return;
+  }
+  if (trainable_count(inv) != parameter_count(inv)) return;
   for (bool q : {false, true}) {
     out.push_back({q ? "QLoRA: nf4 base, rank-16 adapters (--lora-rank 16 --lora-targets "
                        "all-linear --qlora --double-quant)"
@@ -221,59 +321,80 @@ std::optional<std::uint64_t> try_need(const RunSpec& r, NeedCache& need) {
   }
 }
 
-}  // namespace
-
-std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
-  std::vector<Move> moves;
-  precision_moves(run, moves);
-  parallel_moves(run, moves);
-  training_moves(run, moves);
-  adapter_moves(run, moves);
-  NeedCache need;
-  const std::uint64_t before = need(run);
-  std::vector<Remedy> out;
-  std::vector<std::vector<std::size_t>> fitting;  // the change sets that fit, to keep them minimal
-  auto consider = [&](const std::vector<std::size_t>& set) {
-    for (const auto& f : fitting) {  // a set with a fitting subset adds nothing
-      if (std::includes(set.begin(), set.end(), f.begin(), f.end())) return;
-    }
-    RunSpec r = run;
-    std::vector<std::string> names;
-    for (std::size_t i : set) {
-      moves[i].apply(r);
-      names.push_back(moves[i].change);
-    }
-    const auto n = try_need(r, need);
-    if (!n || *n >= before) return;
-    const bool fits = *n <= budget.usable();
-    if (set.size() > 1 && !fits) return;  // combinations are shown only when they fit
-    if (fits) fitting.push_back(set);
-    out.push_back({fmt::format("{}", fmt::join(names, " + ")), std::move(r), *n, fits, set.size()});
-  };
-  // Single changes, then pairs and triples of changes from different groups.
+// Each set of changes from different groups, single changes first, then pairs, then triples.
+template <typename Visit>
+void each_change_set(const std::vector<Move>& moves, Visit&& visit) {
   const std::size_t m = moves.size();
-  for (std::size_t i = 0; i < m; ++i) consider({i});
+  const auto distinct = [&](std::initializer_list<std::size_t> set) {
+    for (std::size_t a : set) {
+      for (std::size_t b : set) {
+        if (a < b && moves[a].group == moves[b].group) return false;
+      }
+    }
+    return true;
+  };
+  for (std::size_t i = 0; i < m; ++i) visit({i});
   for (std::size_t i = 0; i < m; ++i) {
     for (std::size_t j = i + 1; j < m; ++j) {
-      if (moves[i].group == moves[j].group) continue;
-      consider({i, j});
+      if (distinct({i, j})) visit({i, j});
     }
   }
   for (std::size_t i = 0; i < m; ++i) {
     for (std::size_t j = i + 1; j < m; ++j) {
       for (std::size_t k = j + 1; k < m; ++k) {
-        const int gi = moves[i].group, gj = moves[j].group, gk = moves[k].group;
-        if (gi == gj || gi == gk || gj == gk) continue;
-        consider({i, j, k});
+        if (distinct({i, j, k})) visit({i, j, k});
       }
     }
   }
-  // What fits first, the fewest changes first; then by need.
-  std::stable_sort(out.begin(), out.end(), [](const Remedy& a, const Remedy& b) {
-    if (a.fits != b.fits) return a.fits;
-    if (a.fits && a.changes != b.changes) return a.changes < b.changes;
-    return a.need < b.need;
+}
+
+// What fits first; of those, what keeps to the GPUs given first, then the fewest changes; then
+// by need, smallest first.
+bool ranks_before(const Remedy& a, const Remedy& b) {
+  if (a.fits != b.fits) return a.fits;
+  if (a.fits && a.more_gpus != b.more_gpus) return !a.more_gpus;
+  if (a.fits && a.changes != b.changes) return a.changes < b.changes;
+  return a.need < b.need;
+}
+
+}  // namespace
+
+std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
+  const std::vector<Move> forced = runnable_moves(run, budget);
+  RunSpec base = run;  // what runs on this GPU at all
+  for (const Move& f : forced) f.apply(base);
+  const Gpu* gpu = budget_gpu(budget);
+  std::vector<Move> moves;
+  precision_moves(base, gpu, moves);
+  parallel_moves(base, moves);
+  training_moves(base, gpu, moves);
+  adapter_moves(base, moves);
+  NeedCache need;
+  const std::uint64_t before = need(run);
+  std::vector<Remedy> out;
+  std::vector<std::vector<std::size_t>> fitting;  // the change sets that fit, to keep them minimal
+  each_change_set(moves, [&](const std::vector<std::size_t>& set) {
+    for (const auto& f : fitting) {  // a set with a fitting subset adds nothing
+      if (std::includes(set.begin(), set.end(), f.begin(), f.end())) return;
+    }
+    RunSpec r = base;
+    std::vector<std::string> names;
+    bool more_gpus = false;
+    for (const Move& f : forced) names.push_back(f.change);
+    for (std::size_t i : set) {
+      moves[i].apply(r);
+      names.push_back(moves[i].change);
+      more_gpus = more_gpus || moves[i].more_gpus;
+    }
+    const auto n = try_need(r, need);
+    if (!n || *n >= before || !unsupported_features(r, budget).empty()) return;
+    const bool fits = *n <= budget.usable();
+    if (set.size() > 1 && !fits) return;  // combinations are shown only when they fit
+    if (fits) fitting.push_back(set);
+    out.push_back({fmt::format("{}", fmt::join(names, " + ")), std::move(r), *n, fits,
+                   set.size() + forced.size(), more_gpus});
   });
+  std::stable_sort(out.begin(), out.end(), ranks_before);
   return out;
 }
 
