@@ -102,6 +102,11 @@ TEST_CASE("bad --versions is one line naming the flag, the value and what is acc
         "memest: error: --versions: \"{\"torch\": 2}\" is not a JSON object of versions "
         "(expected PACKAGE=VERSION, comma-separated, as torch=2.4,transformers=4.46, or "
         "{\"torch\": \"2.4\"})\n");
+  const auto alone = run_cli({"--model", "gpt2", "--versions", "torch=1.10"});
+  CHECK(alone.code == 2);
+  CHECK(alone.err ==
+        "memest: error: --versions needs --stack (the versions decide which of a "
+        "stack's defaults apply)\n");
   // The web form gives the run-config object as JSON text.
   const json j =
       run_json({"--model", "gpt2", "--stack", "hf", "--versions", R"({"torch": "1.10"})"});
