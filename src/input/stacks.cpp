@@ -99,7 +99,7 @@ std::vector<const StackDefault*> defaults_holding(const RunOptions& options,
   return out;
 }
 
-// "torch 1.10 (below 1.11)", or "torch not given, so its newest".
+// "torch 1.10 (below 1.11)", or "torch not in --versions, so its newest release".
 std::string version_said(const VersionRange& range, const Versions& versions) {
   const auto it = versions.find(range.package);
   if (it == versions.end())
