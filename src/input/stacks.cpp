@@ -69,20 +69,32 @@ bool in_range(const VersionRange& range, const Versions& versions) {
   return range.below.empty() || v < *parse_version(range.below);
 }
 
-// Whether the run gives every option of `needs` ("--fsdp,--grad-accum"), a count as more than 1.
+// Whether the run gives every option of `needs` ("--fsdp,--grad-accum").
 bool gives_all(const RunOptions& options, std::string_view needs) {
   while (!needs.empty()) {
     const auto comma = needs.find(',');
     const RunOptionInfo& info = run_option(needs.substr(0, comma));
     if (!given(options, info)) return false;
-    if (info.kind == ValueKind::count && (options.*info.text)->value == "1") return false;
+    // A count whose default is 1 (--grad-accum, --dp) given as 1 is as if not given.
+    if (info.kind == ValueKind::count && info.fallback.value == "1" &&
+        (options.*info.text)->value == "1")
+      return false;
     needs = comma == std::string_view::npos ? std::string_view() : needs.substr(comma + 1);
   }
   return true;
 }
 
+// Whether the default breaks none of the rules between options (option_rules.cpp) with the run's
+// own: use_orig_params is FSDP1's, so LitGPT's does not meet --fsdp-version 2, and the stack's
+// way of loading the model gives way to the run's.
+bool keeps_rules(const StackDefault& d, const RunOptions& options) {
+  RunOptions probe = options;
+  set_default(probe, d, "");
+  return applies(probe, run_option(d.flag));
+}
+
 bool holds(const StackDefault& d, const RunOptions& options, const Versions& versions) {
-  if (!gives_all(options, d.needs)) return false;
+  if (!gives_all(options, d.needs) || !keeps_rules(d, options)) return false;
   if (!d.model.empty() &&
       !(options.model && lowercase(options.model->value).find(d.model) != std::string::npos))
     return false;
