@@ -83,7 +83,13 @@ VALUES = {
     "--attention": lambda r: r.choice(["eager", "sdpa", "flash"]),
     "--recompute": lambda r: r.choice(["none", "selective", "full", "op"]),
     "--compile": None,
-    "--stack": lambda r: r.choice(["hf", "torchtune", "litgpt", "torchtitan", "megatron"]),
+    "--stack": lambda r: r.choice(["hf", "torchtune", "litgpt", "torchtitan", "megatron",
+                                   "fsdp-qlora"]),
+    "--versions": lambda r: r.choice(["torch=1.10,transformers=4.16", "torch=1.13", "torch=2.4",
+                                      "transformers=4.31", "transformers=4.44,bitsandbytes=0.43.1",
+                                      "torchtune=0.1,torchao=0.1", "torchtune=0.2",
+                                      "bitsandbytes=0.41.1,lightning=2.1.0rc0", "torch=1.x",
+                                      "pytorch=2.4"]),
     "--transformer-impl": lambda r: r.choice(["local", "transformer_engine"]),
     "--loss": lambda r: r.choice(["hf", "vocab-parallel", "chunked", "chunked-tokens",
                                   "hf-upcast"]),
@@ -127,7 +133,8 @@ VALUES = {
 # Options that make more runs valid when drawn together.
 GROUPS = [["--dp", "--zero"], ["--dp", "--fsdp"], ["--lora-rank", "--qlora"],
           ["--lora-rank", "--qlora", "--qlora-init"], ["--dp", "--fsdp", "--fsdp-version"],
-          ["--tp", "--sp"], ["--pp", "--microbatches"], ["--stack"], ["--allocator", "--gpu"],
+          ["--tp", "--sp"], ["--pp", "--microbatches"], ["--stack"], ["--stack", "--versions"],
+          ["--allocator", "--gpu"],
           ["--dp", "--distributed-optimizer"], ["--loss", "--loss-chunk"]]
 MODEL_FLAGS = ["--params", "--model", "--config", "--architecture"]
 
@@ -140,7 +147,7 @@ NEEDS = {"--lora-targets": "--lora-rank", "--lora-dropout": "--lora-rank", "--ql
          "--fsdp-reduce-dtype": "--fsdp", "--fsdp-orig-params": "--fsdp",
          "--fsdp-no-sync": "--fsdp", "--fsdp-sync-module-states": "--fsdp",
          "--loss-chunk": "--loss", "--sp": "--tp", "--vpp": "--pp", "--microbatches": "--pp",
-         "--reserve": "--gpu"}
+         "--reserve": "--gpu", "--versions": "--stack"}
 OPTIMIZER_FLAGS = {"--nesterov": "sgd-momentum", "--amsgrad": "adamw",
                    "--rmsprop-momentum": "rmsprop", "--centered": "rmsprop",
                    "--first-moment": "adafactor"}

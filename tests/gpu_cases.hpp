@@ -25,13 +25,13 @@ struct Run {
   std::string metric;             ///< the case's own words for what it measured
 };
 
-/// The runs of `root`/tests/data/gpu, each joined with its measured case.
-inline std::vector<Run> load_runs(const std::string& root) {
+/// The runs of `root`/tests/data/gpu/`file`, each joined with its measured case.
+inline std::vector<Run> load_runs(const std::string& root, const std::string& file = "runs.jsonl") {
   std::map<std::string, json> cases;
   for (const auto& c : truth::load_cases(root + "/tests/data/gpu/cases.jsonl"))
     cases[c["id"].get<std::string>()] = c;
   std::vector<Run> runs;
-  for (const auto& r : truth::load_cases(root + "/tests/data/gpu/runs.jsonl")) {
+  for (const auto& r : truth::load_cases(root + "/tests/data/gpu/" + file)) {
     Run run{r["id"], r["args"], r["reads"], r["held"].get<double>(), 0, ""};
     const json& m = cases.at(run.id)["measured"];
     run.measured = m["bytes"].get<std::uint64_t>();

@@ -23,6 +23,9 @@ std::vector<std::string> spelled_out(const memest::StackPreset& s, Adapters a) {
   for (const auto& d : s.defaults) {
     if (d.needs == "--lora-rank" && a == Adapters::none) continue;
     if (d.needs == "--qlora" && a != Adapters::qlora) continue;
+    if (d.needs.starts_with("--fsdp")) continue;  // the runs below are on one device
+    // No --versions: each package at its newest; llama-3.2-1b is no Llama-2.
+    if (!d.versions.below.empty() || !d.model.empty()) continue;
     out.emplace_back(d.flag);
     if (d.value != "on") out.emplace_back(d.value);
   }
@@ -50,6 +53,9 @@ TEST_CASE("a stack gives the estimate its defaults spelled out as flags give", "
       CHECK(a["run"]["training"]["stack"] == s.name);
       a["inputs"]["training"].erase("stack");
       a["run"]["training"]["stack"] = nullptr;
+      // The defaults a version decided are said as assumptions: the flags typed are not.
+      auto& said = a["assumptions"];
+      while (!said.empty() && said[0].get<std::string>().starts_with("--")) said.erase(0);
       CHECK(a == b);
     }
   }
@@ -80,7 +86,7 @@ TEST_CASE("an unknown stack is one line naming the flag and the stacks there are
   CHECK(r.code == 2);
   CHECK(r.err ==
         "memest: error: --stack: unknown stack \"deepspeed\" (expected one of: hf, torchtune, "
-        "litgpt, torchtitan, megatron)\n");
+        "litgpt, torchtitan, megatron, fsdp-qlora)\n");
 }
 
 TEST_CASE("docs/stacks.md lists every default of every stack with its source", "[stacks]") {

@@ -47,7 +47,7 @@ struct RunOptions {
       grad_accum_dtype;
   // training
   TextSetting batch, seq, grad_accum, attention, recompute, dropout, zero_grad, device, allocator,
-      context_reserve, loss, loss_chunk, stack, transformer_impl;
+      context_reserve, loss, loss_chunk, stack, versions, transformer_impl;
   FlagSetting compile;              ///< torch.compile of each layer (docs/techniques.md)
   FlagSetting loop_keeps_output;    ///< the loop holds the model's output (docs/activations.md)
   FlagSetting softmax_keeps_input;  ///< PyTorch < 1.11's softmax backward (docs/activations.md)
@@ -74,6 +74,7 @@ enum class ValueKind {
   json,         ///< a JSON document (a config.json); in a run config an object
   path,         ///< a file; in a run config relative to the file
   name,         ///< a name, one of `choices` or another form the option looks up (a Hub id)
+  versions,     ///< package versions, torch=2.4,transformers=4.46; in a run config an object
 };
 
 /// The kind's name as the Python module's options() and docs/design.md write it ("count").

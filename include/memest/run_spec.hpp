@@ -149,6 +149,9 @@ struct TrainingSpec {
   ModelLoading model_loading = ModelLoading::none;
   ModelCode model_code = ModelCode::hf;
   std::string stack;  ///< the training stack whose defaults the run took (--stack); empty: none
+  /// The stack's defaults that a package version decided, one line each (the version, or that
+  /// the newest was taken, and the source): the estimate's first assumptions.
+  std::vector<std::string> stack_assumptions;
   /// The optimizer step fused into backward (torchtune optimizer_in_bwd, PyTorch's
   /// register_post_accumulate_grad_hook): each gradient is applied and freed as soon as it is
   /// accumulated; no gradient of the whole model exists (docs/techniques.md).

@@ -610,6 +610,7 @@ RunSpec resolve(const RunOptions& given) {
   if (run.optimizer.paged && run.optimizer.kind != OptimizerKind::adam8bit && !options.state_dtype)
     run.precision.state = Dtype::fp32;
   check_layout_where(run, options);
+  run.training.stack_assumptions = stack_assumptions(given);
   return run;
 }
 

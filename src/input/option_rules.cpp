@@ -237,6 +237,15 @@ std::vector<OptionRule> build_rules() {
        {},
        false,
        kLoadingAlias},
+      // Versions decide a stack's defaults; without a stack they would be silently unused.
+      {C::loading,
+       "--versions",
+       {},
+       needs,
+       {"--stack"},
+       {},
+       false,
+       "{where} needs --stack (the versions decide which of a stack's defaults apply)"},
   };
 }
 

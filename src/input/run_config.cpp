@@ -4,6 +4,7 @@
 #include "input/json_access.hpp"
 #include "input/model_loading.hpp"
 #include "input/stacks.hpp"
+#include "input/versions.hpp"
 
 #include <memest/error.hpp>
 #include <memest/run_config.hpp>
@@ -97,12 +98,22 @@ class Loader {
   // The value as its flag would take it, the JSON types checked by the option's kind.
   std::string text_of(const RunOptionInfo& info, const JsonValue& v) const {
     if (info.kind == ValueKind::json && v.json().is_object()) return v.json().dump();
+    if (info.kind == ValueKind::versions) return versions_text(v);
     std::string text = takes_number(info) ? v.as_text() : v.as_string();
     if (info.kind == ValueKind::path && !text.empty() &&
         std::filesystem::path(text).is_relative()) {
       text = (dir_ / text).lexically_normal().string();  // relative to the run config file
     }
     return text;
+  }
+
+  // {"torch": "1.10"} as --versions takes it: torch=1.10; each version a string.
+  static std::string versions_text(const JsonValue& v) {
+    const JsonObject object(v);
+    std::vector<std::string> items;
+    for (const auto& [package, version] : v.json().items())
+      items.push_back(package + "=" + object.at(package).as_string());
+    return fmt::format("{}", fmt::join(items, ","));
   }
 
   std::string source_;
@@ -152,6 +163,11 @@ nlohmann::ordered_json json_value(const RunOptionInfo& info, const std::string& 
       return v == "true";
     case ValueKind::json:
       return ordered_json::parse(v, nullptr, true, true);
+    case ValueKind::versions: {  // {"torch": "1.10"}, in the order given
+      ordered_json object = ordered_json::object();
+      for (const auto& [package, version] : parse_versions(v, "")) object[package] = version;
+      return object;
+    }
     case ValueKind::path:
       return std::filesystem::absolute(v).lexically_normal().string();
     default:

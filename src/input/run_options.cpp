@@ -3,6 +3,7 @@
 // loader, the schema, the Python keywords and the JSON echo are generated from; the rules between
 // options are in option_rules.cpp.
 #include "input/stack_presets.hpp"
+#include "input/versions.hpp"
 #include "model/adapters.hpp"
 
 #include <memest/error.hpp>
@@ -254,6 +255,12 @@ std::vector<RunOptionInfo> build_table() {
            "Training stack whose defaults the run takes (flags override them): " +
                names(stack_names()) + " (docs/stacks.md)",
            &R::stack, K::choice, off, stack_names),
+      text("--versions", "training", "versions", "LIST",
+           "Versions of the stack's packages, as PACKAGE=VERSION,...: " +
+               names(versioned_packages()) +
+               "; they decide the stack's defaults that changed over time (a package not given: "
+               "its newest behaviour; docs/stacks.md)",
+           &R::versions, K::versions, off),
       text("--transformer-impl", "training", "transformer_impl", "NAME",
            "Layers as Megatron-LM's --transformer-impl names them: local (PyTorch modules, the "
            "default) or transformer_engine (TE layers, which keep their own cuBLAS workspace: "
@@ -468,9 +475,9 @@ void merge(RunOptions& b, const RunOptions& o) {
 }
 
 std::string_view value_kind_name(ValueKind kind) {
-  static constexpr std::array<std::string_view, 10> kNames = {
-      "flag",   "count", "param_count", "size", "probability",
-      "choice", "list",  "json",        "path", "name"};
+  static constexpr std::array<std::string_view, 11> kNames = {
+      "flag", "count", "param_count", "size", "probability", "choice",
+      "list", "json",  "path",        "name", "versions"};
   return kNames[static_cast<std::size_t>(kind)];
 }
 

@@ -2,6 +2,7 @@
 // kind and names) so that the schema, the loader and the flags cannot disagree on which keys
 // exist and what they take.
 #include "input/hf_families.hpp"
+#include "input/versions.hpp"
 
 #include <memest/hf_config.hpp>
 #include <memest/run_config.hpp>
@@ -103,6 +104,13 @@ ordered_json architecture() {
           {"properties", {{"model_type", enum_of(std::move(types))}}}};
 }
 
+// --versions: an object of package names, each a version as a string ("1.10" is not 1.1).
+ordered_json versions_schema() {
+  return {{"type", "object"},
+          {"propertyNames", enum_of(names_of(versioned_packages()))},
+          {"additionalProperties", {{"type", "string"}, {"pattern", "^[0-9]+(\\.[0-9]+)*"}}}};
+}
+
 ordered_json value_schema(const RunOptionInfo& info) {
   switch (info.kind) {
     case ValueKind::flag:
@@ -119,6 +127,8 @@ ordered_json value_schema(const RunOptionInfo& info) {
       return list_schema(info);
     case ValueKind::json:
       return architecture();
+    case ValueKind::versions:
+      return versions_schema();
     case ValueKind::path:
       return {{"type", "string"}, {"minLength", 1}};
     case ValueKind::name:  // a name listed, or a Hub id ("org/name") looked up

@@ -9,13 +9,27 @@
 
 namespace memest {
 
+/// The versions of one package a default holds for, [from, below); an empty bound is open. A
+/// package the run's --versions does not name is at its newest release, so a default with a
+/// `below` bound does not hold for it.
+struct VersionRange {
+  std::string_view package;  ///< "torch"; empty: every version
+  std::string_view from;     ///< "2.0": this version and later
+  std::string_view below;    ///< "1.11": the versions before this one
+};
+
 /// One default a training stack applies, as the flag a user would type, with where in that
 /// project's code the default is set (docs/stacks.md quotes each line).
 struct StackDefault {
   std::string_view flag;    ///< "--attention"
   std::string_view value;   ///< "sdpa"; "on" for an on/off flag
   std::string_view source;  ///< "torchtune recipes/configs/... @1814feb17"
-  std::string_view needs;   ///< applied only when the run gives this option ("--lora-rank")
+  /// Applied only when the run gives these options ("--lora-rank"; "--fsdp,--grad-accum"), a
+  /// count whose default is 1 as more than 1. A default that would break a rule between options
+  /// (option_rules.cpp) with the run's own is not applied either.
+  std::string_view needs;
+  VersionRange versions{};   ///< applied only for these versions of a package
+  std::string_view model{};  ///< applied only to a --model whose name has this in it ("llama-2")
 };
 
 /// What a training stack does unless told otherwise: `--stack NAME` lays these defaults under

@@ -469,9 +469,8 @@ StageSummary summary_of(const RankSpec& r, const Estimate& e) {
   return s;
 }
 
-}  // namespace
-
-Estimate estimate(const RunSpec& run, const EstimateOptions& options) {
+// The run's estimate: its one device's, or that of the pipeline stage that needs the most.
+Estimate estimate_stages(const RunSpec& run, const EstimateOptions& options) {
   if (!run.parallel.splits_model() || run.rank.split()) return estimate_device(run, options);
   // One device per pipeline stage; the report is that of the stage that needs the most.
   std::vector<StageSummary> stages;
@@ -488,6 +487,15 @@ Estimate estimate(const RunSpec& run, const EstimateOptions& options) {
   Estimate out = std::move(*worst);
   out.stages = std::move(stages);
   for (auto& note : layout_notes(run)) out.assumptions.push_back(std::move(note));
+  return out;
+}
+
+}  // namespace
+
+Estimate estimate(const RunSpec& run, const EstimateOptions& options) {
+  Estimate out = estimate_stages(run, options);
+  const auto& stack = run.training.stack_assumptions;  // --stack's version rules, first
+  out.assumptions.insert(out.assumptions.begin(), stack.begin(), stack.end());
   return out;
 }
 
