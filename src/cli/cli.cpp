@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 namespace memest::cli {
@@ -152,7 +153,7 @@ ReportOptions report_options(const OutputFlags& f,
 
 // A plain-text report in Markdown: the table in a text block, every figure under its label.
 std::string as_markdown(const OutputFlags& flags, std::string text) {
-  return flags.format == "markdown" ? "```text\n" + text + "```\n" : text;
+  return flags.format == "markdown" ? "```text\n" + text + "```\n" : std::move(text);
 }
 
 // A run config (--file) with the flags laid over it.

@@ -759,6 +759,7 @@ CompareGrid compare_grid(const std::vector<RunSpec>& runs, const std::vector<Est
   CompareGrid g;
   const auto row = [&](std::string label, const auto& cell) {
     std::vector<std::string> cells;
+    cells.reserve(estimates.size());
     for (const auto& e : estimates) cells.push_back(cell(e));
     g.rows.emplace_back(std::move(label), std::move(cells));
   };

@@ -171,7 +171,8 @@ std::vector<std::pair<std::string, std::string>> fixed_flags(const LayoutConstra
 
 std::string fixed_line(const LayoutConstraints& c) {
   std::vector<std::string> items;
-  for (const auto& [flag, value] : fixed_flags(c)) items.push_back(flag + " " + value);
+  for (const auto& [flag, value] : fixed_flags(c))
+    items.push_back(fmt::format("{} {}", flag, value));
   if (items.empty()) return "";
   return fmt::format("fixed      {} (every layout keeps what was given)\n", fmt::join(items, ", "));
 }

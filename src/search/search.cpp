@@ -379,6 +379,7 @@ std::vector<Remedy> remedies(const RunSpec& run, const Budget& budget) {
     }
     RunSpec r = base;
     std::vector<std::string> names;
+    names.reserve(forced.size() + set.size());
     bool more_gpus = false;
     for (const Move& f : forced) names.push_back(f.change);
     for (std::size_t i : set) {
