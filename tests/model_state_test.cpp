@@ -125,7 +125,8 @@ TEST_CASE("each optimizer's step temporaries by implementation", "[model_state]"
 }
 
 TEST_CASE("optimizer options add temporaries", "[model_state]") {
-  const ParameterSums s = parameter_sums(small_llama(), two_layers());
+  const RunSpec run = small_llama();  // the sums point into its inventory
+  const ParameterSums s = parameter_sums(run, two_layers());
   OptimizerSpec rms = spec(OptimizerKind::rmsprop);
   rms.centered = true;  // grad_avg: a second group-wide intermediate
   CHECK(step_temporaries(rms, s, true, 4, 2) == 2 * 4 * 651'904);

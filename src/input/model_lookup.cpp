@@ -73,9 +73,10 @@ std::string closest_presets(std::string_view id) {
   std::string query(id.substr(id.find('/') + 1));
   std::transform(query.begin(), query.end(), query.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::vector<PresetInfo> presets = model_presets();  // `names` points into it
   std::vector<std::string_view> names;
   std::string_view longest;
-  for (const PresetInfo& p : model_presets()) {
+  for (const PresetInfo& p : presets) {
     names.push_back(p.name);
     const bool begins =
         query.starts_with(p.name) && (query.size() == p.name.size() || query[p.name.size()] == '-');
