@@ -41,6 +41,8 @@ TEST_CASE("fit --for seq with --gpus searches the sequence of each layout", "[se
   CHECK_THAT(table.out, Catch::Contains("max seq"));
   CHECK_THAT(table.out, !Catch::Contains("max batch"));
   CHECK_THAT(table.out, !Catch::Contains("sequence 2048"));
+  // Without --seq the needs and headroom columns are at sequence 1, and the table says so.
+  CHECK_THAT(table.out, Catch::Contains("needs and headroom at sequence 1)"));
   const auto j = run_json_answer(args);
   REQUIRE(j["target"] == "seq_len");
   REQUIRE(j["micro_batch"] == 2);

@@ -202,7 +202,8 @@ std::string render_layouts_table(const RunSpec& run, const Budget& budget,
       run.model.name, format_bytes(budget.usable(), unit), budget_label(budget, unit),
       fixed_line(search.fixed), search.fits.size(), search.tried, search.gpus,
       run.training.micro_batch,
-      seq ? " (longest sequence first)"
+      seq ? fmt::format(" (longest sequence first; needs and headroom at sequence {})",
+                        run.training.seq_len)
           : fmt::format(", sequence {} (most headroom first)", run.training.seq_len));
   if (search.fits.empty()) return out + "no layout of these GPUs fits\n" + kSpeedNote;
   out += fmt::format("  {:>3} {:>3} {:>3} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n", "tp", "pp",
