@@ -6,18 +6,9 @@
 
 using memest::test::run_cli;
 using memest::test::run_json;
+using memest::test::run_json_answer;
 
 namespace {
-
-// The CLI's JSON document for `args` (`--format json` is added), which must be answered: exit
-// 0, or 1 for a run over its budget.
-nlohmann::json run_json_answer(std::vector<std::string> args) {
-  args.insert(args.end(), {"--format", "json"});
-  const memest::test::CliResult r = memest::test::run_cli(args);
-  INFO(r.err);
-  REQUIRE((r.code == 0 || r.code == 1));
-  return nlohmann::json::parse(r.out);
-}
 
 // The bytes a plain estimate of `args` needs on one device, as its JSON says.
 std::uint64_t need_of(std::vector<std::string> args) {

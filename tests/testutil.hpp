@@ -105,6 +105,16 @@ inline nlohmann::json run_json(std::vector<std::string> args) {
   return nlohmann::json::parse(r.out);
 }
 
+/// The CLI's JSON document for `args` (`--format json` is added), which must be answered: exit
+/// 0, or 1 for a run over its budget.
+inline nlohmann::json run_json_answer(std::vector<std::string> args) {
+  args.insert(args.end(), {"--format", "json"});
+  const CliResult r = run_cli(args);
+  INFO(r.err);
+  REQUIRE((r.code == 0 || r.code == 1));
+  return nlohmann::json::parse(r.out);
+}
+
 /// A result reproduces itself: the run config the JSON document of `args` echoes as `inputs`,
 /// given back with --file, gives the same document (its `inputs` the same again) and exit code
 /// (0, or 1 over a budget); only the model's source may differ, as a path is written absolute.
