@@ -13,7 +13,7 @@ using namespace memest;
 
 namespace {
 
-std::uint64_t role_sum(const Inventory& inv, Role role) {
+std::uint64_t unquantised_role_sum(const Inventory& inv, Role role) {
   std::uint64_t n = 0;
   for (const auto& g : inv.groups) {
     if (g.role == role && !g.quant_state) n += g.elements();
@@ -66,7 +66,7 @@ TEST_CASE("LoRA adapters follow from rank and shapes", "[adapters]") {
   const std::uint64_t base = parameter_count(m.inventory);
   apply_lora(m, {rank, targets, false, false});
   CHECK(trainable_count(m.inventory) == trainable);
-  CHECK(role_sum(m.inventory, Role::adapter) == trainable);
+  CHECK(unquantised_role_sum(m.inventory, Role::adapter) == trainable);
   CHECK(parameter_count(m.inventory) == base + trainable);
   // Every adapter group is a matmul weight; the whole base is frozen.
   for (const auto& g : m.inventory.groups) {

@@ -17,7 +17,7 @@ using memest::test::run_of;
 
 namespace {
 constexpr std::uint64_t KiB = 1ULL << 10;
-constexpr std::uint64_t MiB = 1ULL << 20;
+using memest::test::MiB;
 // One Llama-2-7B layer's frozen weights in bf16: 4 x 4096^2 + 3 x 11008 x 4096 elements.
 constexpr std::uint64_t kLlama2LayerBf16 = 2 * (4 * 4096ULL * 4096 + 3 * 11008ULL * 4096);
 

@@ -3,6 +3,7 @@
 #include "replay/allocator_step.hpp"
 
 #include "step/step_build.hpp"
+#include "testutil.hpp"
 
 #include <memest/run_spec.hpp>
 
@@ -15,7 +16,7 @@ using namespace memest;
 
 namespace {
 
-constexpr std::uint64_t MiB = 1024 * 1024;
+using memest::test::MiB;
 
 // A run whose replay allocates nothing but the step's tensors (no cuBLAS or TE workspace).
 RunSpec bare_run() {

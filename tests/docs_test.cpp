@@ -12,7 +12,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kRoot = MEMEST_SOURCE_DIR;
+using memest::test::kRoot;
 
 std::string text(const std::string& rel) { return memest::test::read_file(kRoot + "/" + rel); }
 

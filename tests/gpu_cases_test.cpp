@@ -10,7 +10,7 @@
 using memest::test::read_file;
 
 namespace {
-const std::string kRoot = MEMEST_SOURCE_DIR;
+using memest::test::kRoot;
 }
 
 TEST_CASE("every published GPU run is within the bound it is held to", "[gpu]") {

@@ -17,22 +17,13 @@
 
 using memest::test::read_file;
 using memest::test::run_cli;
+using memest::test::TempDir;
 
 namespace {
 
 const std::string kDir = "tests/data/bad/hostile";
 
 std::ptrdiff_t count_lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
-
-// A folder of its own under the system's temporary directory, removed at the end of the test.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    path = std::filesystem::temp_directory_path() / fmt::format("memest-hostile-{}", getpid());
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
 
 }  // namespace
 
@@ -70,7 +61,7 @@ TEST_CASE("every hostile file gives its exit code and message", "[hostile]") {
 }
 
 TEST_CASE("a FIFO is refused, never waited on", "[hostile]") {
-  TempDir dir;
+  const TempDir dir("hostile");
   const std::string fifo = (dir.path / "config.json").string();
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   for (const char* flag : {"--config", "--file"}) {
@@ -83,7 +74,7 @@ TEST_CASE("a FIFO is refused, never waited on", "[hostile]") {
 }
 
 TEST_CASE("a file past the 16 MiB cap is refused unread", "[hostile]") {
-  TempDir dir;
+  const TempDir dir("hostile");
   const std::string big = (dir.path / "big.json").string();
   {
     std::ofstream out(big, std::ios::binary);
@@ -98,7 +89,7 @@ TEST_CASE("a file past the 16 MiB cap is refused unread", "[hostile]") {
 }
 
 TEST_CASE("a path that is not UTF-8 is written into JSON output as U+FFFD", "[hostile]") {
-  TempDir dir;
+  const TempDir dir("hostile");
   const auto folder = dir.path / "bad\xff";
   std::filesystem::create_directories(folder);
   std::filesystem::copy_file("configs/examples/gpt2-amp-t4.json", folder / "run.json");

@@ -18,21 +18,11 @@
 
 using namespace memest;
 using memest::test::run_cli;
+using memest::test::TempDir;
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh folder under the system's temporary directory, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / fmt::format("memest-{}-{}", name, ::getpid())) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 void write(const fs::path& file, const std::string& text) {
   fs::create_directories(file.parent_path());

@@ -11,6 +11,7 @@
 #include <algorithm>
 
 using namespace memest;
+using memest::test::moment;
 using memest::test::run_cli;
 using memest::test::run_of;
 
@@ -22,13 +23,6 @@ RunSpec llama1b(std::uint64_t b, std::uint64_t s) {
   RunSpec r = run_of("llama-3.2-1b", "bf16", b, s);
   r.training.attention = Attention::flash;
   return r;
-}
-
-const Moment& moment(const Peak& p, std::string_view name) {
-  for (const auto& m : p.moments) {
-    if (m.name == name) return m;
-  }
-  throw std::out_of_range(std::string(name));
 }
 
 std::uint64_t part(const Moment& m, Part p) { return m.parts[static_cast<std::size_t>(p)]; }

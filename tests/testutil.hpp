@@ -5,6 +5,7 @@
 #include <memest/estimate.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/model.hpp>
+#include <memest/peak.hpp>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -13,7 +14,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <unistd.h>
 #include <vector>
 
 namespace memest::test {
@@ -151,6 +155,34 @@ inline void expect_golden(const std::string& name, const std::string& actual) {
   }
   INFO("golden file " << path << " (MEMEST_UPDATE_GOLDEN=1 rewrites it)");
   REQUIRE(actual == read_file(path));
+}
+
+/// 2^20 bytes.
+inline constexpr std::uint64_t MiB = 1ULL << 20;
+
+/// The repository's root, for tests that read its docs and data.
+inline const std::string kRoot = MEMEST_SOURCE_DIR;
+
+/// A fresh folder under the system's temporary directory, removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() /
+             ("memest-" + name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+/// The moment of a peak's walk named `name` (throws when the walk has none).
+inline const Moment& moment(const Peak& p, std::string_view name) {
+  for (const auto& m : p.moments) {
+    if (m.name == name) return m;
+  }
+  throw std::out_of_range(std::string(name));
 }
 
 }  // namespace memest::test

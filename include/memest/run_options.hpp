@@ -126,6 +126,9 @@ bool takes_number(const RunOptionInfo& info);
 /// Whether the run gives the option: a valued one given, an on/off one given as on.
 bool given(const RunOptions& o, const RunOptionInfo& info);
 
+/// Whether the run states the option at all: a valued one given, an on/off one given on or off.
+bool stated(const RunOptions& o, const RunOptionInfo& info);
+
 /// The option's value as resolve() reads it: the given text (in its canonical name), else its
 /// constant default; "true"/"false" for an on/off option; nullopt when neither.
 std::optional<std::string> effective_value(const RunOptions& o, const RunOptionInfo& info);

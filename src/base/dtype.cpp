@@ -13,11 +13,11 @@
 namespace memest {
 namespace {
 
-constexpr std::array<std::string_view, 8> kNames = {"fp32",     "fp16", "bf16", "fp8_e4m3",
-                                                    "fp8_e5m2", "int8", "int4", "nf4"};
+constexpr std::array<std::string_view, 8> kDtypeNames = {"fp32",     "fp16", "bf16", "fp8_e4m3",
+                                                         "fp8_e5m2", "int8", "int4", "nf4"};
 constexpr std::array<unsigned, 8> kBits = {32, 16, 16, 8, 8, 8, 4, 4};
 
-constexpr std::array<std::pair<std::string_view, Dtype>, 5> kAliases = {{
+constexpr std::array<std::pair<std::string_view, Dtype>, 5> kDtypeAliases = {{
     {"float32", Dtype::fp32},
     {"float16", Dtype::fp16},
     {"bfloat16", Dtype::bf16},
@@ -39,12 +39,12 @@ std::uint64_t width(Dtype dtype) { return std::max<std::uint64_t>(1, bits(dtype)
 
 double bytes_per_element(Dtype dtype) { return bits(dtype) / 8.0; }
 
-std::string_view dtype_name(Dtype dtype) { return kNames[index(dtype)]; }
+std::string_view dtype_name(Dtype dtype) { return kDtypeNames[index(dtype)]; }
 
-std::span<const std::string_view> dtype_names() { return kNames; }
+std::span<const std::string_view> dtype_names() { return kDtypeNames; }
 
 Dtype parse_dtype(std::string_view text) {
-  return detail::parse_enum<Dtype>(kNames, text, "dtype", kAliases);
+  return detail::parse_enum<Dtype>(kDtypeNames, text, "dtype", kDtypeAliases);
 }
 
 }  // namespace memest

@@ -253,10 +253,6 @@ bool has(const std::vector<std::string_view>& names, std::string_view v) {
   return std::find(names.begin(), names.end(), v) != names.end();
 }
 
-bool present(const RunOptions& o, const RunOptionInfo& info) {
-  return info.text ? (o.*info.text).has_value() : (o.*info.boolean).has_value();
-}
-
 // Whether the rule restricts the run's value of its option: given (a flag on, or given at all
 // when `even_off`) with one of the rule's values.
 bool restricts(const RunOptions& o, const RunOptionInfo& self, const OptionRule& r) {
@@ -293,7 +289,7 @@ std::string message(const RunOptions& o, const RunOptionInfo& self, const Option
   } else {
     where = (o.*self.boolean)->where;
   }
-  const bool other_given = present(o, other);
+  const bool other_given = stated(o, other);
   const std::string other_where =
       other_given ? (other.text ? (o.*other.text)->where : (o.*other.boolean)->where) : other.flag;
   const std::string other_named =

@@ -450,6 +450,10 @@ bool given(const RunOptions& o, const RunOptionInfo& info) {
   return on && on->value;
 }
 
+bool stated(const RunOptions& o, const RunOptionInfo& info) {
+  return info.text ? (o.*info.text).has_value() : (o.*info.boolean).has_value();
+}
+
 std::optional<std::string> effective_value(const RunOptions& o, const RunOptionInfo& info) {
   if (info.boolean) {
     const auto& s = o.*info.boolean;

@@ -22,21 +22,17 @@ const StackPreset& stack_named(const Setting<std::string>& s) {
                           fmt::join(stack_names(), ", ")));
 }
 
-bool present(const RunOptions& o, const RunOptionInfo& info) {
-  return info.text ? (o.*info.text).has_value() : (o.*info.boolean).has_value();
-}
-
 // An option the user gave replaces the stack's value of every option that is another spelling
 // of it (--amp of --precision, --fused-optimizer of --optimizer-impl, --qlora-init of
 // --model-loading), and the reverse: a short flag does not conflict with the stack's default.
 void drop_spellings_of(const RunOptions& given_options, RunOptions& base) {
   for (const auto& info : run_option_table()) {
-    if (info.alias_of.empty() || !present(given_options, info)) continue;
+    if (info.alias_of.empty() || !stated(given_options, info)) continue;
     const RunOptionInfo& of = run_option(info.alias_of);
     if (of.text) (base.*of.text).reset();
   }
   for (const auto& info : run_option_table()) {
-    if (info.alias_of.empty() || !present(given_options, run_option(info.alias_of))) continue;
+    if (info.alias_of.empty() || !stated(given_options, run_option(info.alias_of))) continue;
     if (info.text) (base.*info.text).reset();
     if (info.boolean) (base.*info.boolean).reset();
   }
@@ -149,7 +145,7 @@ bool in_effect(const RunOptions& options, const RunOptions& merged, const StackD
   const std::string where = fmt::format("{} {} ({})", options.stack->where, stack.name, d.flag);
   if (info.text && merged.*info.text && (merged.*info.text)->where == where) return true;
   if (info.boolean && merged.*info.boolean && (merged.*info.boolean)->where == where) return true;
-  if (present(options, info))
+  if (stated(options, info))
     return effective_value(options, info) ==
            (info.boolean ? (d.value == "on" ? "true" : "false") : std::string(d.value));
   if (info.alias_of == "--model-loading" && options.model_loading)

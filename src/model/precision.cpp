@@ -10,7 +10,7 @@
 namespace memest {
 namespace {
 
-constexpr std::array<std::string_view, 9> kNames = {
+constexpr std::array<std::string_view, 9> kPolicyNames = {
     "fp32", "amp", "amp-bf16", "mixed", "mixed-bf16", "mixed-fp32grad", "mixed-bf16-fp32grad",
     "bf16", "fp16"};
 
@@ -35,7 +35,7 @@ PrecisionPolicy pure(std::string name, Dtype d, std::string_view summary) {
 
 }  // namespace
 
-std::span<const std::string_view> precision_names() { return kNames; }
+std::span<const std::string_view> precision_names() { return kPolicyNames; }
 
 PrecisionPolicy precision_preset(std::string_view name) {
   if (name == "fp32") return pure("fp32", Dtype::fp32, "everything in fp32");
@@ -69,7 +69,7 @@ PrecisionPolicy precision_preset(std::string_view name) {
   if (name == "bf16") return pure("bf16", Dtype::bf16, "pure bf16: model, grads, states in bf16");
   if (name == "fp16") return pure("fp16", Dtype::fp16, "pure fp16: model, grads, states in fp16");
   throw Error(fmt::format("unknown precision policy \"{}\" (expected one of: {})", name,
-                          fmt::join(kNames, ", ")));
+                          fmt::join(kPolicyNames, ", ")));
 }
 
 PrecisionPolicy apply_overrides(PrecisionPolicy policy, const PrecisionOverrides& o) {

@@ -29,7 +29,7 @@ constexpr u64 kBroadcastBucket = 250ULL << 20;
 /// The buckets c10d's broadcast_coalesced keeps in flight (max_in_flight).
 constexpr u64 kInFlight = 2;
 
-enum Slot : std::uint32_t { shard, flat, bucket_a, bucket_b, first_tensor };
+enum FsdpSlot : std::uint32_t { shard, flat, bucket_a, bucket_b, first_tensor };
 static_assert(shard == kFsdpShard);
 
 // The buckets' sizes: consecutive tensors, a bucket closing once it holds the limit.

@@ -21,7 +21,7 @@ constexpr u64 kChunk = 1ULL << 20;
 /// The 16 NF4 code values every element is compared with (quantize_tensor_nearest).
 constexpr u64 kCodes = 16;
 
-enum Slot : std::uint32_t {
+enum Nf4Slot : std::uint32_t {
   data,
   original,
   absmax,
@@ -46,8 +46,8 @@ static_assert(data == kNf4Data && original == kNf4Original && second_scaled < kN
 
 struct Sequence {
   std::vector<AllocEvent> events;
-  void alloc(Slot s, u64 bytes) { events.push_back({s, bytes}); }
-  void free(Slot s) { events.push_back({s, 0}); }
+  void alloc(Nf4Slot s, u64 bytes) { events.push_back({s, bytes}); }
+  void free(Nf4Slot s) { events.push_back({s, 0}); }
 };
 
 // quantize_tensor_nearest on `n` bf16 values: (value.unsqueeze(-1) - nf4) is n x 16 bf16,
@@ -122,20 +122,20 @@ std::vector<AllocEvent> nf4_quantisation(u64 n, QloraInit how) {
 std::vector<AllocEvent> nf4_dequantisation(u64 n) {
   Sequence s;
   const u64 half = (n + 1) / 2;
-  for (const Slot codes_of_half : {first_codes, second_codes}) {
+  for (const Nf4Slot codes_of_half : {first_codes, second_codes}) {
     s.alloc(nibbles, half);
     s.alloc(codes_of_half, 8 * half);
     s.free(nibbles);
   }
   s.alloc(first_values, 2 * half);
   s.alloc(second_values, 2 * half);
-  for (const Slot scaled_half : {first_scaled, second_scaled}) {
+  for (const Nf4Slot scaled_half : {first_scaled, second_scaled}) {
     s.alloc(repeated, 2 * half);
     s.alloc(scaled_half, 2 * half);
     s.free(repeated);
   }
   s.alloc(original, 2 * n);
-  for (const Slot local :
+  for (const Nf4Slot local :
        {first_codes, second_codes, first_values, second_values, first_scaled, second_scaled})
     s.free(local);
   return s.events;
