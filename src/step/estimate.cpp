@@ -18,7 +18,7 @@ namespace memest {
 namespace {
 
 std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
-  return detail::compiled_format(FMT_COMPILE("{} B x {} {}"), bytes_per_element(d),
+  return detail::compiled_format(FMT_COMPILE("{} B x {} {}"), bytes_per_element_text(d),
                                  format_count(elements), what);
 }
 
@@ -237,7 +237,7 @@ void technique_categories(const RunSpec& run, std::vector<Category>& cats, Estim
         c.basis = fmt::format(
             "optimizer in backward: each gradient applied and freed as it is accumulated, the "
             "largest {} B x {} elements (of {})",
-            bytes_per_element(run.precision.grad), format_count(largest), c.basis);
+            bytes_per_element_text(run.precision.grad), format_count(largest), c.basis);
         c.bytes = bytes;
       }
     }

@@ -544,6 +544,18 @@ std::uint32_t add_tensor(Step& step, const Tensor& proto) {
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
 }
 
+std::uint32_t add_constant(Step& step, std::string_view name, Part part, Scope scope,
+                           std::uint64_t bytes) {
+  Tensor& t = step.tensors.emplace_back();  // an empty shape: one monomial, 1, of coefficient 1
+  t.name = name;
+  t.part = part;
+  t.scope = scope;
+  t.width = bytes;
+  t.bytes.c[0] = bytes;
+  t.mono = bytes != 0 ? 0 : -1;
+  return static_cast<std::uint32_t>(step.tensors.size() - 1);
+}
+
 const NormNames& norm_names(NormSite site) {
   static constexpr std::array<NormNames, 6> kNames = {{
       {"input RMSNorm: fp32 input (pow, mul)", "input RMSNorm: rsqrt (fp32, one per row)",
