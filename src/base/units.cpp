@@ -226,11 +226,14 @@ std::string format_count(std::uint64_t count) {
   // The digits (fmt writes two at a time), then copied with a comma before every third from
   // the end.
   const fmt::format_int digits(count);
+  const char* d = digits.data();
   const std::size_t n = digits.size();
   std::string out(n + (n - 1) / 3, ',');
-  for (std::size_t i = 0, at = 0; i < n; ++i, ++at) {
-    if (i > 0 && (n - i) % 3 == 0) ++at;  // the comma already there
-    out[at] = digits.data()[i];
+  char* o = out.data();
+  // Groups of three digits, the first one to three long; the commas are already there.
+  for (std::size_t i = 0, group = (n - 1) % 3 + 1; i < n; group = 3) {
+    for (std::size_t k = 0; k < group; ++k) *o++ = d[i++];
+    if (i < n) ++o;
   }
   return out;
 }

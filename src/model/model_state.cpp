@@ -84,11 +84,10 @@ std::vector<OrderVisit> trainable_order(const ParameterSums& l) {
     const std::string_view base = layer_list_of(gs[i]);
     std::size_t end = i;
     u64 per_layer = 0, other = 0;
-    for (; end < gs.size() && std::string_view(gs[end].name).substr(0, base.size()) == base;
-         ++end) {
+    for (; end < gs.size() && std::string_view(gs[end].name).starts_with(base); ++end) {
       if (!counts(gs[end])) continue;
-      (l.per_layer(gs[end]) ? per_layer : other) +=
-          gs[end].elements() / (l.per_layer(gs[end]) ? l.layers : 1);
+      const bool each = l.per_layer(gs[end]);
+      (each ? per_layer : other) += gs[end].elements() / (each ? l.layers : 1);
     }
     u64 p = prefix;
     for (std::size_t k = i; k < end; ++k) {  // the groups not in every layer, counted first
