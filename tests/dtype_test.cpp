@@ -2,6 +2,7 @@
 #include <memest/error.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 using namespace memest;
 
@@ -24,6 +25,14 @@ TEST_CASE("bytes round 4-bit types up to whole bytes", "[dtype]") {
   REQUIRE(bytes_for(Dtype::nf4, 3) == 2);
   REQUIRE(bytes_for(Dtype::int4, 4) == 2);
   REQUIRE(bytes_per_element(Dtype::nf4) == 0.5);
+}
+
+TEST_CASE("bytes per element as text reads as fmt writes the number", "[dtype]") {
+  for (const std::string_view name : dtype_names()) {
+    const Dtype d = parse_dtype(name);
+    CAPTURE(name);
+    REQUIRE(bytes_per_element_text(d) == fmt::format("{}", bytes_per_element(d)));
+  }
 }
 
 TEST_CASE("dtype names and errors", "[dtype]") {

@@ -23,6 +23,8 @@ std::uint64_t width(Dtype dtype);
 
 /// Bytes per element as a number: 4, 2, 2, 1, 1, 1, 0.5, 0.5.
 double bytes_per_element(Dtype dtype);
+/// The same as the reports write it (fmt's "{}" of the number): "4", "2", "1", "0.5".
+std::string_view bytes_per_element_text(Dtype dtype);
 
 /// The config and flag spelling: "fp32", "bf16", "fp8_e4m3", "nf4", ...
 std::string_view dtype_name(Dtype dtype);

@@ -64,8 +64,9 @@ struct Poly {
 /// (b, s, N = b*s, s^2, ceil32(s), s+1, N/t). Run sizes carry exponents of b, s, ceil32(s) and
 /// b*s/t.
 struct Sym {
-  const char* name = "";
-  std::uint64_t value = 1;  ///< model dimensions and counts; 1 for run sizes
+  /// Zero when unset (a shape's unused factors: a Shape is all zeros until it has factors).
+  const char* name = nullptr;
+  std::uint64_t value = 0;  ///< model dimensions and counts; 1 for run sizes
   std::uint8_t eb = 0, es = 0, er = 0;
   bool plus_one = false;  ///< s + 1
   std::uint8_t et = 0;    ///< b*s/t: the tokens of one sequence-parallel rank

@@ -107,7 +107,12 @@ struct Tensor {
   /// The monomial of a size that has one, else -1 (the plan's fast path).
   int mono = -1;
 
-  bool empty() const { return mono < 0 && bytes.c == Poly{}.c; }
+  bool empty() const {
+    if (mono >= 0) return false;
+    std::uint64_t any = 0;  // an OR per coefficient: no comparison with a zero Poly
+    for (const std::uint64_t c : bytes.c) any |= c;
+    return any == 0;
+  }
   /// Whether the tensor exists at the point `x` (batch 1 or more).
   bool exists_at(const Basis& x) const { return exists(x[kMonoB] == 1); }
   /// Whether the tensor exists at this micro-batch (batch 1 or more).

@@ -39,6 +39,19 @@ std::uint64_t width(Dtype dtype) { return std::max<std::uint64_t>(1, bits(dtype)
 
 double bytes_per_element(Dtype dtype) { return bits(dtype) / 8.0; }
 
+std::string_view bytes_per_element_text(Dtype dtype) {
+  switch (bits(dtype)) {  // no float formatting for the whole widths
+    case 32:
+      return "4";
+    case 16:
+      return "2";
+    case 8:
+      return "1";
+    default:
+      return "0.5";
+  }
+}
+
 std::string_view dtype_name(Dtype dtype) { return kDtypeNames[index(dtype)]; }
 
 std::span<const std::string_view> dtype_names() { return kDtypeNames; }

@@ -223,16 +223,19 @@ std::string format_bytes(std::uint64_t bytes, Unit unit) {
 }
 
 std::string format_count(std::uint64_t count) {
-  // Written from the last digit back, a comma before every third: 20 digits and 6 commas at most.
-  std::array<char, 26> buf{};
-  std::size_t at = buf.size(), digits = 0;
-  do {
-    if (digits > 0 && digits % 3 == 0) buf[--at] = ',';
-    buf[--at] = static_cast<char>('0' + count % 10);
-    count /= 10;
-    ++digits;
-  } while (count > 0);
-  return {buf.data() + at, buf.size() - at};
+  // The digits (fmt writes two at a time), then copied with a comma before every third from
+  // the end.
+  const fmt::format_int digits(count);
+  const char* d = digits.data();
+  const std::size_t n = digits.size();
+  std::string out(n + (n - 1) / 3, ',');
+  char* o = out.data();
+  // Groups of three digits, the first one to three long; the commas are already there.
+  for (std::size_t i = 0, group = (n - 1) % 3 + 1; i < n; group = 3) {
+    for (std::size_t k = 0; k < group; ++k) *o++ = d[i++];
+    if (i < n) ++o;
+  }
+  return out;
 }
 
 std::string format_count_short(std::uint64_t count) {

@@ -57,6 +57,68 @@ ParameterSums sum_parameters(const Inventory& inv, u64 layers, u64 norms_per_lay
   return l;
 }
 
+// The trainable tensors in parameters() order: (previous elements, elements, prefix
+// through this tensor), once per distinct position, plus each layer list's wrap-around pair. A
+// layer list is a run of groups named after one list of layers ("model.layers.*...",
+// "encoder.block.0..."); its per-layer groups are visited in the last layer, which has the
+// largest prefix; groups of the list that are not in every layer (block 0's relative attention
+// bias, DeepSeek's dense first layer and routed experts) are counted before it.
+std::vector<OrderVisit> trainable_order(const ParameterSums& l) {
+  const auto& gs = l.inventory->groups;
+  std::vector<OrderVisit> out;
+  out.reserve(2 * gs.size() + 1);
+  const auto f = [&](u64 prev, u64 n, u64 prefix) { out.push_back({prev, n, prefix}); };
+  const auto counts = [](const TensorGroup& g) { return g.trainable && !g.quant_state; };
+  u64 prefix = 0, prev = 0;
+  for (std::size_t i = 0; i < gs.size();) {
+    if (!l.per_layer(gs[i])) {
+      const TensorGroup& g = gs[i++];
+      if (!counts(g)) continue;
+      const u64 n = g.tensor_elements();
+      f(prev, n, prefix + n);
+      if (g.count > 1) f(n, n, prefix + g.count * n);
+      prefix += g.count * n;
+      prev = n;
+      continue;
+    }
+    const std::string_view base = layer_list_of(gs[i]);
+    std::size_t end = i;
+    u64 per_layer = 0, other = 0;
+    for (; end < gs.size() && std::string_view(gs[end].name).starts_with(base); ++end) {
+      if (!counts(gs[end])) continue;
+      const bool each = l.per_layer(gs[end]);
+      (each ? per_layer : other) += gs[end].elements() / (each ? l.layers : 1);
+    }
+    u64 p = prefix;
+    for (std::size_t k = i; k < end; ++k) {  // the groups not in every layer, counted first
+      const TensorGroup& g = gs[k];
+      if (!counts(g) || l.per_layer(g)) continue;
+      const u64 n = g.tensor_elements();
+      f(prev, n, p + n);
+      if (g.count > 1) f(n, n, p + g.count * n);
+      p += g.count * n;
+      prev = n;
+    }
+    p += (l.layers - 1) * per_layer;  // the last layer starts here
+    u64 first = 0, last = 0;
+    for (std::size_t k = i; k < end; ++k) {
+      const TensorGroup& g = gs[k];
+      if (!counts(g) || !l.per_layer(g)) continue;
+      const u64 n = g.tensor_elements(), copies = g.count / l.layers;
+      f(prev, n, p + n);
+      if (copies > 1) f(n, n, p + copies * n);
+      p += copies * n;
+      prev = n;
+      if (first == 0) first = n;
+      last = n;
+    }
+    if (l.layers > 1) f(last, first, 0);
+    prefix += other + l.layers * per_layer;
+    i = end;
+  }
+  return out;
+}
+
 }  // namespace
 
 // The states of an elementwise optimizer are its state count times `trainable` elements (FSDP's
@@ -92,6 +154,7 @@ ParameterSums parameter_sums(const RunSpec& run, const ActivationInputs& in) {
   const u64 layers = run.model.arch ? run.model.arch->num_layers : in.L;
   ParameterSums sums = sum_parameters(walk_inventory(run), layers, in.norms);
   sums.trainable = trainable_count(run.model.inventory);  // exact even when shapes are assumed
+  sums.order = trainable_order(sums);
   return sums;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace memest::detail {
 
@@ -22,6 +23,11 @@ using u64 = std::uint64_t;
 inline bool per_layer(const TensorGroup& g, u64 layers) {
   return layers > 1 && g.count % layers == 0 && g.name.find('*') != std::string::npos;
 }
+
+/// One position of the trainable tensors in parameters() order (walk_order).
+struct OrderVisit {
+  u64 prev = 0, n = 0, prefix = 0;
+};
 
 /// The sums of parameter elements the walk sizes its model-state tensors by. The layer_* sums
 /// are one layer's.
@@ -44,6 +50,9 @@ struct ParameterSums {
   u64 layer_qkv_matmul = 0;  ///< the q, k and v projections' (fused or not)
   u64 head_trainable = 0;    ///< groups after the layers (final norm, lm_head, pooler)
   u64 embed_trainable = 0;   ///< token embeddings before the layers (a tied lm_head's gradient)
+  /// The trainable tensors in parameters() order, as walk_order visits them: taken once, read
+  /// by the optimizer step's temporaries and the walk's grad_copy.
+  std::vector<OrderVisit> order;
 
   bool per_layer(const TensorGroup& g) const { return detail::per_layer(g, layers); }
 };
@@ -61,64 +70,12 @@ inline std::string_view layer_list_of(const TensorGroup& g) {
   return std::string_view(g.name).substr(0, g.name.find('*'));
 }
 
-// Visits the trainable tensors in parameters() order: f(previous elements, elements, prefix
-// through this tensor), once per distinct position, plus each layer list's wrap-around pair. A
-// layer list is a run of groups named after one list of layers ("model.layers.*...",
-// "encoder.block.0..."); its per-layer groups are visited in the last layer, which has the
-// largest prefix; groups of the list that are not in every layer (block 0's relative attention
-// bias, DeepSeek's dense first layer and routed experts) are counted before it.
+/// Visits the trainable tensors in parameters() order: f(previous elements, elements, prefix
+/// through this tensor), once per distinct position, plus each layer list's wrap-around pair (the
+/// visits parameter_sums took once: ParameterSums::order; src/model/model_state.cpp says how).
 template <typename F>
 void walk_order(const ParameterSums& l, F&& f) {
-  const auto& gs = l.inventory->groups;
-  const auto counts = [](const TensorGroup& g) { return g.trainable && !g.quant_state; };
-  u64 prefix = 0, prev = 0;
-  for (std::size_t i = 0; i < gs.size();) {
-    if (!l.per_layer(gs[i])) {
-      const TensorGroup& g = gs[i++];
-      if (!counts(g)) continue;
-      const u64 n = g.tensor_elements();
-      f(prev, n, prefix + n);
-      if (g.count > 1) f(n, n, prefix + g.count * n);
-      prefix += g.count * n;
-      prev = n;
-      continue;
-    }
-    const std::string_view base = layer_list_of(gs[i]);
-    std::size_t end = i;
-    u64 per_layer = 0, other = 0;
-    for (; end < gs.size() && std::string_view(gs[end].name).substr(0, base.size()) == base;
-         ++end) {
-      if (!counts(gs[end])) continue;
-      (l.per_layer(gs[end]) ? per_layer : other) +=
-          gs[end].elements() / (l.per_layer(gs[end]) ? l.layers : 1);
-    }
-    u64 p = prefix;
-    for (std::size_t k = i; k < end; ++k) {  // the groups not in every layer, counted first
-      const TensorGroup& g = gs[k];
-      if (!counts(g) || l.per_layer(g)) continue;
-      const u64 n = g.tensor_elements();
-      f(prev, n, p + n);
-      if (g.count > 1) f(n, n, p + g.count * n);
-      p += g.count * n;
-      prev = n;
-    }
-    p += (l.layers - 1) * per_layer;  // the last layer starts here
-    u64 first = 0, last = 0;
-    for (std::size_t k = i; k < end; ++k) {
-      const TensorGroup& g = gs[k];
-      if (!counts(g) || !l.per_layer(g)) continue;
-      const u64 n = g.tensor_elements(), copies = g.count / l.layers;
-      f(prev, n, p + n);
-      if (copies > 1) f(n, n, p + copies * n);
-      p += copies * n;
-      prev = n;
-      if (first == 0) first = n;
-      last = n;
-    }
-    if (l.layers > 1) f(last, first, 0);
-    prefix += other + l.layers * per_layer;
-    i = end;
-  }
+  for (const OrderVisit& v : l.order) f(v.prev, v.n, v.prefix);
 }
 
 /// Optimizer state bytes (without step counters) for `trainable` elements in dtype `d`.

@@ -198,7 +198,7 @@ std::uint64_t isqrt(std::uint64_t n) {
 }
 
 std::string params_formula(Dtype d, std::uint64_t n) {
-  return detail::compiled_format(FMT_COMPILE("{} B x {} params"), bytes_per_element(d),
+  return detail::compiled_format(FMT_COMPILE("{} B x {} params"), bytes_per_element_text(d),
                                  format_count(n));
 }
 

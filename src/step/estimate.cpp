@@ -11,13 +11,14 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 #include <stdexcept>
 
 namespace memest {
 namespace {
 
 std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
-  return detail::compiled_format(FMT_COMPILE("{} B x {} {}"), bytes_per_element(d),
+  return detail::compiled_format(FMT_COMPILE("{} B x {} {}"), bytes_per_element_text(d),
                                  format_count(elements), what);
 }
 
@@ -46,18 +47,21 @@ Category params_category(const Inventory& inv, Dtype dtype, std::uint64_t params
     bool quant_state;
     std::uint64_t elements;
   };
-  std::vector<Part> parts;
+  std::array<Part, 2 * (static_cast<std::size_t>(Dtype::nf4) + 1)> seen{};  // each pair once
+  std::size_t n = 0;
   for (const auto& g : inv.groups) {
     const Dtype d = g.storage.value_or(dtype);
-    auto it = std::find_if(parts.begin(), parts.end(), [&](const Part& p) {
+    const auto end = seen.begin() + static_cast<std::ptrdiff_t>(n);
+    auto it = std::find_if(seen.begin(), end, [&](const Part& p) {
       return p.dtype == d && p.quant_state == g.quant_state;
     });
-    if (it == parts.end()) {
-      parts.push_back({d, g.quant_state, g.elements()});
+    if (it == end) {
+      seen[n++] = {d, g.quant_state, g.elements()};
     } else {
       it->elements = checked_add(it->elements, g.elements());
     }
   }
+  const std::span<const Part> parts(seen.data(), n);
   if (parts.size() <= 1) return c;
   c.bytes = parameter_bytes(inv, dtype);
   c.dtype.reset();
@@ -80,22 +84,27 @@ Category optimizer_states(const OptimizerBytes& ob, std::uint64_t trainable, Dty
     return c;
   }
   // States of the same shape read better as one term: "exp_avg + exp_avg_sq: 2 x 4 B x N".
-  std::vector<std::string> names, parts;
-  names.reserve(ob.states.size());
-  parts.reserve(ob.states.size());
   bool same = true;
   for (const auto& s : ob.states) {
-    names.push_back(s.name);
-    parts.push_back(detail::compiled_format(FMT_COMPILE("{} ({})"), s.name, s.formula));
     same = same && s.formula == ob.states.front().formula;
     if (s.dtype != state_dtype) c.dtype.reset();  // mixed dtypes (adam8bit)
   }
-  if (same && ob.states.size() > 1) {
-    c.basis = detail::compiled_format(FMT_COMPILE("{}: {} x {}"), fmt::join(names, " + "),
-                                      names.size(), ob.states.front().formula);
-    return c;
+  const bool one_term = same && ob.states.size() > 1;
+  fmt::memory_buffer out;
+  for (std::size_t i = 0; i < ob.states.size(); ++i) {
+    const auto& s = ob.states[i];
+    if (i > 0) out.append(std::string_view(" + "));
+    if (one_term) {
+      out.append(std::string_view(s.name));
+    } else {
+      fmt::format_to(fmt::appender(out), FMT_COMPILE("{} ({})"), s.name, s.formula);
+    }
   }
-  c.basis = fmt::format("{}", fmt::join(parts, " + "));
+  if (one_term) {
+    fmt::format_to(fmt::appender(out), FMT_COMPILE(": {} x {}"), ob.states.size(),
+                   ob.states.front().formula);
+  }
+  c.basis = fmt::to_string(out);
   return c;
 }
 
@@ -228,7 +237,7 @@ void technique_categories(const RunSpec& run, std::vector<Category>& cats, Estim
         c.basis = fmt::format(
             "optimizer in backward: each gradient applied and freed as it is accumulated, the "
             "largest {} B x {} elements (of {})",
-            bytes_per_element(run.precision.grad), format_count(largest), c.basis);
+            bytes_per_element_text(run.precision.grad), format_count(largest), c.basis);
         c.bytes = bytes;
       }
     }

@@ -544,6 +544,18 @@ std::uint32_t add_tensor(Step& step, const Tensor& proto) {
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
 }
 
+std::uint32_t add_constant(Step& step, std::string_view name, Part part, Scope scope,
+                           std::uint64_t bytes) {
+  Tensor& t = step.tensors.emplace_back();  // an empty shape: one monomial, 1, of coefficient 1
+  t.name = name;
+  t.part = part;
+  t.scope = scope;
+  t.width = bytes;
+  t.bytes.c[0] = bytes;
+  t.mono = bytes != 0 ? 0 : -1;
+  return static_cast<std::uint32_t>(step.tensors.size() - 1);
+}
+
 const NormNames& norm_names(NormSite site) {
   static constexpr std::array<NormNames, 6> kNames = {{
       {"input RMSNorm: fp32 input (pow, mul)", "input RMSNorm: rsqrt (fp32, one per row)",
@@ -620,6 +632,11 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   r.V = in.V;
   r.L = in.L;
   const bool full = checkpointed(in.recompute);
+  const auto recomputed = [&](const Tensor& t) {
+    return t.scope == Scope::core ||
+           (full && (t.scope == Scope::layer || t.scope == step.walk_mlp));
+  };
+  std::size_t n_recomputed = 0;
   for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {
     const Tensor& t = step.tensors[i];
     if (t.part != Part::activations || !t.exists_at(x)) continue;
@@ -628,6 +645,7 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
     if (t.scope == step.walk_mlp) r.mlp += v;
     if (t.scope == Scope::checkpoint) r.per_layer += v;
     if (t.slot == Slot::target && t.width == 8) r.target = v;
+    if (recomputed(t)) ++n_recomputed;
   }
   r.full_layer += r.mlp;
   if (!full) r.per_layer = r.full_layer;
@@ -643,17 +661,15 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   }
   r.total = checked_add(checked_add(r.layers, r.shared), checked_add(r.embed, r.head));
   if (terms == Terms::sums_only) return r;
-  r.terms.reserve(step.tensors.size());
+  r.terms.reserve(step.saved.size() + n_recomputed);
   for (const Entry& e : step.saved) {
     const Tensor& t = step.tensors[e.tensor];
     if (!t.exists_at(x)) continue;
     r.terms.push_back({t.scope, t.name, bytes[e.tensor], e.count, t.width, t.shape});
   }
-  for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {  // recomputed, not stored
+  for (std::uint32_t i = 0; i < step.tensors.size() && n_recomputed > 0; ++i) {  // not stored
     const Tensor& t = step.tensors[i];
-    const bool recomputed =
-        t.scope == Scope::core || (full && (t.scope == Scope::layer || t.scope == step.walk_mlp));
-    if (t.part == Part::activations && recomputed && t.exists_at(x))
+    if (t.part == Part::activations && recomputed(t) && t.exists_at(x))
       r.terms.push_back({t.scope, t.name, bytes[i], 0, t.width, t.shape});
   }
   return r;

@@ -137,42 +137,64 @@ std::vector<Moment> moments_at(const Step& step, const std::vector<MomentSpec>& 
   return out;
 }
 
-// The first step's moments from the steady ones: no optimizer states before the optimizer
-// creates them, in its optimizer phase.
-std::vector<Moment> first_step_of(const Step& step, std::vector<Moment> steady,
-                                  const detail::TensorBytes& bytes) {
-  for (std::size_t k = 0; k < steady.size(); ++k) {
-    Moment& m = steady[k];
-    if (states_exist(phase_of(m.id.kind))) continue;
-    for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
-      const Entry& e = step.entries[i];
-      if (e.tensor != step.states_tensor) continue;
-      const u64 gone = bytes.entry(e);
-      m.parts[idx(Part::optimizer_state)] -= gone;
-      m.bytes -= gone;
-    }
+// The first step's largest moment: the first of the largest.
+struct FirstPeak {
+  u64 bytes = 0;
+  std::string_view phase, moment;
+  MomentId id;
+  bool found = false;
+
+  void take(const Moment& m, u64 v) {
+    if (found && v <= bytes) return;
+    *this = {v, m.phase, m.name, m.id, true};
   }
-  return steady;
+};
+
+// The first step's largest moment from the steady moments (alternatives not reduced): no
+// optimizer states before the optimizer creates them, in its optimizer phase.
+FirstPeak first_step_peak(const Step& step, const std::vector<Moment>& steady,
+                          const detail::TensorBytes& bytes) {
+  FirstPeak out;
+  for (std::size_t k = 0; k < steady.size(); ++k) {
+    const Moment& m = steady[k];
+    u64 v = m.bytes;
+    if (!states_exist(phase_of(m.id.kind))) {
+      for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
+        const Entry& e = step.entries[i];
+        if (e.tensor == step.states_tensor) v -= bytes.entry(e);
+      }
+    }
+    out.take(m, v);
+  }
+  return out;
 }
 
-// Alternatives of one moment (the same name, at the same layer) count as the largest of them.
-std::vector<Moment> reduce_alternatives(const std::vector<Moment>& all,
-                                        std::vector<std::size_t>* chosen) {
-  std::vector<Moment> out;
-  out.reserve(all.size());
+// The largest of a walk's moments (the first step's own walk).
+FirstPeak largest(const std::vector<Moment>& walk) {
+  FirstPeak out;
+  for (const Moment& m : walk) out.take(m, m.bytes);
+  return out;
+}
+
+// Alternatives of one moment (the same name, at the same layer) count as the largest of them:
+// `all` keeps the first largest of each run, in place; `chosen` (when given) the index in `all`
+// each kept moment had.
+void reduce_alternatives(std::vector<Moment>& all, std::vector<std::size_t>* chosen) {
+  std::size_t n = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     const Moment& m = all[i];
-    if (!out.empty() && out.back().id == m.id && out.back().layer == m.layer) {
-      if (m.bytes > out.back().bytes) {
-        out.back() = m;
+    if (n > 0 && all[n - 1].id == m.id && all[n - 1].layer == m.layer) {
+      if (m.bytes > all[n - 1].bytes) {
+        all[n - 1] = m;
         if (chosen) chosen->back() = i;
       }
       continue;
     }
-    out.push_back(m);
+    if (n != i) all[n] = m;
+    ++n;
     if (chosen) chosen->push_back(i);
   }
-  return out;
+  all.resize(n);
 }
 
 std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Basis& x,
@@ -222,16 +244,16 @@ void replay_into(const RunSpec& run, const Step& step, u64 L, const Basis& x, Pe
   if (pk.context_reserve) pk.nvidia_smi_bytes = checked_add(r.reserved, pk.context_reserve);
 }
 
-// The peak of a walk's moments (`steady`, alternatives not reduced) at the point `bytes` was
-// taken at; the first step's largest moment from `first` when given.
-Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Moment>& steady,
-             const std::vector<Moment>* first, const detail::TensorBytes& bytes, const Basis& x,
-             u64 L) {
+// The peak of a walk's moments (`steady`, alternatives not reduced: reduced here) at the point
+// `bytes` was taken at; the first step's largest moment from `first` when given.
+Peak peak_at(const RunSpec& run, const Step& step, std::vector<Moment> steady,
+             const FirstPeak* first, const detail::TensorBytes& bytes, const Basis& x, u64 L) {
   Peak pk;
   pk.by_phase.reserve(kPhaseCount);
   std::vector<std::size_t> chosen;
   chosen.reserve(steady.size());
-  pk.moments = reduce_alternatives(steady, &chosen);
+  reduce_alternatives(steady, &chosen);
+  pk.moments = std::move(steady);
   by_phase(pk);
   pk.bytes = pk.peak_moment().bytes;
   pk.phase = pk.peak_moment().phase;
@@ -244,16 +266,11 @@ Peak peak_at(const RunSpec& run, const Step& step, const std::vector<Moment>& st
   pk.first_step_phase = pk.phase;
   pk.first_step_moment = pk.peak_moment().name;
   pk.first_step_id = pk.peak_moment().id;
-  if (first) {
-    bool found = false;
-    for (const Moment& m : *first) {  // the first of the largest, as in the steady walk
-      if (found && m.bytes <= pk.first_step_bytes) continue;
-      found = true;
-      pk.first_step_bytes = m.bytes;
-      pk.first_step_phase = m.phase;
-      pk.first_step_moment = m.name;
-      pk.first_step_id = m.id;
-    }
+  if (first && first->found) {
+    pk.first_step_bytes = first->bytes;
+    pk.first_step_phase = first->phase;
+    pk.first_step_moment = first->moment;
+    pk.first_step_id = first->id;
   }
   pk.context_reserve = run.training.context_reserve;
   u64 device = pk.bytes;
@@ -273,19 +290,21 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
       build_step(run, in, {.first_step = options.first_step, .timeline = options.timeline});
   const Basis x = basis_at(in.b, in.s, token_split(in));
   const detail::TensorBytes bytes(step, x);
-  const std::vector<Moment> steady = moments_at(step, step.steady, bytes);
-  std::vector<Moment> first;
+  std::vector<Moment> steady = moments_at(step, step.steady, bytes);
+  FirstPeak first;
   if (options.first_step) {
-    first = step.first.empty() ? first_step_of(step, steady, bytes)
-                               : moments_at(step, step.first, bytes);
+    first = step.first.empty() ? first_step_peak(step, steady, bytes)
+                               : largest(moments_at(step, step.first, bytes));
   }
   StepEstimate r;
   r.activations = detail::saved_bytes(step, in, x, bytes,
                                       options.with_terms ? Terms::listed : Terms::sums_only);
-  r.peak = peak_at(run, step, steady, options.first_step ? &first : nullptr, bytes, x, in.L);
+  r.peak =
+      peak_at(run, step, std::move(steady), options.first_step ? &first : nullptr, bytes, x, in.L);
   if (options.timeline) {
     Peak& pk = r.peak;
-    pk.timeline = reduce_alternatives(moments_at(step, step.timeline, bytes), nullptr);
+    pk.timeline = moments_at(step, step.timeline, bytes);
+    reduce_alternatives(pk.timeline, nullptr);
     for (std::size_t i = 0; i < pk.timeline.size(); ++i) {
       if (pk.timeline[i].bytes > pk.timeline[pk.timeline_peak].bytes) pk.timeline_peak = i;
     }

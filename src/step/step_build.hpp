@@ -44,6 +44,10 @@ std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope sco
                          std::uint64_t width, const Shape& shape, Batch batch = Batch::any);
 /// Appends `proto`, sized; returns its index.
 std::uint32_t add_tensor(Step& step, const Tensor& proto);
+/// Appends a tensor of `bytes` bytes at every (b, s): a scalar shape whose width is the whole
+/// size, as add_tensor with shape({}) gives, without building the shape; returns its index.
+std::uint32_t add_constant(Step& step, std::string_view name, Part part, Scope scope,
+                           std::uint64_t bytes);
 
 /// Where a norm sits, for the names of what it keeps.
 enum class NormSite : std::uint8_t { input, post_attention, extra, qk, embedding, final };

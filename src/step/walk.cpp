@@ -322,12 +322,12 @@ std::uint32_t Walker::temp(std::string_view name, Part part, u64 width, const Sh
 }
 
 std::uint32_t Walker::constant(std::string_view name, Part part, u64 bytes) {
-  return add_tensor(step_, name, part, Scope::state, Slot::none, bytes, shape({}));
+  return add_constant(step_, name, part, Scope::state, bytes);
 }
 
 // A gradient or copy alive inside one op: whole on every rank, even where states are sharded.
 std::uint32_t Walker::in_flight(std::string_view name, Part part, u64 bytes) {
-  return add_tensor(step_, name, part, Scope::transient, Slot::none, bytes, shape({}));
+  return add_constant(step_, name, part, Scope::transient, bytes);
 }
 
 Step build_step(const RunSpec& run, const ActivationInputs& in, const WalkOptions& options) {

@@ -26,7 +26,7 @@ void FsdpWalk::create_tensors(Step& step, const Sharding& sharding) {
   reduce_width_ = width(par.fsdp_reduce_dtype.value_or(gathered));
   const bool v2 = par.fsdp_version == 2;
   const auto in_flight = [&](std::string_view name, u64 bytes) {
-    return add_tensor(step, name, Part::other, Scope::transient, Slot::none, bytes, shape({}));
+    return add_constant(step, name, Part::other, Scope::transient, bytes);
   };
   root_ = in_flight(
       "FSDP root unit all-gathered (embeddings, final norm, head; not resharded after forward)",
@@ -111,7 +111,7 @@ void FsdpWalk::post_backward(Step& step, MomentWriter& writer,
   if (!reduces_) return;
   const u64 n = shards_.layer_trainable;
   const auto in_flight = [&](std::string_view name, Part part, u64 bytes) {
-    return add_tensor(step, name, part, Scope::transient, Slot::none, bytes, shape({}));
+    return add_constant(step, name, part, Scope::transient, bytes);
   };
   const std::uint32_t grads = in_flight("unsharded gradient of the layer unit (param_dtype)",
                                         Part::grads, unsharded_width_ * n);
