@@ -1,0 +1,99 @@
+// llama.cpp's KV cache, as llama_kv_cache_init (src/llama-kv-cache.cpp of the 2024-2025 builds,
+// e.g. the copy beside llama_kv_cache_get_padding) sizes it: one K and one V tensor per layer of
+// n_embd_k_gqa x kv_size and n_embd_v_gqa x kv_size elements, each ggml_row_size(type, n): whole
+// blocks of the cache type (ggml's type traits, ggml/src/ggml.c: blck_size and type_size).
+// kv_size is the context padded to 256 cells with flash attention and to 32 without
+// (llama_kv_cache_get_padding). Every layer keeps the whole context (sliding windows ignored,
+// as the builds before the iSWA cache do); --parallel slots share it (the unified cache).
+#include <memest/error.hpp>
+#include <memest/serve.hpp>
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+namespace memest {
+namespace {
+
+using u64 = std::uint64_t;
+
+// data table
+constexpr std::array<GgmlType, 9> kCacheTypes = {{
+    {"f32", 1, 4},
+    {"f16", 1, 2},
+    {"bf16", 1, 2},
+    {"q8_0", 32, 34},  // 32 int8 + an fp16 scale
+    {"q4_0", 32, 18},  // 32 4-bit + an fp16 scale
+    {"q4_1", 32, 20},  // + an fp16 minimum
+    {"q5_0", 32, 22},  // + 32 high bits
+    {"q5_1", 32, 24},
+    {"iq4_nl", 32, 18},  // non-linear 4-bit, an fp16 scale
+}};
+
+const GgmlType& cache_type(std::string_view name, std::string_view flag) {
+  for (const GgmlType& t : kCacheTypes) {
+    if (t.name == name) return t;
+  }
+  std::vector<std::string_view> names;
+  for (const GgmlType& t : kCacheTypes) names.push_back(t.name);
+  throw Error(fmt::format("{}: unknown cache type \"{}\" (expected one of: {})", flag, name,
+                          fmt::join(names, ", ")));
+}
+
+// ggml_row_size: whole blocks of the type.
+u64 row_bytes(const GgmlType& t, u64 elements) {
+  if (elements % t.block != 0) {
+    throw Error(fmt::format("cache type {}: a row of {} elements is not whole blocks of {}", t.name,
+                            elements, t.block));
+  }
+  return checked_mul(elements / t.block, t.bytes);
+}
+
+}  // namespace
+
+std::span<const GgmlType> ggml_cache_types() { return kCacheTypes; }
+
+ServeEstimate estimate_llama_cpp(const ServeModel& m, const LlamaCppSettings& s) {
+  const Architecture& a = *m.spec.arch;
+  const GgmlType& tk = cache_type(s.cache_type_k, "--cache-type-k");
+  const GgmlType& tv = cache_type(s.cache_type_v, "--cache-type-v");
+  if (tv.block > 1 && !s.flash_attn) {
+    throw Error(
+        fmt::format("--cache-type-v: {} needs --flash-attn (llama.cpp quantises V only "
+                    "with flash attention)",
+                    tv.name));
+  }
+  ServeEstimate e;
+  e.engine = ServeEngine::llama_cpp;
+  e.model = m.spec.name;
+  const u64 ctx = s.ctx_size > 0 ? s.ctx_size : m.max_positions;
+  if (ctx == 0) throw Error("--ctx-size: the config has no max_position_embeddings");
+  e.context = ceil_div(ctx, s.flash_attn ? 256 : 32) * (s.flash_attn ? 256 : 32);
+  // n_embd_k_gqa / n_embd_v_gqa: heads x head width; without an MLA cache DeepSeek's keys are
+  // qk_nope + qk_rope wide and its values v_head_dim, for every head.
+  const bool mla = a.kv_lora_rank > 0;
+  const u64 k_width =
+      mla ? a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim) : a.num_kv_heads * a.head_dim;
+  const u64 v_width = mla ? a.num_heads * a.v_head_dim : a.num_kv_heads * a.head_dim;
+  const u64 per_layer = checked_add(row_bytes(tk, checked_mul(k_width, e.context)),
+                                    row_bytes(tv, checked_mul(v_width, e.context)));
+  const u64 gpu_layers = std::min(s.n_gpu_layers, a.num_layers);
+  e.kv_bytes = checked_mul(per_layer, gpu_layers);
+  e.kv_tokens = e.context;
+  e.kv_bytes_per_token = e.kv_bytes / e.context;
+  e.kv_basis = fmt::format("{} cells x {} layers x (K {} x {} + V {} x {})", e.context, gpu_layers,
+                           k_width, tk.name, v_width, tv.name);
+  if (gpu_layers < a.num_layers) {
+    e.notes.push_back(fmt::format(
+        "the KV cache of {} layers ({}) stays in host memory", a.num_layers - gpu_layers,
+        format_bytes(per_layer * (a.num_layers - gpu_layers), Unit::MiB)));
+  }
+  if (m.attention.sliding > 0) {
+    e.notes.push_back("sliding-window layers keep the whole context (no iSWA cache modelled)");
+  }
+  return e;
+}
+
+}  // namespace memest

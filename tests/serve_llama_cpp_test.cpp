@@ -1,0 +1,98 @@
+// llama.cpp's KV cache against the start-up logs of tests/data/inference/cases.jsonl (its
+// "KV self size" lines, exact in MiB) and against ggml's block sizes worked by hand.
+#include "testutil.hpp"
+
+#include <memest/serve.hpp>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+namespace {
+
+using memest::test::data_path;
+using memest::test::run_cli;
+using Json = nlohmann::json;
+
+Json serve_json(std::vector<std::string> args) {
+  args.insert(args.begin(), {"serve", "--engine", "llama.cpp"});
+  args.insert(args.end(), {"--format", "json"});
+  const auto r = run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return Json::parse(r.out);
+}
+
+double printed_kv(const std::string& id) {
+  std::ifstream in(data_path("data/inference/cases.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const Json c = Json::parse(line);
+    if (c.at("id") != id) continue;
+    for (const Json& m : c.at("measured")) {
+      if (m.at("what") == "kv_cache_bytes") return m.at("bytes").get<double>();
+    }
+  }
+  FAIL("no kv_cache_bytes for " << id);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("llama.cpp: the KV cache of the published logs, to the byte", "[serve]") {
+  const std::string data = data_path("data/inference/");
+  struct Case {
+    std::string id;
+    std::vector<std::string> args;
+  };
+  // The models' KV shapes: open_llama_7b_v2 is Llama-1-7B's, Mistral-7B-v0.2 has v0.1's layers
+  // and heads (llama.cpp keeps the whole context on every layer either way), DeepSeek-R1 is
+  // DeepSeek-V3's.
+  const std::vector<Case> cases = {
+      {"lcpp-ci-openllama7b-q4km-v100-512", {"--model", "llama-1-7b", "--ctx-size", "512"}},
+      {"lcpp-phi3-mini-4k-q4km-rtx3070-4k",
+       {"--model", "phi-3-mini-4k-instruct", "--ctx-size", "4096"}},
+      {"lcpp-mistral7b-v02-q4ks-2k", {"--model", "mistral-7b-v0.1", "--ctx-size", "2048"}},
+      {"lcpp-mixtral-8x7b-q4km-2k", {"--model", "mixtral-8x7b", "--ctx-size", "2048"}},
+      {"ik-qwen3-235b-iq3k-5090-4090-32k-f16kv",
+       {"--config", data + "qwen3-235b-a22b.json", "--ctx-size", "32768", "--flash-attn"}},
+      {"ik-deepseek-r1-f16-3x3090-512-nomla", {"--model", "deepseek-v3", "--ctx-size", "512"}},
+      {"ik-qwen3-30b-a3b-q4km-2xT4-32k",
+       {"--model", "qwen3-30b-a3b", "--ctx-size", "32768", "--flash-attn"}},
+      {"ik-qwen3-32b-q5kxl-2xT4-rowsplit-8k",
+       {"--model", "qwen3-32b", "--ctx-size", "8192", "--flash-attn"}},
+      {"ik-llama31-8b-q5ks-kiq4nl-vf16-1k",
+       {"--model", "llama-3.1-8b", "--ctx-size", "1024", "--cache-type-k", "iq4_nl"}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.id);
+    const Json j = serve_json(c.args);
+    CHECK(j["kv_cache"]["bytes"].get<double>() == printed_kv(c.id));
+  }
+}
+
+TEST_CASE("llama.cpp: q8_0 blocks carry their scales", "[serve]") {
+  // Llama-3.1-8B, 1,024 cells: K and V rows of 8 kv heads x 128 = 1,024 elements per cell,
+  // 32,768 q8_0 blocks of 34 bytes (32 int8 + an fp16 scale) per layer and tensor.
+  const Json q8 = serve_json({"--model", "llama-3.1-8b", "--ctx-size", "1024", "--flash-attn",
+                              "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"});
+  CHECK(q8["kv_cache"]["bytes"] == 32 * 2 * (1024 * 1024 / 32) * 34);
+  // q4_0: 18 bytes per 32; without flash attention the context pads to 32 cells, with it to 256.
+  const Json q4 =
+      serve_json({"--model", "llama-3.1-8b", "--ctx-size", "1000", "--cache-type-k", "q4_0"});
+  CHECK(q4["context"] == 1024);
+  CHECK(q4["kv_cache"]["bytes"] == 32 * ((1024 * 1024 / 32) * 18 + 1024 * 1024 * 2));
+  const Json fa = serve_json({"--model", "llama-3.1-8b", "--ctx-size", "1000", "--flash-attn"});
+  CHECK(fa["context"] == 1024);
+  const Json fa2 = serve_json({"--model", "llama-3.1-8b", "--ctx-size", "1100", "--flash-attn"});
+  CHECK(fa2["context"] == 1280);
+}
+
+TEST_CASE("llama.cpp: layers left on the CPU keep their KV cache there", "[serve]") {
+  // DeepSeek-R1 without MLA, 512 cells: a layer's K is 128 heads x 192 and V 128 x 128 in f16,
+  // 40 MiB; 3 of 61 layers offloaded put 120 MiB on the GPUs and 2,320 MiB in host memory.
+  const Json j = serve_json({"--model", "deepseek-v3", "--ctx-size", "512", "--n-gpu-layers", "3"});
+  CHECK(j["kv_cache"]["bytes"] == 3 * 40 * (1ULL << 20));
+  CHECK(j["notes"][0] == "the KV cache of 58 layers (2320.00 MiB) stays in host memory");
+}
