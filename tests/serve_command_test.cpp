@@ -73,6 +73,11 @@ TEST_CASE("serve: bad input is one line and exit 2", "[serve]") {
          "serve: no memory left for the KV cache: weights 131.42 GiB + profile peak 0.46 GiB + "
          "non-torch 0.25 GiB exceed gpu_memory_utilization x total = 20.24 GiB (try more "
          "--tensor-parallel-size, a higher --gpu-memory-utilization or --quantization fp8)");
+  expect({"--engine", "llama.cpp", "--model", "llama-3.1-8b", "--quantization", "Q4_K_X"},
+         "--quantization: unknown GGUF file type \"Q4_K_X\" (expected one of: F16, BF16, Q8_0, "
+         "Q4_0, Q5_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, IQ4_XS)");
+  expect({"--model", "llama-3.1-8b", "--quantization", "Q4_K_M"},
+         "--quantization: \"Q4_K_M\" is not offered (expected one of: fp8, compressed-tensors)");
   expect({"--max-model-len", "8192"},
          "serve: give the model as --model NAME or --config PATH (one of them)");
   expect({"--model", "llama-3.1-8b", "--max-modle-len", "8192"},

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 
 namespace {
@@ -95,4 +96,39 @@ TEST_CASE("llama.cpp: layers left on the CPU keep their KV cache there", "[serve
   const Json j = serve_json({"--model", "deepseek-v3", "--ctx-size", "512", "--n-gpu-layers", "3"});
   CHECK(j["kv_cache"]["bytes"] == 3 * 40 * (1ULL << 20));
   CHECK(j["notes"][0] == "the KV cache of 58 layers (2320.00 MiB) stays in host memory");
+}
+
+TEST_CASE("llama.cpp: GGUF weights as the quantizer types each tensor", "[serve]") {
+  const auto gpu_mib = [](const Json& j) {
+    return j["weights"]["bytes"].get<double>() / (1 << 20);
+  };
+  // Q4_K_M gives q6_K to the output and to the attn_v and ffn_down of the layers use_more_bits
+  // picks (the first and last eighth and every third between), q4_K to the rest; token_embd
+  // stays in host memory. OpenLLaMA-7B's log: 193 q4_K + 33 q6_K tensors, "VRAM used =
+  // 3820.93 MiB" (printed with two decimals).
+  const Json llama =
+      serve_json({"--model", "llama-1-7b", "--ctx-size", "512", "--quantization", "Q4_K_M"});
+  CHECK(std::abs(gpu_mib(llama) - 3820.93) < 0.006);
+  // Phi-3-mini's fused QKV takes q5_K: 81 q4_K + 32 q5_K + 17 q6_K, "CUDA0 model buffer size =
+  // 2228.82 MiB".
+  const Json phi = serve_json(
+      {"--model", "phi-3-mini-4k-instruct", "--ctx-size", "4096", "--quantization", "Q4_K_M"});
+  CHECK(std::abs(gpu_mib(phi) - 2228.82) < 0.006);
+  // Llama-3.1-8B Q5_K_S under ik_llama.cpp build 3475: 4941.00 MiB printed; memest's q5_K
+  // everywhere with a q6_K output gives 4987.99 MiB (+0.95%): the file's own mix is not known.
+  const Json q5 = serve_json({"--model", "llama-3.1-8b", "--ctx-size", "1024", "--quantization",
+                              "Q5_K_S", "--cache-type-k", "iq4_nl"});
+  CHECK(std::abs(gpu_mib(q5) / 4941.00 - 1) < 0.02);
+  CHECK(q5["notes"][0] == "344.44 MiB of weights in host memory (token_embd)");
+}
+
+TEST_CASE("llama.cpp: Mixtral's Dec 2023 Q4_K_M file is not the mix memest types (unmet)",
+          "[serve]") {
+  // The log prints 25145.55 MiB on the GPU; the rules read (llama-quant.cpp at 007dbbf3: q6_K
+  // for the experts' ffn_down in the use_more_bits layers, q8_0 for attn_k and attn_v and q5_K
+  // for attn_output with 8 experts) give 27059.55 MiB. The quantizer of December 2023 typed
+  // the experts otherwise; its source was not read, and no constant is fitted to the case.
+  const Json j =
+      serve_json({"--model", "mixtral-8x7b", "--ctx-size", "2048", "--quantization", "Q4_K_M"});
+  CHECK(j["weights"]["bytes"].get<double>() / (1 << 20) / 25145.55 - 1 > 0.02);
 }

@@ -77,8 +77,9 @@ struct LlamaCppSettings {
   std::uint64_t parallel = 1;  ///< --parallel: sequences sharing the context
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
-  std::uint64_t n_gpu_layers = 999;  ///< layers whose KV cache is on the GPU
+  std::uint64_t n_gpu_layers = 999;  ///< layers (weights and KV cache) on the GPU
   bool flash_attn = false;
+  std::string quantization;  ///< GGUF file type ("Q4_K_M", ...); empty: weights not sized
 };
 
 /// What one device holds. Bytes are per device; a figure the engine does not have is absent.
@@ -86,7 +87,7 @@ struct ServeEstimate {
   ServeEngine engine = ServeEngine::vllm;
   std::string model;
   std::uint64_t devices = 1;
-  std::uint64_t weights_bytes = 0;
+  std::optional<std::uint64_t> weights_bytes;  ///< absent: llama.cpp without --quantization
   std::string weights_basis;
   std::uint64_t kv_bytes_per_token = 0;  ///< per device, every layer (padding layers included)
   std::uint64_t kv_bytes = 0;

@@ -48,7 +48,8 @@ constexpr std::array<ServeFlag, 30> kFlags = {{
     {"--gpu-memory-utilization", For::vllm, "F", "Fraction of the total vLLM may use (0.9)"},
     {"--kv-cache-dtype", For::vllm, "NAME", "auto, fp8, fp8_e4m3 or fp8_e5m2 (default auto)"},
     {"--dtype", For::vllm, "NAME", "auto, bfloat16, float16 (default auto: the config's)"},
-    {"--quantization", For::vllm, "NAME", "fp8 or compressed-tensors (FP8 weights)"},
+    {"--quantization", For::both, "NAME",
+     "vllm: fp8 or compressed-tensors (FP8 weights); llama.cpp: a GGUF file type (Q4_K_M, ...)"},
     {"--tensor-parallel-size", For::vllm, "N", "Tensor-parallel ranks (default 1)"},
     {"--tp", For::vllm, "N", "Short for --tensor-parallel-size"},
     {"--block-size", For::vllm, "N", "Tokens per KV block (default 16)"},
@@ -226,6 +227,7 @@ LlamaCppSettings llama_cpp_settings(const std::map<std::string, std::string>& g)
     const auto it = g.find(flag);
     return it == g.end() ? std::string("f16") : it->second;
   };
+  if (const auto q = g.find("--quantization"); q != g.end()) s.quantization = q->second;
   s.cache_type_k = type("--cache-type-k");
   s.cache_type_v = type("--cache-type-v");
   count_of(g, "--batch-size", 1);  // checked, not used by the KV cache

@@ -5,6 +5,8 @@
 // kv_size is the context padded to 256 cells with flash attention and to 32 without
 // (llama_kv_cache_get_padding). Every layer keeps the whole context (sliding windows ignored,
 // as the builds before the iSWA cache do); --parallel slots share it (the unified cache).
+#include "serve/serve_gguf.hpp"
+
 #include <memest/error.hpp>
 #include <memest/serve.hpp>
 #include <memest/units.hpp>
@@ -51,6 +53,18 @@ u64 row_bytes(const GgmlType& t, u64 elements) {
   return checked_mul(elements / t.block, t.bytes);
 }
 
+// The weights of a GGUF file type: what the GPU holds, and a note of the host's share.
+void add_weights(ServeEstimate& e, const ServeModel& m, const LlamaCppSettings& s) {
+  const GgufWeights w = gguf_weights(m, s.quantization, s.n_gpu_layers);
+  e.weights_bytes = w.device_bytes;
+  std::vector<std::string> counts;
+  for (const auto& [type, n] : w.tensors_by_type) counts.push_back(fmt::format("{} {}", n, type));
+  e.weights_basis = fmt::format("{}: {} tensors", s.quantization, fmt::join(counts, " + "));
+  e.notes.push_back(fmt::format(
+      "{} of weights in host memory (token_embd{})", format_bytes(w.host_bytes, Unit::MiB),
+      s.n_gpu_layers < m.spec.arch->num_layers ? " and the CPU layers" : ""));
+}
+
 }  // namespace
 
 std::span<const GgmlType> ggml_cache_types() { return kCacheTypes; }
@@ -90,6 +104,7 @@ ServeEstimate estimate_llama_cpp(const ServeModel& m, const LlamaCppSettings& s)
         "the KV cache of {} layers ({}) stays in host memory", a.num_layers - gpu_layers,
         format_bytes(per_layer * (a.num_layers - gpu_layers), Unit::MiB)));
   }
+  if (!s.quantization.empty()) add_weights(e, m, s);
   if (m.attention.sliding > 0) {
     e.notes.push_back("sliding-window layers keep the whole context (no iSWA cache modelled)");
   }

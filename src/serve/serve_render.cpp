@@ -40,8 +40,7 @@ std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, U
                      format_bytes(*e.budget_bytes, unit), gpu);
   }
   s += fmt::format("\n{:<20} {:>14}  {}\n", "part", "size", "basis");
-  if (e.engine == ServeEngine::vllm)
-    s += row("weights", format_bytes(e.weights_bytes, unit), e.weights_basis);
+  if (e.weights_bytes) s += row("weights", format_bytes(*e.weights_bytes, unit), e.weights_basis);
   if (e.activation_peak_bytes) {
     s += row("activation peak", format_bytes(*e.activation_peak_bytes, unit), e.activation_basis);
   }
@@ -66,8 +65,7 @@ std::string render_serve_json(const ServeEstimate& e) {
   j["model"] = e.model;
   j["devices"] = e.devices;
   j["context"] = e.context;
-  j["weights"] = {{"bytes", e.engine == ServeEngine::vllm ? ordered_json(e.weights_bytes)
-                                                          : ordered_json(nullptr)}};
+  j["weights"] = {{"bytes", opt(e.weights_bytes)}};
   j["kv_cache"] = {{"bytes_per_token", e.kv_bytes_per_token},
                    {"bytes", e.kv_bytes},
                    {"tokens", e.kv_tokens},
