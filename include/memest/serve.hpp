@@ -79,6 +79,7 @@ struct LlamaCppSettings {
   std::string cache_type_v = "f16";
   std::uint64_t n_gpu_layers = 999;  ///< layers (weights and KV cache) on the GPU
   bool flash_attn = false;
+  bool mla = false;          ///< MLA models: cache the latent (ik_llama.cpp -mla 2/3), K only
   std::string quantization;  ///< GGUF file type ("Q4_K_M", ...); empty: weights not sized
 };
 

@@ -32,7 +32,7 @@ struct ServeFlag {
 };
 
 // data table
-constexpr std::array<ServeFlag, 30> kFlags = {{
+constexpr std::array<ServeFlag, 31> kFlags = {{
     {"--model", For::both, "NAME", "Model preset, Hub id (local cache) or model folder"},
     {"--config", For::both, "PATH", "A Hugging Face config.json"},
     {"--engine", For::both, "NAME", "vllm or llama.cpp (default vllm)"},
@@ -65,6 +65,7 @@ constexpr std::array<ServeFlag, 30> kFlags = {{
     {"--cache-type-v", For::llama_cpp, "TYPE", "f16, q8_0, q4_0, ... (default f16)"},
     {"--n-gpu-layers", For::llama_cpp, "N", "Layers on the GPU (default all)"},
     {"--flash-attn", For::llama_cpp, "", "Flash attention (pads the context to 256)"},
+    {"--mla", For::llama_cpp, "", "MLA models: cache the latent only (ik_llama.cpp -mla 2/3)"},
     {"--help", For::both, "", "This help"},
     {"-h", For::both, "", "This help"},
 }};
@@ -223,6 +224,7 @@ LlamaCppSettings llama_cpp_settings(const std::map<std::string, std::string>& g)
   s.parallel = count_of(g, "--parallel", 1);
   s.n_gpu_layers = count_of(g, "--n-gpu-layers", 999);
   s.flash_attn = g.contains("--flash-attn");
+  s.mla = g.contains("--mla");
   const auto type = [&](const char* flag) {
     const auto it = g.find(flag);
     return it == g.end() ? std::string("f16") : it->second;

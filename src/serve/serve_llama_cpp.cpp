@@ -86,11 +86,17 @@ ServeEstimate estimate_llama_cpp(const ServeModel& m, const LlamaCppSettings& s)
   if (ctx == 0) throw Error("--ctx-size: the config has no max_position_embeddings");
   e.context = ceil_div(ctx, s.flash_attn ? 256 : 32) * (s.flash_attn ? 256 : 32);
   // n_embd_k_gqa / n_embd_v_gqa: heads x head width; without an MLA cache DeepSeek's keys are
-  // qk_nope + qk_rope wide and its values v_head_dim, for every head.
-  const bool mla = a.kv_lora_rank > 0;
-  const u64 k_width =
-      mla ? a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim) : a.num_kv_heads * a.head_dim;
-  const u64 v_width = mla ? a.num_heads * a.v_head_dim : a.num_kv_heads * a.head_dim;
+  // qk_nope + qk_rope wide and its values v_head_dim, for every head. With one (ik_llama.cpp's
+  // -mla 2/3) the K cache holds the latent and the rotary key, kv_lora_rank + qk_rope_head_dim,
+  // and there is no V cache.
+  const bool mla_model = a.kv_lora_rank > 0;
+  if (s.mla && !mla_model) throw Error("--mla: the model has no multi-head latent attention");
+  const u64 k_width = s.mla       ? a.kv_lora_rank + a.qk_rope_head_dim
+                      : mla_model ? a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim)
+                                  : a.num_kv_heads * a.head_dim;
+  const u64 v_width = s.mla       ? 0
+                      : mla_model ? a.num_heads * a.v_head_dim
+                                  : a.num_kv_heads * a.head_dim;
   const u64 per_layer = checked_add(row_bytes(tk, checked_mul(k_width, e.context)),
                                     row_bytes(tv, checked_mul(v_width, e.context)));
   const u64 gpu_layers = std::min(s.n_gpu_layers, a.num_layers);
