@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -199,4 +200,23 @@ TEST_CASE("vLLM: a longer window than the context saves nothing; a shorter chunk
   const double blocks = eight["kv_cache"]["blocks"];
   CHECK(eight["max_concurrency"].get<double>() == Approx(blocks / (512 + 513)));
   CHECK(small["max_concurrency"].get<double>() == Approx(blocks / (512 + 289)));
+}
+
+TEST_CASE("vLLM: a block-wise fp8 checkpoint stores an fp32 scale per 128 x 128 block", "[serve]") {
+  // A small Llama (vocab 1024, hidden 256, 2 layers, 4 heads of 64, 2 kv heads, MLP 512) whose
+  // quantization_config is FineGrainedFP8 with 128 x 128 blocks: every linear weight one byte a
+  // value plus 4 bytes per block; the embedding, the lm_head and the norms stay bf16.
+  const auto path = std::filesystem::temp_directory_path() / "memest-serve-fp8-config.json";
+  std::ofstream(path) << R"({"model_type": "llama", "vocab_size": 1024, "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})";
+  const Json j = serve_json({"--config", path.string(), "--kv-cache-memory", "1GiB"});
+  const std::uint64_t q = 256 * 256 + 4 * (2 * 2);    // q_proj and o_proj: 2 x 2 blocks
+  const std::uint64_t kv = 128 * 256 + 4 * (1 * 2);   // k_proj and v_proj: 1 x 2 blocks
+  const std::uint64_t mlp = 512 * 256 + 4 * (4 * 2);  // gate, up (4 x 2) and down (2 x 4)
+  const std::uint64_t layer = 2 * q + 2 * kv + 3 * mlp + 2 * 256 * 2;  // + two bf16 norms
+  const std::uint64_t outer = 2 * 1024 * 256 * 2 + 256 * 2;  // embedding, lm_head, final norm
+  CHECK(j["weights"]["bytes"] == 2 * layer + outer);
+  std::filesystem::remove(path);
 }

@@ -17,7 +17,6 @@ namespace memest {
 namespace {
 
 using u64 = std::uint64_t;
-constexpr u64 MiB = 1ULL << 20;
 constexpr u64 GiB = 1ULL << 30;
 
 u64 round_up(u64 n, u64 m) { return ceil_div(n, m) * m; }
@@ -67,10 +66,9 @@ struct Weights {
 // fp8 (online, Fp8LinearMethod): e4m3 weights and one fp32 scale per tensor;
 // compressed-tensors FP8 dynamic: e4m3 weights and one fp32 scale per output channel; a
 // checkpoint's fp8 quantization_config (block-wise): one fp32 scale per 128 x 128 block.
-u64 fp8_scale_bytes(const TensorGroup& g, const std::string& method, u64 rows, u64 cols) {
+u64 fp8_scale_bytes(const std::string& method, u64 rows, u64 cols) {
   if (method == "compressed-tensors") return checked_mul(4, rows);
   if (method == "fp8-block") return checked_mul(4, ceil_div(rows, 128) * ceil_div(cols, 128));
-  (void)g;
   return 4;
 }
 
@@ -83,7 +81,7 @@ Weights weights_per_rank(const ServeModel& m, const std::string& method, Dtype d
     if (!method.empty() && stored_in_fp8(g)) {
       const u64 rows = g.rows == 1 ? 1 : n / std::max<u64>(1, g.cols);
       const u64 cols = n / std::max<u64>(1, rows);
-      const u64 each = checked_add(n, fp8_scale_bytes(g, method, rows, cols));
+      const u64 each = checked_add(n, fp8_scale_bytes(method, rows, cols));
       w.bytes = checked_add(w.bytes, checked_mul(each, g.count));
       fp8_elements = checked_add(fp8_elements, checked_mul(n, g.count));
       continue;
@@ -91,7 +89,7 @@ Weights weights_per_rank(const ServeModel& m, const std::string& method, Dtype d
     w.bytes = checked_add(w.bytes, checked_mul(checked_mul(n, g.count), width(dtype)));
   }
   w.basis = method.empty()
-                ? fmt::format("{} parameters of rank 0 in {}", "the", dtype_name(dtype))
+                ? fmt::format("the parameters of rank 0 in {}", dtype_name(dtype))
                 : fmt::format("{} linear weights in fp8 with scales ({}), the rest in {}",
                               format_count(fp8_elements), method, dtype_name(dtype));
   return w;
@@ -251,7 +249,6 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
         "the sliding window saves nothing here: window + max_num_batched_tokens covers "
         "max_model_len");
   }
-  (void)MiB;
   return e;
 }
 
