@@ -8,7 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -25,7 +27,7 @@ using Json = nlohmann::json;
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open file", path));
+  if (!in) throw Error(fmt::format("{}: cannot open file: {}", path, std::strerror(errno)));
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
@@ -129,6 +131,12 @@ ServeModel load_serve_model(const std::string& name, const std::string& config_p
     }
   }
   if (!m.spec.arch) throw Error(fmt::format("serve: {}: the model's shapes are needed", source));
+  if (m.spec.arch->num_heads == 0 || m.spec.arch->ssm_state_size > 0) {
+    throw Error(fmt::format(
+        "serve: {}: a state-space model has no attention KV cache (its recurrent state is not "
+        "modelled)",
+        source));
+  }
   m.attention = read_attention_layers(text, source, m.spec.arch->num_layers);
   read_serving_facts(text, m);
   return m;

@@ -178,6 +178,7 @@ void fill_kv_cache(ServeEstimate& e, const ServeModel& m, const VllmSettings& s,
   const Dtype dtype = s.dtype.value_or(m.dtype);
   const u64 per_layer =
       kv_bytes_per_layer_token(a, default_kv_width(s, dtype), s.tensor_parallel_size);
+  if (per_layer == 0) throw Error("serve: the model caches no keys or values (no attention)");
   const Groups g = kv_cache_groups(m.attention);
   const u64 page = checked_mul(s.block_size, per_layer);
   const u64 blocks = memory / page / g.size;
