@@ -73,8 +73,10 @@ struct VllmSettings {
 
 /// llama.cpp's settings, named as its flags.
 struct LlamaCppSettings {
-  std::uint64_t ctx_size = 0;  ///< 0: the model's max_position_embeddings
-  std::uint64_t parallel = 1;  ///< --parallel: sequences sharing the context
+  std::uint64_t ctx_size = 0;       ///< 0: the model's max_position_embeddings
+  std::uint64_t parallel = 1;       ///< --parallel: sequences sharing the context
+  std::uint64_t batch_size = 2048;  ///< --batch-size: tokens per llama_decode call
+  std::uint64_t ubatch_size = 512;  ///< --ubatch-size: tokens per graph evaluation
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
   std::uint64_t n_gpu_layers = 999;  ///< layers (weights and KV cache) on the GPU
@@ -97,6 +99,8 @@ struct ServeEstimate {
   std::string kv_basis;
   std::optional<std::uint64_t> activation_peak_bytes;  ///< vLLM's profile run, torch peak
   std::string activation_basis;
+  std::optional<std::uint64_t> compute_buffer_bytes;  ///< llama.cpp: one micro-batch's graph
+  std::string compute_basis;
   std::optional<std::uint64_t> non_torch_bytes;
   std::string non_torch_basis;
   std::optional<std::uint64_t> cuda_graphs_bytes;  ///< 0 with --enforce-eager; absent: not modelled

@@ -58,8 +58,8 @@ constexpr std::array<ServeFlag, 31> kFlags = {{
     {"--non-torch-memory", For::vllm, "SIZE",
      "Memory the profile run adds outside torch (default 0.25 GiB, 2 GiB under TP)"},
     {"--ctx-size", For::llama_cpp, "N", "Context cells (default: the model's)"},
-    {"--batch-size", For::llama_cpp, "N", "Logical batch (accepted; no effect on the KV cache)"},
-    {"--ubatch-size", For::llama_cpp, "N", "Micro-batch (accepted; no effect on the KV cache)"},
+    {"--batch-size", For::llama_cpp, "N", "Logical batch (default 2048)"},
+    {"--ubatch-size", For::llama_cpp, "N", "Micro-batch the compute buffer is sized for (512)"},
     {"--parallel", For::llama_cpp, "N", "Sequences sharing the context (default 1)"},
     {"--cache-type-k", For::llama_cpp, "TYPE", "f16, q8_0, q4_0, ... (default f16)"},
     {"--cache-type-v", For::llama_cpp, "TYPE", "f16, q8_0, q4_0, ... (default f16)"},
@@ -232,8 +232,8 @@ LlamaCppSettings llama_cpp_settings(const std::map<std::string, std::string>& g)
   if (const auto q = g.find("--quantization"); q != g.end()) s.quantization = q->second;
   s.cache_type_k = type("--cache-type-k");
   s.cache_type_v = type("--cache-type-v");
-  count_of(g, "--batch-size", 1);  // checked, not used by the KV cache
-  count_of(g, "--ubatch-size", 1);
+  s.batch_size = count_of(g, "--batch-size", 2048);
+  s.ubatch_size = count_of(g, "--ubatch-size", 512);
   return s;
 }
 

@@ -53,6 +53,45 @@ u64 row_bytes(const GgmlType& t, u64 elements) {
   return checked_mul(elements / t.block, t.bytes);
 }
 
+// The compute buffer of one micro-batch: ggml's graph allocator gives each f32 intermediate a
+// buffer and frees it after its last use, reusing an input's buffer where the op can work in
+// place (the softmax of KQ), so the peak is the widest of two moments of the worst-case graph
+// llama.cpp reserves (n_kv = the whole cache, n_tokens = the micro-batch, every token an output):
+// the attention without flash attention (KQ [n_kv x n_tokens x n_head], the mask [n_kv x
+// n_tokens], the Q (or fused QKV) projection and the attention output, beside the layer's input
+// and residual [n_embd x n_tokens]), and the output (logits [n_vocab x n_tokens] beside the
+// same two hidden states) when the output layer is on the GPU. Not counted: what the MoE
+// experts' matmuls and MLA's absorbed attention keep.
+struct ComputeBuffer {
+  u64 bytes = 0;
+  std::string basis;
+};
+
+ComputeBuffer compute_buffer(const Architecture& a, u64 n_kv, u64 tokens, bool flash_attn,
+                             bool output_on_gpu) {
+  const u64 f32 = 4;
+  const u64 hidden = checked_mul(checked_mul(2 * a.hidden_size, tokens), f32);
+  const u64 q_width =
+      a.fused_qkv ? (a.num_heads + 2 * a.num_kv_heads) * a.head_dim : a.num_heads * a.head_dim;
+  u64 attention = checked_add(
+      hidden, checked_mul(checked_mul(q_width + a.num_heads * a.head_dim, tokens), f32));
+  attention = checked_add(attention, checked_mul(checked_mul(n_kv, tokens), flash_attn ? 2 : f32));
+  if (!flash_attn) {
+    attention = checked_add(attention,
+                            checked_mul(checked_mul(checked_mul(n_kv, tokens), a.num_heads), f32));
+  }
+  const u64 output =
+      output_on_gpu ? checked_add(hidden, checked_mul(checked_mul(a.vocab_size, tokens), f32)) : 0;
+  ComputeBuffer c;
+  c.bytes = std::max(attention, output);
+  c.basis =
+      output >= attention
+          ? fmt::format("logits of {} tokens x {} vocab in f32", tokens, a.vocab_size)
+          : fmt::format("KQ of {} cells x {} tokens x {} heads in f32", n_kv, tokens, a.num_heads);
+  if (flash_attn && output < attention) c.basis = "the attention's inputs and output";
+  return c;
+}
+
 // The weights of a GGUF file type: what the GPU holds, and a note of the host's share.
 void add_weights(ServeEstimate& e, const ServeModel& m, const LlamaCppSettings& s) {
   const GgufWeights w = gguf_weights(m, s.quantization, s.n_gpu_layers);
@@ -109,6 +148,13 @@ ServeEstimate estimate_llama_cpp(const ServeModel& m, const LlamaCppSettings& s)
     e.notes.push_back(fmt::format(
         "the KV cache of {} layers ({}) stays in host memory", a.num_layers - gpu_layers,
         format_bytes(per_layer * (a.num_layers - gpu_layers), Unit::MiB)));
+  }
+  const u64 tokens = std::min({s.ubatch_size, s.batch_size, e.context});
+  const ComputeBuffer c =
+      compute_buffer(a, e.context, tokens, s.flash_attn, s.n_gpu_layers > a.num_layers);
+  if (gpu_layers > 0 || s.n_gpu_layers > a.num_layers) {
+    e.compute_buffer_bytes = c.bytes;
+    e.compute_basis = c.basis;
   }
   if (!s.quantization.empty()) add_weights(e, m, s);
   if (m.attention.sliding > 0) {

@@ -44,6 +44,9 @@ std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, U
   if (e.activation_peak_bytes) {
     s += row("activation peak", format_bytes(*e.activation_peak_bytes, unit), e.activation_basis);
   }
+  if (e.compute_buffer_bytes) {
+    s += row("compute buffer", format_bytes(*e.compute_buffer_bytes, unit), e.compute_basis);
+  }
   if (e.non_torch_bytes) {
     s += row("non-torch", format_bytes(*e.non_torch_bytes, unit), e.non_torch_basis);
   }
@@ -71,6 +74,7 @@ std::string render_serve_json(const ServeEstimate& e) {
                    {"tokens", e.kv_tokens},
                    {"blocks", opt(e.kv_blocks)}};
   j["activations"] = {{"peak_bytes", opt(e.activation_peak_bytes)}};
+  j["compute_buffer"] = {{"bytes", opt(e.compute_buffer_bytes)}};
   j["non_torch"] = {{"bytes", opt(e.non_torch_bytes)}};
   j["cuda_graphs"] = {{"bytes", opt(e.cuda_graphs_bytes)}};
   j["max_concurrency"] = opt(e.max_concurrency);
