@@ -99,3 +99,26 @@ TEST_CASE("serve: help lists each engine's flags", "[serve]") {
   const auto late = run_cli({"--model", "llama-3.1-8b", "serve"});
   CHECK(late.code == 2);
 }
+
+TEST_CASE("serve: vLLM refuses to start when one request does not fit, and says how long fits",
+          "[serve]") {
+  // Llama-3-70B on two A100 80GB leaves about 2.4 GiB of KV cache per rank: far less than one
+  // request of 131,072 tokens. vLLM's check sums every layer's need for one request; with full
+  // attention only that is a whole number of blocks per layer, so the longest max_model_len
+  // that fits is the cache's own token count.
+  const auto r = run_cli({"serve", "--model", "llama-3-70b", "--tp", "2", "--gpu", "a100-80gb",
+                          "--max-model-len", "131072", "--format", "json"});
+  CHECK(r.code == 1);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["fits"] == false);
+  CHECK(j["largest_max_model_len"] == j["kv_cache"]["tokens"]);
+  const auto table = run_cli({"serve", "--model", "llama-3-70b", "--tp", "2", "--gpu", "a100-80gb",
+                              "--max-model-len", "131072"});
+  CHECK(table.code == 1);
+  CHECK(table.out.find("does not start: one request of 131,072 tokens") != std::string::npos);
+  // A length that fits starts.
+  const auto ok = run_cli({"serve", "--model", "llama-3-70b", "--tp", "2", "--gpu", "a100-80gb",
+                           "--max-model-len", "8192", "--format", "json"});
+  CHECK(ok.code == 0);
+  CHECK(nlohmann::json::parse(ok.out)["fits"] == true);
+}

@@ -107,6 +107,10 @@ struct ServeEstimate {
   std::optional<std::uint64_t> budget_bytes;       ///< gpu_memory_utilization x total
   std::optional<double> max_concurrency;           ///< requests of max_model_len at once
   std::uint64_t context = 0;                       ///< max_model_len or ctx_size
+  /// vLLM: whether one request of max_model_len fits the KV memory (else vLLM refuses to start),
+  /// and the longest max_model_len that would.
+  bool fits = true;
+  std::optional<std::uint64_t> largest_context;
   std::vector<std::string> notes;
 };
 
@@ -118,8 +122,14 @@ ServeEstimate estimate_vllm(const ServeModel& model, const VllmSettings& setting
 /// unknown cache type.
 ServeEstimate estimate_llama_cpp(const ServeModel& model, const LlamaCppSettings& settings);
 
+/// What `memest serve` prints and its exit code: 0, or 1 when vLLM would refuse to start.
+struct ServeOutput {
+  std::string text;
+  int exit_code = 0;
+};
+
 /// `memest serve ARGS...`: parses the serve flags, estimates and renders (table or JSON).
-/// Returns the text to print; throws Error naming the flag for bad input.
-std::string serve_command(std::span<const std::string> args);
+/// Throws Error naming the flag for bad input.
+ServeOutput serve_command(std::span<const std::string> args);
 
 }  // namespace memest

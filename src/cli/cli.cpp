@@ -615,8 +615,9 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   if (argc > 1 && std::string_view(argv[1]) == "serve") {
     const std::vector<std::string> args(argv + 2, argv + argc);
     return guarded(err, [&] {
-      out << serve_command(args);
-      return kExitOk;
+      const ServeOutput served = serve_command(args);
+      out << served.text;
+      return served.exit_code == 0 ? kExitOk : kExitCheckFailed;
     });
   }
   if (RunOptions plain; plain_path) {

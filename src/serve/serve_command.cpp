@@ -239,9 +239,9 @@ LlamaCppSettings llama_cpp_settings(const std::map<std::string, std::string>& g)
 
 }  // namespace
 
-std::string serve_command(std::span<const std::string> args) {
+ServeOutput serve_command(std::span<const std::string> args) {
   const auto g = read_flags(args);
-  if (g.contains("--help") || g.contains("-h")) return help_text();
+  if (g.contains("--help") || g.contains("-h")) return {help_text(), 0};
   const std::string engine_name = choice(g, "--engine", "vllm", {"vllm", "llama.cpp"});
   const ServeEngine engine = engine_name == "vllm" ? ServeEngine::vllm : ServeEngine::llama_cpp;
   check_engine(g, engine);
@@ -262,7 +262,8 @@ std::string serve_command(std::span<const std::string> args) {
   } else {
     e = estimate_llama_cpp(model, llama_cpp_settings(g));
   }
-  return format == "json" ? render_serve_json(e) : render_serve_table(e, gpu_label, unit);
+  return {format == "json" ? render_serve_json(e) : render_serve_table(e, gpu_label, unit),
+          e.fits ? 0 : 1};
 }
 
 }  // namespace memest

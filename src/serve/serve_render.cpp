@@ -57,6 +57,13 @@ std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, U
         e.cuda_graphs_bytes ? "--enforce-eager" : "taken after the KV cache; not in the budget");
   }
   for (const std::string& n : e.notes) s += fmt::format("note: {}\n", n);
+  if (!e.fits) {
+    s += fmt::format(
+        "does not start: one request of {} tokens needs more KV cache than the {} left; the "
+        "longest max_model_len that fits is {}\n",
+        format_count(e.context), format_bytes(e.kv_bytes, unit),
+        format_count(e.largest_context.value_or(0)));
+  }
   return s;
 }
 
@@ -78,6 +85,8 @@ std::string render_serve_json(const ServeEstimate& e) {
   j["non_torch"] = {{"bytes", opt(e.non_torch_bytes)}};
   j["cuda_graphs"] = {{"bytes", opt(e.cuda_graphs_bytes)}};
   j["max_concurrency"] = opt(e.max_concurrency);
+  j["fits"] = e.fits;
+  j["largest_max_model_len"] = opt(e.largest_context);
   j["notes"] = e.notes;
   return j.dump(2) + "\n";
 }

@@ -201,6 +201,38 @@ void fill_kv_cache(ServeEstimate& e, const ServeModel& m, const VllmSettings& s,
       per_layer, groups, g.size, m.attention.full, m.attention.sliding, s.block_size);
 }
 
+// KV bytes one request of `context` tokens needs over every layer (check_enough_kv_cache_memory
+// in v1/core/kv_cache_utils.py sums each layer's max_memory_usage_bytes): a full layer's whole
+// context, a sliding layer's window plus a prefill chunk and one block.
+u64 request_bytes(const AttentionLayers& l, u64 context, u64 batched, u64 block, u64 page) {
+  const u64 full = checked_mul(l.full, ceil_div(context, block));
+  const u64 slide_tokens = std::min(l.window + batched - 1, context);
+  const u64 slide = checked_mul(l.sliding, ceil_div(slide_tokens, block) + 1);
+  return checked_mul(checked_add(full, slide), page);
+}
+
+// vLLM refuses to start when one request of max_model_len does not fit; it then names the
+// longest that would (the largest length whose request fits, found by bisection).
+void check_one_request(ServeEstimate& e, const ServeModel& m, const VllmSettings& s, u64 memory,
+                       u64 batched) {
+  const u64 per_layer = kv_bytes_per_layer_token(
+      *m.spec.arch, default_kv_width(s, s.dtype.value_or(m.dtype)), s.tensor_parallel_size);
+  const u64 page = checked_mul(s.block_size, per_layer);
+  if (request_bytes(m.attention, e.context, batched, s.block_size, page) <= memory) return;
+  e.fits = false;
+  u64 lo = 0;
+  u64 hi = e.context;
+  while (lo < hi) {
+    const u64 mid = lo + (hi - lo + 1) / 2;
+    if (request_bytes(m.attention, mid, batched, s.block_size, page) <= memory) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  e.largest_context = lo;
+}
+
 }  // namespace
 
 ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
@@ -245,6 +277,7 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   const u64 memory = s.kv_cache_memory.value_or(*e.budget_bytes - used);
   fill_kv_cache(e, m, s, memory, batched);
   if (e.kv_blocks == 0) throw Error("serve: the KV-cache memory holds no block");
+  check_one_request(e, m, s, memory, batched);
   if (m.attention.sliding > 0 && batched + m.attention.window > e.context) {
     e.notes.push_back(
         "the sliding window saves nothing here: window + max_num_batched_tokens covers "
