@@ -38,6 +38,8 @@ PARTS = {
     "layout_search": "search",     # fit --gpus
     "option_rules": "run_options",  # the rules between options
     "model_loading": "config",     # --model-loading and its spellings, resolved
+    "serve_render": "serve_command",  # memest serve's table and JSON
+    "serve_gguf": "serve_llama_cpp",  # GGUF weights: llama.cpp's per-tensor types
 }
 # Every file of src/step/rules/ is a part of the module "rules" (rules.hpp).
 RULES_DIR = os.path.join("src", "step", "rules")

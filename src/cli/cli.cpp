@@ -7,6 +7,7 @@
 #include <memest/report.hpp>
 #include <memest/run_config.hpp>
 #include <memest/search.hpp>
+#include <memest/serve.hpp>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -45,8 +46,8 @@ Exit codes: 0 ok, 1 a check failed, 2 invalid input, 3 internal error.
 Units: GB = 10^9 bytes, GiB = 2^30 bytes.)";
 
 // The subcommands' names, in the order --help lists them.
-constexpr std::array<std::string_view, 7> kSubcommands = {"models", "gpus",  "check", "compare",
-                                                          "fit",    "sweep", "schema"};
+constexpr std::array<std::string_view, 8> kSubcommands = {"models", "gpus",  "check",  "compare",
+                                                          "fit",    "sweep", "schema", "serve"};
 
 // Binds the run option table to flags: each flag writes into stable storage, and after parsing
 // the ones that were given become Settings that remember the flag's name for error messages.
@@ -505,6 +506,7 @@ struct Subcommands {
   CLI::App* sweep = nullptr;
   SweepFlags sweep_flags;
   CLI::App* schema = nullptr;
+  CLI::App* serve = nullptr;
 };
 
 // The commands that list presets or check and compare runs.
@@ -554,6 +556,10 @@ void add_search_commands(CLI::App& app, Subcommands& c) {
   c.sweep->add_option("--optimizers", sf.optimizers, "Optimizers, e.g. adamw,adam8bit")
       ->type_name("LIST");
   c.schema = app.add_subcommand("schema", "Print the JSON Schema of run config files");
+  // Parsed by serve_command when it comes first (memest serve --help lists its flags).
+  c.serve = app.add_subcommand(
+      "serve", "Serving memory of vLLM or llama.cpp: weights, KV cache, profile peak");
+  c.serve->prefix_command();
 }
 
 void add_subcommands(CLI::App& app, Subcommands& c) {
@@ -574,6 +580,10 @@ int dispatch(const Subcommands& c, const RunOptions& options, const OutputFlags&
     if (sub->parsed() && !output.plot.empty())
       throw Error(fmt::format("--plot: not used by {} (an estimate or a sweep draws one)",
                               sub->get_name()));
+  }
+  if (c.serve->parsed()) {
+    throw Error(
+        "serve: give it first, with its own flags after it (memest serve --model NAME ...)");
   }
   if (c.models->parsed()) return run_models(c.models_filter, output, out);
   if (c.gpus->parsed()) return run_gpus(output, out);
@@ -602,6 +612,14 @@ int run(std::span<const std::string> words, std::ostream& out, std::ostream& err
 }
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool plain_path) {
+  if (argc > 1 && std::string_view(argv[1]) == "serve") {
+    const std::vector<std::string> args(argv + 2, argv + argc);
+    return guarded(err, [&] {
+      const ServeOutput served = serve_command(args);
+      out << served.text;
+      return served.exit_code == 0 ? kExitOk : kExitCheckFailed;
+    });
+  }
   if (RunOptions plain; plain_path) {
     if (OutputFlags flags; parse_plain(argc, argv, plain, flags)) {
       flags.color = use_color(out);

@@ -1,0 +1,135 @@
+#pragma once
+// Serving memory (docs/serving.md): what an inference engine allocates on each device for a
+// model: the weights in their stored format, the KV cache, and the engine's other reserves.
+
+#include <memest/dtype.hpp>
+#include <memest/model.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace memest {
+
+/// The inference engine whose allocation is modelled.
+enum class ServeEngine { vllm, llama_cpp };
+
+/// How a model's attention layers keep keys and values, as its config.json states it.
+struct AttentionLayers {
+  std::uint64_t full = 0;     ///< layers that attend to the whole context
+  std::uint64_t sliding = 0;  ///< layers that attend to the last `window` tokens only
+  std::uint64_t window = 0;   ///< sliding_window in tokens; 0 when no layer slides
+};
+
+/// The attention layers of a config.json text (the top level, or `text_config` of a multimodal
+/// one) with `num_layers` layers: `layer_types` when given ("sliding_attention" /
+/// "full_attention"), else Gemma-3's sliding_window_pattern (every pattern-th layer full),
+/// Gemma-2's alternation (even layers slide), a use_sliding_window of false (Qwen2: none), or a
+/// sliding_window on every layer (Mistral). Throws Error `<source>: /key: ...` on a bad value.
+AttentionLayers read_attention_layers(std::string_view config_text, const std::string& source,
+                                      std::uint64_t num_layers);
+
+/// A model as the serving estimate reads it.
+struct ServeModel {
+  ModelSpec spec;
+  AttentionLayers attention;
+  Dtype dtype = Dtype::bf16;        ///< torch_dtype of the config (fp32 configs serve in bf16)
+  std::uint64_t max_positions = 0;  ///< max_position_embeddings; 0 when the config has none
+};
+
+/// The model `--model NAME` or `--config PATH` names (as for training: preset, Hub id, local
+/// cache or folder), with its attention layers read from the same config.json.
+ServeModel load_serve_model(const std::string& name, const std::string& config_path);
+
+/// Bytes a quantised KV-cache type stores per `block` elements (ggml's type traits).
+struct GgmlType {
+  std::string_view name;  ///< "f16", "q8_0", ...
+  std::uint64_t block;    ///< elements per block
+  std::uint64_t bytes;    ///< bytes per block, scales included
+};
+
+/// The ggml types llama.cpp's --cache-type-k/-v accept, with their block sizes.
+std::span<const GgmlType> ggml_cache_types();
+
+/// vLLM's settings, named as its flags (defaults of vLLM v0.19.0's OpenAI server on a GPU).
+struct VllmSettings {
+  std::uint64_t total_memory = 0;  ///< torch.cuda.mem_get_info()'s total, bytes
+  double gpu_memory_utilization = 0.9;
+  std::uint64_t max_model_len = 0;  ///< 0: the model's max_position_embeddings
+  std::uint64_t max_num_seqs = 1024;
+  std::uint64_t max_num_batched_tokens = 0;  ///< 0: 8192 with chunked prefill
+  std::uint64_t tensor_parallel_size = 1;
+  std::uint64_t block_size = 16;
+  std::string kv_cache_dtype = "auto";  ///< auto, fp8, fp8_e4m3, fp8_e5m2
+  std::string quantization;             ///< empty, fp8, compressed-tensors (fp8 checkpoints)
+  std::optional<Dtype> dtype;           ///< --dtype; else the config's
+  bool enforce_eager = false;
+  std::optional<std::uint64_t> kv_cache_memory;   ///< --kv-cache-memory: skips the profile
+  std::optional<std::uint64_t> non_torch_memory;  ///< stated non-torch increase, bytes
+};
+
+/// llama.cpp's settings, named as its flags.
+struct LlamaCppSettings {
+  std::uint64_t ctx_size = 0;       ///< 0: the model's max_position_embeddings
+  std::uint64_t parallel = 1;       ///< --parallel: sequences sharing the context
+  std::uint64_t batch_size = 2048;  ///< --batch-size: tokens per llama_decode call
+  std::uint64_t ubatch_size = 512;  ///< --ubatch-size: tokens per graph evaluation
+  std::string cache_type_k = "f16";
+  std::string cache_type_v = "f16";
+  std::uint64_t n_gpu_layers = 999;  ///< layers (weights and KV cache) on the GPU
+  bool flash_attn = false;
+  bool mla = false;          ///< MLA models: cache the latent (ik_llama.cpp -mla 2/3), K only
+  std::string quantization;  ///< GGUF file type ("Q4_K_M", ...); empty: weights not sized
+};
+
+/// What one device holds. Bytes are per device; a figure the engine does not have is absent.
+struct ServeEstimate {
+  ServeEngine engine = ServeEngine::vllm;
+  std::string model;
+  std::uint64_t devices = 1;
+  std::optional<std::uint64_t> weights_bytes;  ///< absent: llama.cpp without --quantization
+  std::string weights_basis;
+  std::uint64_t kv_bytes_per_token = 0;  ///< per device, every layer (padding layers included)
+  std::uint64_t kv_bytes = 0;
+  std::uint64_t kv_tokens = 0;
+  std::optional<std::uint64_t> kv_blocks;
+  std::string kv_basis;
+  std::optional<std::uint64_t> activation_peak_bytes;  ///< vLLM's profile run, torch peak
+  std::string activation_basis;
+  std::optional<std::uint64_t> compute_buffer_bytes;  ///< llama.cpp: one micro-batch's graph
+  std::string compute_basis;
+  std::optional<std::uint64_t> non_torch_bytes;
+  std::string non_torch_basis;
+  std::optional<std::uint64_t> cuda_graphs_bytes;  ///< 0 with --enforce-eager; absent: not modelled
+  std::optional<std::uint64_t> budget_bytes;       ///< gpu_memory_utilization x total
+  std::optional<double> max_concurrency;           ///< requests of max_model_len at once
+  std::uint64_t context = 0;                       ///< max_model_len or ctx_size
+  /// vLLM: whether one request of max_model_len fits the KV memory (else vLLM refuses to start),
+  /// and the longest max_model_len that would.
+  bool fits = true;
+  std::optional<std::uint64_t> largest_context;
+  std::vector<std::string> notes;
+};
+
+/// vLLM's allocation on each tensor-parallel rank (docs/serving.md). Throws Error for settings
+/// that leave no memory for the KV cache or that the model cannot take.
+ServeEstimate estimate_vllm(const ServeModel& model, const VllmSettings& settings);
+
+/// llama.cpp's KV cache (llama_kv_cache: n_ctx cells, ggml block sizes). Throws Error for an
+/// unknown cache type.
+ServeEstimate estimate_llama_cpp(const ServeModel& model, const LlamaCppSettings& settings);
+
+/// What `memest serve` prints and its exit code: 0, or 1 when vLLM would refuse to start.
+struct ServeOutput {
+  std::string text;
+  int exit_code = 0;
+};
+
+/// `memest serve ARGS...`: parses the serve flags, estimates and renders (table or JSON).
+/// Throws Error naming the flag for bad input.
+ServeOutput serve_command(std::span<const std::string> args);
+
+}  // namespace memest

@@ -1,0 +1,217 @@
+// The bytes of a GGUF model's weights: the type llama.cpp's quantizer gives each tensor for a
+// file type (llama_tensor_get_type, in llama.cpp until 2025 and src/llama-quant.cpp after; read
+// at commit 007dbbf3, whose rules these are except that the builds of the logs here still give a
+// fused QKV its own rule: Q4_K_M -> q5_K, as Phi-3's 32 q5_K tensors show), ggml's block sizes,
+// and where llama.cpp puts each tensor: token_embd always in host memory (the input layer), the
+// last --n-gpu-layers layers on the GPU, the output when every layer is.
+#include "serve/serve_gguf.hpp"
+
+#include <memest/error.hpp>
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+namespace memest {
+namespace {
+
+using u64 = std::uint64_t;
+
+// data table
+constexpr std::array<GgmlType, 15> kWeightTypes = {{
+    {"f32", 1, 4},
+    {"f16", 1, 2},
+    {"bf16", 1, 2},
+    {"q4_0", 32, 18},
+    {"q4_1", 32, 20},
+    {"q5_0", 32, 22},
+    {"q5_1", 32, 24},
+    {"q8_0", 32, 34},
+    {"q2_K", 256, 84},
+    {"q3_K", 256, 110},
+    {"q4_K", 256, 144},
+    {"q5_K", 256, 176},
+    {"q6_K", 256, 210},
+    {"iq4_nl", 32, 18},
+    {"iq4_xs", 256, 136},
+}};
+
+const GgmlType& weight_type(std::string_view name) {
+  for (const GgmlType& t : kWeightTypes) {
+    if (t.name == name) return t;
+  }
+  throw Error(fmt::format("ggml type \"{}\" has no size here", name));
+}
+
+// A file type (llama_ftype) and the type its tensors start from.
+struct FileType {
+  std::string_view name;
+  std::string_view base;
+};
+
+// data table
+constexpr std::array<FileType, 11> kFileTypes = {{
+    {"F16", "f16"},
+    {"BF16", "bf16"},
+    {"Q8_0", "q8_0"},
+    {"Q4_0", "q4_0"},
+    {"Q5_0", "q5_0"},
+    {"Q6_K", "q6_K"},
+    {"Q5_K_M", "q5_K"},
+    {"Q5_K_S", "q5_K"},
+    {"Q4_K_M", "q4_K"},
+    {"Q4_K_S", "q4_K"},
+    {"IQ4_XS", "iq4_xs"},
+}};
+
+enum class Category {
+  token_embd,
+  output,
+  attn_v,
+  attn_qkv,
+  attn_k,
+  attn_q,
+  attn_output,
+  ffn_down,
+  other
+};
+
+Category category_of(const TensorGroup& g, const Architecture& a) {
+  if (g.kind == "lm_head") return Category::output;
+  if (g.role == Role::embedding && g.rows == a.vocab_size) return Category::token_embd;
+  if (g.kind == "v") return Category::attn_v;
+  if (g.kind == "qkv") return Category::attn_qkv;
+  if (g.kind == "k") return Category::attn_k;
+  if (g.kind == "q") return Category::attn_q;
+  if (g.kind == "o") return Category::attn_output;
+  if (g.kind == "down") return Category::ffn_down;
+  return Category::other;
+}
+
+bool use_more_bits(u64 i, u64 n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+struct Quantizer {
+  std::string_view ftype;
+  std::string_view base;
+  u64 n_layer = 0;
+  u64 n_expert = 0;
+  u64 n_gqa = 1;
+  bool seventy_b = false;  // LLM_TYPE_70B: Llama's 80 layers
+};
+
+// attn_v: Q4_K_M/Q5_K_M give q6_K to the layers use_more_bits picks, Q4_K_S q5_K to the first
+// four, IQ4_XS q5_K under GQA >= 4; Llama-70B lifts q4_K to q5_K, eight experts give q8_0.
+std::string_view attn_v_type(const Quantizer& q, std::string_view t, u64 i) {
+  if (q.ftype == "IQ4_XS" && q.n_gqa >= 4) t = "q5_K";
+  if ((q.ftype == "Q4_K_M" || q.ftype == "Q5_K_M") && use_more_bits(i, q.n_layer)) t = "q6_K";
+  if (q.ftype == "Q4_K_S" && i < 4) t = "q5_K";
+  if (q.seventy_b && t == "q4_K") t = "q5_K";
+  if (q.n_expert == 8) t = "q8_0";
+  return t;
+}
+
+std::string_view ffn_down_type(const Quantizer& q, std::string_view t, u64 i) {
+  const u64 n = q.n_layer;
+  if ((q.ftype == "Q4_K_M" || q.ftype == "Q5_K_M") && use_more_bits(i, n)) return "q6_K";
+  if (q.ftype == "IQ4_XS" && i < n / 8) return "q5_K";  // without an importance matrix
+  if (q.ftype == "Q4_K_S" && i < n / 8) return "q5_K";
+  return t;
+}
+
+// The type of one 2-D tensor of category `c` in layer `i` (llama_tensor_get_type_impl).
+std::string_view tensor_type(const Quantizer& q, Category c, u64 i, u64 cols) {
+  std::string_view t = q.base;
+  if (q.base == "f16" || q.base == "bf16") return t;  // not a quantised type: no mixture
+  switch (c) {
+    case Category::output:
+      t = cols % weight_type(t).block != 0 ? "q8_0" : t == "q8_0" ? t : "q6_K";
+      break;
+    case Category::attn_v:
+      t = attn_v_type(q, t, i);
+      break;
+    case Category::attn_qkv:
+      if (q.ftype == "Q4_K_M") t = "q5_K";
+      if (q.ftype == "Q5_K_M") t = "q6_K";
+      break;
+    case Category::attn_k:
+      if (q.n_expert == 8) t = "q8_0";
+      break;
+    case Category::attn_output:
+      if (q.n_expert == 8 && (q.ftype == "Q4_K_M" || q.ftype == "Q4_K_S" || q.ftype == "IQ4_XS")) {
+        t = "q5_K";
+      }
+      break;
+    case Category::ffn_down:
+      t = ffn_down_type(q, t, i);
+      break;
+    default:
+      break;
+  }
+  // tensor_type_fallback: rows not whole blocks of a k-quant take a 32-block type.
+  if (cols % weight_type(t).block != 0) {
+    t = t == "q4_K"     ? "q5_0"
+        : t == "q5_K"   ? "q5_1"
+        : t == "q6_K"   ? "q8_0"
+        : t == "iq4_xs" ? "iq4_nl"
+                        : "f16";
+  }
+  return t;
+}
+
+u64 tensor_bytes(const GgmlType& t, u64 rows, u64 cols) {
+  return checked_mul(rows, checked_mul(cols / t.block, t.bytes));
+}
+
+const FileType& file_type(std::string_view name) {
+  for (const FileType& f : kFileTypes) {
+    if (f.name == name) return f;
+  }
+  std::vector<std::string_view> names;
+  for (const FileType& f : kFileTypes) names.push_back(f.name);
+  throw Error(fmt::format("--quantization: unknown GGUF file type \"{}\" (expected one of: {})",
+                          name, fmt::join(names, ", ")));
+}
+
+}  // namespace
+
+std::span<const GgmlType> ggml_weight_types() { return kWeightTypes; }
+
+GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::uint64_t gpu_layers) {
+  const Architecture& a = *m.spec.arch;
+  const FileType& f = file_type(ftype);
+  const Quantizer q{f.name,
+                    f.base,
+                    a.num_layers,
+                    a.num_experts,
+                    a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1,
+                    a.num_layers == 80 && a.model_type == "llama"};
+  GgufWeights w;
+  const u64 first_gpu_layer = a.num_layers - std::min(gpu_layers, a.num_layers);
+  const bool output_on_gpu = gpu_layers > a.num_layers;
+  for (const TensorGroup& g : m.spec.inventory.groups) {
+    const Category c = category_of(g, a);
+    const bool layered = g.name.find('*') != std::string::npos && g.count >= a.num_layers;
+    const u64 per_layer = layered ? g.count / a.num_layers : g.count;
+    for (u64 j = 0; j < g.count; ++j) {
+      const u64 layer = layered ? j / per_layer : 0;
+      // 1-D tensors (norms, biases) and the router stay F32 as convert_hf_to_gguf writes them.
+      const bool quantised = g.rows > 1 && g.role != Role::router && g.role != Role::norm;
+      // A tied embedding is typed as the output, and llama.cpp keeps a copy of it as the output.
+      const bool tied = c == Category::token_embd && a.tied_embeddings;
+      const Category typed = tied ? Category::output : c;
+      const std::string_view type = quantised ? tensor_type(q, typed, layer, g.cols) : "f32";
+      const u64 bytes = tensor_bytes(weight_type(type), g.rows, g.cols);
+      w.tensors_by_type[std::string(type)] += quantised ? 1 : 0;
+      const bool on_gpu =
+          layered ? layer >= first_gpu_layer : c != Category::token_embd && output_on_gpu;
+      (on_gpu ? w.device_bytes : w.host_bytes) += bytes;
+      if (tied && output_on_gpu) w.device_bytes += bytes;
+    }
+  }
+  w.tensors_by_type.erase("f32");
+  return w;
+}
+
+}  // namespace memest

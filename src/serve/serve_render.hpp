@@ -1,0 +1,19 @@
+#pragma once
+// Private to src/serve: the serve estimate as a table for a person and as JSON for a program
+// (the keys of docs/serving.md); they format, they compute nothing.
+
+#include <memest/serve.hpp>
+#include <memest/units.hpp>
+
+#include <string>
+
+namespace memest {
+
+/// The terminal table: one row per part of a device's memory, with its basis.
+std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, Unit unit);
+
+/// The JSON object: per-device bytes under weights, kv_cache, activations, non_torch,
+/// cuda_graphs (null where not modelled) and max_concurrency.
+std::string render_serve_json(const ServeEstimate& e);
+
+}  // namespace memest

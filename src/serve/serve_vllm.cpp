@@ -1,0 +1,289 @@
+// vLLM's allocation on one tensor-parallel rank, read from vLLM v0.19.0 (the V1 engine; the
+// version of the logs in tests/data/inference/) and the source files named at each function:
+// the weights as the model loader stores them, the profile run's torch peak, the budget
+// gpu_memory_utilization x total - weights - peak - non-torch memory (v1/worker/gpu_worker.py,
+// determine_available_memory), and the KV-cache groups that budget is cut into
+// (v1/core/kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size and get_num_blocks).
+#include <memest/error.hpp>
+#include <memest/serve.hpp>
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace memest {
+namespace {
+
+using u64 = std::uint64_t;
+constexpr u64 GiB = 1ULL << 30;
+
+u64 round_up(u64 n, u64 m) { return ceil_div(n, m) * m; }
+
+// VocabParallelEmbedding and ParallelLMHead pad the vocabulary to a multiple of 64
+// (model_executor/layers/vocab_parallel_embedding.py, DEFAULT_VOCAB_PADDING_SIZE) and give each
+// rank an equal slice.
+u64 vocab_rows_per_rank(u64 vocab, u64 tp) { return round_up(vocab, 64) / tp; }
+
+bool low_rank_down(const TensorGroup& g) {  // MLA's q_a_proj, kv_a_proj_with_mqa: replicated
+  return g.name.find("_a_proj") != std::string::npos;
+}
+
+// Elements of one tensor of `g` on one rank: column-parallel linears (QKV, gate/up) split their
+// output rows and biases, row-parallel ones (o, down) their input columns; k/v with fewer kv
+// heads than ranks keep one head per rank (QKVParallelLinear); everything else is replicated.
+u64 tensor_elements_per_rank(const TensorGroup& g, const Architecture& a, u64 tp) {
+  if ((g.role == Role::embedding || g.kind == "lm_head") && g.rows == a.vocab_size) {
+    return checked_mul(vocab_rows_per_rank(a.vocab_size, tp), g.cols);
+  }
+  if (tp == 1 || low_rank_down(g)) return g.tensor_elements();
+  const std::string& k = g.kind;
+  const bool bias = g.rows == 1;
+  if (k == "k" || k == "v" || k == "q" || k == "qkv" || k == "kv" || k == "gate" || k == "up" ||
+      k == "gate_up") {
+    const bool one_head = (k == "k" || k == "v") && a.num_kv_heads < tp;
+    if (one_head) return bias ? a.head_dim : checked_mul(a.head_dim, g.cols);
+    return bias ? g.cols / tp : checked_mul(g.rows / tp, g.cols);
+  }
+  if (k == "o" || k == "down") return bias ? g.cols : checked_mul(g.rows, g.cols / tp);
+  return g.tensor_elements();
+}
+
+// A linear layer the quantisation method stores in 8 bits: every matmul weight except the
+// embeddings and the lm_head (vLLM's Fp8LinearMethod and compressed-tensors' W8A8 FP8 quantise
+// LinearBase layers only).
+bool stored_in_fp8(const TensorGroup& g) {
+  return g.matmul && g.rows > 1 && g.role != Role::embedding && g.kind != "lm_head" &&
+         g.role != Role::router;
+}
+
+struct Weights {
+  u64 bytes = 0;
+  std::string basis;
+};
+
+// fp8 (online, Fp8LinearMethod): e4m3 weights and one fp32 scale per tensor;
+// compressed-tensors FP8 dynamic: e4m3 weights and one fp32 scale per output channel; a
+// checkpoint's fp8 quantization_config (block-wise): one fp32 scale per 128 x 128 block.
+u64 fp8_scale_bytes(const std::string& method, u64 rows, u64 cols) {
+  if (method == "compressed-tensors") return checked_mul(4, rows);
+  if (method == "fp8-block") return checked_mul(4, ceil_div(rows, 128) * ceil_div(cols, 128));
+  return 4;
+}
+
+Weights weights_per_rank(const ServeModel& m, const std::string& method, Dtype dtype, u64 tp) {
+  const Architecture& a = *m.spec.arch;
+  Weights w;
+  u64 fp8_elements = 0;
+  for (const TensorGroup& g : m.spec.inventory.groups) {
+    const u64 n = tensor_elements_per_rank(g, a, tp);
+    if (!method.empty() && stored_in_fp8(g)) {
+      const u64 rows = g.rows == 1 ? 1 : n / std::max<u64>(1, g.cols);
+      const u64 cols = n / std::max<u64>(1, rows);
+      const u64 each = checked_add(n, fp8_scale_bytes(method, rows, cols));
+      w.bytes = checked_add(w.bytes, checked_mul(each, g.count));
+      fp8_elements = checked_add(fp8_elements, checked_mul(n, g.count));
+      continue;
+    }
+    w.bytes = checked_add(w.bytes, checked_mul(checked_mul(n, g.count), width(dtype)));
+  }
+  w.basis = method.empty()
+                ? fmt::format("the parameters of rank 0 in {}", dtype_name(dtype))
+                : fmt::format("{} linear weights in fp8 with scales ({}), the rest in {}",
+                              format_count(fp8_elements), method, dtype_name(dtype));
+  return w;
+}
+
+// The profile run (v1/worker/gpu_model_runner.py, profile_run): one forward of
+// max_num_batched_tokens tokens split over min(max_num_seqs, tokens) requests, then
+// _dummy_sampler_run on each request's last hidden state with top-k and top-p set, which
+// FlashInfer's top_k_top_p_sampling_from_logits serves (v1/sample/ops/topk_topp_sampler.py).
+// Live at the sampler's peak: the forward's hidden states, the gathered logits in the model
+// dtype (padded vocabulary), the sampler's fp32 copy, FlashInfer's masked logits and its
+// probabilities (fp32 each). The forward's own peak is the widest layer's inputs and outputs.
+struct Peak {
+  u64 bytes = 0;
+  std::string basis;
+};
+
+Peak profile_run_peak(const Architecture& a, u64 tokens, u64 requests, Dtype dtype, u64 tp) {
+  const u64 w = width(dtype);
+  const u64 h = a.hidden_size;
+  const u64 hidden = checked_mul(checked_mul(tokens, h), w);
+  const u64 vpad = round_up(a.vocab_size, 64);
+  const u64 rows = checked_mul(requests, a.vocab_size);
+  const u64 sampler =
+      checked_add(checked_add(hidden, checked_mul(checked_mul(requests, h), w)),
+                  checked_add(checked_mul(checked_mul(requests, vpad), w), checked_mul(rows, 12)));
+  // The MLP: gate_up [T, 2 I / tp] and SiluAndMul's [T, I / tp] beside the residual and input.
+  const u64 mlp_width =
+      std::max(a.intermediate_size, a.moe_intermediate_size * a.experts_per_token);
+  const u64 forward =
+      checked_add(checked_mul(2, hidden), checked_mul(checked_mul(tokens, 3 * mlp_width / tp), w));
+  Peak p;
+  p.bytes = std::max(sampler, forward);
+  p.basis =
+      sampler >= forward
+          ? fmt::format("sampler over {} requests x {} vocab: logits in {} + 3 fp32 copies",
+                        format_count(requests), format_count(a.vocab_size), dtype_name(dtype))
+          : fmt::format("forward of {} tokens: the MLP's input and outputs", format_count(tokens));
+  return p;
+}
+
+// KV bytes one token takes in one layer on one rank: MLA caches the compressed latent and the
+// shared rotary key (kv_lora_rank + qk_rope_head_dim, MLAAttentionSpec) whole on every rank;
+// other attention caches k and v for the rank's kv heads (FullAttentionSpec).
+u64 kv_bytes_per_layer_token(const Architecture& a, u64 kv_width, u64 tp) {
+  if (a.kv_lora_rank > 0) return checked_mul(a.kv_lora_rank + a.qk_rope_head_dim, kv_width);
+  const u64 heads = std::max<u64>(1, a.num_kv_heads / tp);
+  return checked_mul(checked_mul(2 * heads, a.head_dim), kv_width);
+}
+
+// The KV-cache groups of one page size: layers of one kind in groups of the smallest kind's
+// count (the largest when the counts are within 25% of each other), the last group of a kind
+// padded with empty layers; every group is given the same number of blocks.
+struct Groups {
+  u64 size = 0;     // layers per group
+  u64 full = 0;     // groups of full-attention layers
+  u64 sliding = 0;  // groups of sliding-window layers
+};
+
+Groups kv_cache_groups(const AttentionLayers& l) {
+  if (l.full == 0 || l.sliding == 0) {
+    const u64 n = std::max(l.full, l.sliding);
+    return {.size = n, .full = l.full > 0 ? 1ULL : 0ULL, .sliding = l.sliding > 0 ? 1ULL : 0ULL};
+  }
+  const u64 lo = std::min(l.full, l.sliding);
+  const u64 hi = std::max(l.full, l.sliding);
+  const u64 size = 4 * hi < 5 * lo ? hi : lo;  // max < min * 1.25
+  return {.size = size, .full = ceil_div(l.full, size), .sliding = ceil_div(l.sliding, size)};
+}
+
+u64 default_kv_width(const VllmSettings& s, Dtype dtype) {
+  if (s.kv_cache_dtype == "auto") return width(dtype);
+  return 1;  // fp8, fp8_e4m3, fp8_e5m2
+}
+
+std::string quant_method(const ServeModel& m, const VllmSettings& s) {
+  if (!s.quantization.empty()) return s.quantization;
+  if (m.spec.checkpoint_quant && m.spec.checkpoint_quant->method == "fp8") return "fp8-block";
+  return "";
+}
+
+// The KV cache a budget of `memory` bytes buys: blocks, tokens and requests at once.
+void fill_kv_cache(ServeEstimate& e, const ServeModel& m, const VllmSettings& s, u64 memory,
+                   u64 batched) {
+  const Architecture& a = *m.spec.arch;
+  const Dtype dtype = s.dtype.value_or(m.dtype);
+  const u64 per_layer =
+      kv_bytes_per_layer_token(a, default_kv_width(s, dtype), s.tensor_parallel_size);
+  if (per_layer == 0) throw Error("serve: the model caches no keys or values (no attention)");
+  const Groups g = kv_cache_groups(m.attention);
+  const u64 page = checked_mul(s.block_size, per_layer);
+  const u64 blocks = memory / page / g.size;
+  const u64 groups = g.full + g.sliding;
+  e.kv_bytes_per_token = checked_mul(checked_mul(groups, g.size), per_layer);
+  e.kv_blocks = blocks;
+  e.kv_bytes = checked_mul(checked_mul(blocks, page), g.size);
+  e.kv_tokens = blocks / groups * s.block_size;  // kv_cache_utils: num_blocks // groups * bs
+  // Blocks one request of max_model_len needs (max_memory_usage_bytes of each spec): a full
+  // layer's whole context; a sliding one's window plus a prefill chunk, and one block more as
+  // the window may start inside a block.
+  const u64 full_blocks = ceil_div(e.context, s.block_size);
+  const u64 slide_tokens = std::min(m.attention.window + batched - 1, e.context);
+  const u64 slide_blocks = ceil_div(slide_tokens, s.block_size) + 1;
+  const u64 per_request = g.full * full_blocks + g.sliding * slide_blocks;
+  e.max_concurrency = static_cast<double>(blocks) / static_cast<double>(per_request);
+  e.kv_basis = fmt::format(
+      "{} B per token and layer; {} group(s) of {} layers ({} full, {} sliding); {} tokens per "
+      "block",
+      per_layer, groups, g.size, m.attention.full, m.attention.sliding, s.block_size);
+}
+
+// KV bytes one request of `context` tokens needs over every layer (check_enough_kv_cache_memory
+// in v1/core/kv_cache_utils.py sums each layer's max_memory_usage_bytes): a full layer's whole
+// context, a sliding layer's window plus a prefill chunk and one block.
+u64 request_bytes(const AttentionLayers& l, u64 context, u64 batched, u64 block, u64 page) {
+  const u64 full = checked_mul(l.full, ceil_div(context, block));
+  const u64 slide_tokens = std::min(l.window + batched - 1, context);
+  const u64 slide = checked_mul(l.sliding, ceil_div(slide_tokens, block) + 1);
+  return checked_mul(checked_add(full, slide), page);
+}
+
+// vLLM refuses to start when one request of max_model_len does not fit; it then names the
+// longest that would (the largest length whose request fits, found by bisection).
+void check_one_request(ServeEstimate& e, const ServeModel& m, const VllmSettings& s, u64 memory,
+                       u64 batched) {
+  const u64 per_layer = kv_bytes_per_layer_token(
+      *m.spec.arch, default_kv_width(s, s.dtype.value_or(m.dtype)), s.tensor_parallel_size);
+  const u64 page = checked_mul(s.block_size, per_layer);
+  if (request_bytes(m.attention, e.context, batched, s.block_size, page) <= memory) return;
+  e.fits = false;
+  u64 lo = 0;
+  u64 hi = e.context;
+  while (lo < hi) {
+    const u64 mid = lo + (hi - lo + 1) / 2;
+    if (request_bytes(m.attention, mid, batched, s.block_size, page) <= memory) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  e.largest_context = lo;
+}
+
+}  // namespace
+
+ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
+  const Architecture& a = *m.spec.arch;
+  const u64 tp = s.tensor_parallel_size;
+  if (a.num_heads % tp != 0) {
+    throw Error(
+        fmt::format("--tensor-parallel-size: {} does not divide the model's {} attention heads", tp,
+                    a.num_heads));
+  }
+  ServeEstimate e;
+  e.engine = ServeEngine::vllm;
+  e.model = m.spec.name;
+  e.devices = tp;
+  e.context = s.max_model_len > 0 ? s.max_model_len : m.max_positions;
+  if (e.context == 0) throw Error("--max-model-len: the config has no max_position_embeddings");
+  const Dtype dtype = s.dtype.value_or(m.dtype);
+  const Weights w = weights_per_rank(m, quant_method(m, s), dtype, tp);
+  e.weights_bytes = w.bytes;
+  e.weights_basis = w.basis;
+  const u64 batched = s.max_num_batched_tokens;
+  const Peak p = profile_run_peak(a, batched, std::min(s.max_num_seqs, batched), dtype, tp);
+  e.activation_peak_bytes = p.bytes;
+  e.activation_basis = p.basis;
+  // Not modelled by mechanism: what the profile run adds outside torch (cuBLAS workspaces,
+  // NCCL and custom all-reduce buffers). The default is what vLLM 0.19 printed on H100s in the
+  // llm-d-planner sweep (0.24-0.26 GiB on one GPU, 2.07-2.21 GiB under TP); --non-torch-memory
+  // states it.
+  e.non_torch_bytes = s.non_torch_memory.value_or(tp == 1 ? GiB / 4 : 2 * GiB);
+  e.non_torch_basis = s.non_torch_memory ? "as given" : "measured default (not modelled)";
+  e.budget_bytes =
+      static_cast<u64>(std::floor(static_cast<double>(s.total_memory) * s.gpu_memory_utilization));
+  const u64 used = w.bytes + p.bytes + *e.non_torch_bytes;
+  if (!s.kv_cache_memory && used >= *e.budget_bytes) {
+    throw Error(fmt::format(
+        "serve: no memory left for the KV cache: weights {} + profile peak {} + non-torch {} "
+        "exceed gpu_memory_utilization x total = {} (try more --tensor-parallel-size, a higher "
+        "--gpu-memory-utilization or --quantization fp8)",
+        format_bytes(w.bytes, Unit::GiB), format_bytes(p.bytes, Unit::GiB),
+        format_bytes(*e.non_torch_bytes, Unit::GiB), format_bytes(*e.budget_bytes, Unit::GiB)));
+  }
+  const u64 memory = s.kv_cache_memory.value_or(*e.budget_bytes - used);
+  fill_kv_cache(e, m, s, memory, batched);
+  if (e.kv_blocks == 0) throw Error("serve: the KV-cache memory holds no block");
+  check_one_request(e, m, s, memory, batched);
+  if (m.attention.sliding > 0 && batched + m.attention.window > e.context) {
+    e.notes.push_back(
+        "the sliding window saves nothing here: window + max_num_batched_tokens covers "
+        "max_model_len");
+  }
+  return e;
+}
+
+}  // namespace memest
