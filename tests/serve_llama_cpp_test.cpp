@@ -17,7 +17,7 @@ using memest::test::data_path;
 using memest::test::run_cli;
 using Json = nlohmann::json;
 
-Json serve_json(std::vector<std::string> args) {
+Json llama_cpp_json(std::vector<std::string> args) {
   args.insert(args.begin(), {"serve", "--engine", "llama.cpp"});
   args.insert(args.end(), {"--format", "json"});
   const auto r = run_cli(args);
@@ -75,7 +75,7 @@ TEST_CASE("llama.cpp: the KV cache of the published logs, exact to the printed M
   };
   for (const Case& c : cases) {
     INFO(c.id);
-    const Json j = serve_json(c.args);
+    const Json j = llama_cpp_json(c.args);
     // The logs print MiB with two decimals: exact to that rounding (1166.625 prints 1166.62).
     CHECK(std::abs(j["kv_cache"]["bytes"].get<double>() - printed_kv(c.id)) / (1 << 20) <= 0.0051);
   }
@@ -84,24 +84,26 @@ TEST_CASE("llama.cpp: the KV cache of the published logs, exact to the printed M
 TEST_CASE("llama.cpp: q8_0 blocks carry their scales", "[serve]") {
   // Llama-3.1-8B, 1,024 cells: K and V rows of 8 kv heads x 128 = 1,024 elements per cell,
   // 32,768 q8_0 blocks of 34 bytes (32 int8 + an fp16 scale) per layer and tensor.
-  const Json q8 = serve_json({"--model", "llama-3.1-8b", "--ctx-size", "1024", "--flash-attn",
-                              "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"});
+  const Json q8 = llama_cpp_json({"--model", "llama-3.1-8b", "--ctx-size", "1024", "--flash-attn",
+                                  "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"});
   CHECK(q8["kv_cache"]["bytes"] == 32 * 2 * (1024 * 1024 / 32) * 34);
   // q4_0: 18 bytes per 32; without flash attention the context pads to 32 cells, with it to 256.
   const Json q4 =
-      serve_json({"--model", "llama-3.1-8b", "--ctx-size", "1000", "--cache-type-k", "q4_0"});
+      llama_cpp_json({"--model", "llama-3.1-8b", "--ctx-size", "1000", "--cache-type-k", "q4_0"});
   CHECK(q4["context"] == 1024);
   CHECK(q4["kv_cache"]["bytes"] == 32 * ((1024 * 1024 / 32) * 18 + 1024 * 1024 * 2));
-  const Json fa = serve_json({"--model", "llama-3.1-8b", "--ctx-size", "1000", "--flash-attn"});
+  const Json fa = llama_cpp_json({"--model", "llama-3.1-8b", "--ctx-size", "1000", "--flash-attn"});
   CHECK(fa["context"] == 1024);
-  const Json fa2 = serve_json({"--model", "llama-3.1-8b", "--ctx-size", "1100", "--flash-attn"});
+  const Json fa2 =
+      llama_cpp_json({"--model", "llama-3.1-8b", "--ctx-size", "1100", "--flash-attn"});
   CHECK(fa2["context"] == 1280);
 }
 
 TEST_CASE("llama.cpp: layers left on the CPU keep their KV cache there", "[serve]") {
   // DeepSeek-R1 without MLA, 512 cells: a layer's K is 128 heads x 192 and V 128 x 128 in f16,
   // 40 MiB; 3 of 61 layers offloaded put 120 MiB on the GPUs and 2,320 MiB in host memory.
-  const Json j = serve_json({"--model", "deepseek-v3", "--ctx-size", "512", "--n-gpu-layers", "3"});
+  const Json j =
+      llama_cpp_json({"--model", "deepseek-v3", "--ctx-size", "512", "--n-gpu-layers", "3"});
   CHECK(j["kv_cache"]["bytes"] == 3 * 40 * (1ULL << 20));
   CHECK(j["notes"][0] == "the KV cache of 58 layers (2320.00 MiB) stays in host memory");
 }
@@ -115,17 +117,17 @@ TEST_CASE("llama.cpp: GGUF weights as the quantizer types each tensor", "[serve]
   // stays in host memory. OpenLLaMA-7B's log: 193 q4_K + 33 q6_K tensors, "VRAM used =
   // 3820.93 MiB" (printed with two decimals).
   const Json llama =
-      serve_json({"--model", "llama-1-7b", "--ctx-size", "512", "--quantization", "Q4_K_M"});
+      llama_cpp_json({"--model", "llama-1-7b", "--ctx-size", "512", "--quantization", "Q4_K_M"});
   CHECK(std::abs(gpu_mib(llama) - 3820.93) < 0.006);
   // Phi-3-mini's fused QKV takes q5_K: 81 q4_K + 32 q5_K + 17 q6_K, "CUDA0 model buffer size =
   // 2228.82 MiB".
-  const Json phi = serve_json(
+  const Json phi = llama_cpp_json(
       {"--model", "phi-3-mini-4k-instruct", "--ctx-size", "4096", "--quantization", "Q4_K_M"});
   CHECK(std::abs(gpu_mib(phi) - 2228.82) < 0.006);
   // Llama-3.1-8B Q5_K_S under ik_llama.cpp build 3475: 4941.00 MiB printed; memest's q5_K
   // everywhere with a q6_K output gives 4987.99 MiB (+0.95%): the file's own mix is not known.
-  const Json q5 = serve_json({"--model", "llama-3.1-8b", "--ctx-size", "1024", "--quantization",
-                              "Q5_K_S", "--cache-type-k", "iq4_nl"});
+  const Json q5 = llama_cpp_json({"--model", "llama-3.1-8b", "--ctx-size", "1024", "--quantization",
+                                  "Q5_K_S", "--cache-type-k", "iq4_nl"});
   CHECK(std::abs(gpu_mib(q5) / 4941.00 - 1) < 0.02);
   CHECK(q5["notes"][0] == "344.44 MiB of weights in host memory (token_embd)");
 }
@@ -137,7 +139,7 @@ TEST_CASE("llama.cpp: Mixtral's Dec 2023 Q4_K_M file is not the mix memest types
   // for attn_output with 8 experts) give 27059.55 MiB. The quantizer of December 2023 typed
   // the experts otherwise; its source was not read, and no constant is fitted to the case.
   const Json j =
-      serve_json({"--model", "mixtral-8x7b", "--ctx-size", "2048", "--quantization", "Q4_K_M"});
+      llama_cpp_json({"--model", "mixtral-8x7b", "--ctx-size", "2048", "--quantization", "Q4_K_M"});
   CHECK(j["weights"]["bytes"].get<double>() / (1 << 20) / 25145.55 - 1 > 0.02);
 }
 
@@ -178,19 +180,19 @@ TEST_CASE("llama.cpp: the compute buffer of one micro-batch, against the logs", 
   };
   for (const Case& c : cases) {
     INFO(c.args[1]);
-    const double mib = serve_json(c.args)["compute_buffer"]["bytes"].get<double>() / (1 << 20);
+    const double mib = llama_cpp_json(c.args)["compute_buffer"]["bytes"].get<double>() / (1 << 20);
     CHECK(std::abs(mib / c.printed - 1) < 0.20);
   }
   // Exact where the two moments are all the graph holds at its peak.
-  CHECK(serve_json(cases[1].args)["compute_buffer"]["bytes"] == 150ULL << 20);
-  CHECK(serve_json(cases[4].args)["compute_buffer"]["bytes"] == 633.5 * (1 << 20));
+  CHECK(llama_cpp_json(cases[1].args)["compute_buffer"]["bytes"] == 150ULL << 20);
+  CHECK(llama_cpp_json(cases[4].args)["compute_buffer"]["bytes"] == 633.5 * (1 << 20));
 }
 
 TEST_CASE("llama.cpp: MoE and MLA compute buffers are outside the model (unmet)", "[serve]") {
   // ik-qwen3-30b-a3b-q4km-2xT4-32k prints 444.77 MiB where the logits and hidden states give
   // 304.75 (-31%): the experts' intermediates are not modelled. ik-deepseek-v3's MLA attention
   // (-mla 3) prints 3,425 MiB against 280.50.
-  const Json moe = serve_json({"--model", "qwen3-30b-a3b", "--ctx-size", "32768", "--batch-size",
-                               "2048", "--ubatch-size", "512", "--flash-attn"});
+  const Json moe = llama_cpp_json({"--model", "qwen3-30b-a3b", "--ctx-size", "32768",
+                                   "--batch-size", "2048", "--ubatch-size", "512", "--flash-attn"});
   CHECK(moe["compute_buffer"]["bytes"].get<double>() / (1 << 20) / 444.77 - 1 < -0.20);
 }

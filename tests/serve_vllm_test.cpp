@@ -81,7 +81,7 @@ std::vector<VllmCase> vllm_cases() {
   };
 }
 
-Json serve_json(std::vector<std::string> args) {
+Json vllm_json(std::vector<std::string> args) {
   args.insert(args.begin(), "serve");
   args.insert(args.end(), {"--format", "json"});
   const auto r = run_cli(args);
@@ -112,7 +112,7 @@ TEST_CASE("vLLM: the published start-up logs, within the issue's tolerances", "[
   for (const VllmCase& v : vllm_cases()) {
     INFO(v.id);
     const Json& c = cases.at(v.id);
-    const Json j = serve_json(launch(c, v));
+    const Json j = vllm_json(launch(c, v));
     const std::map<std::string, double> err = {
         {"weights", error(j["weights"]["bytes"], measured(c, "weights_bytes"))},
         {"peak", error(j["activations"]["peak_bytes"], measured(c, "activation_peak_bytes"))},
@@ -148,7 +148,7 @@ TEST_CASE("vLLM: the printed KV memory gives the printed tokens, blocks and conc
     auto args = launch(c, v);
     args.insert(args.end(),
                 {"--kv-cache-memory", fmt::format("{:.0f}", measured(c, "kv_cache_bytes"))});
-    const Json j = serve_json(args);
+    const Json j = vllm_json(args);
     CHECK(std::abs(error(j["kv_cache"]["tokens"], measured(c, "kv_cache_tokens"))) < 0.002);
     CHECK(std::abs(error(j["kv_cache"]["blocks"], measured(c, "gpu_blocks"))) < 0.002);
     CHECK(std::abs(error(j["max_concurrency"], measured(c, "max_concurrency"))) < 0.002);
@@ -157,30 +157,29 @@ TEST_CASE("vLLM: the printed KV memory gives the printed tokens, blocks and conc
 
 TEST_CASE("vLLM: KV bytes per token from first principles", "[serve]") {
   SECTION("GQA: Llama-3.1-8B keeps k and v of 8 kv heads of 128 in 32 layers") {
-    const Json one = serve_json({"--model", "llama-3.1-8b", "--max-model-len", "8192"});
+    const Json one = vllm_json({"--model", "llama-3.1-8b", "--max-model-len", "8192"});
     CHECK(one["kv_cache"]["bytes_per_token"] == 32 * 2 * 8 * 128 * 2);
     // Two ranks hold 4 kv heads each.
-    const Json two =
-        serve_json({"--model", "llama-3.1-8b", "--max-model-len", "8192", "--tp", "2"});
+    const Json two = vllm_json({"--model", "llama-3.1-8b", "--max-model-len", "8192", "--tp", "2"});
     CHECK(two["kv_cache"]["bytes_per_token"] == 32 * 2 * 4 * 128 * 2);
     // fp8 KV: one byte an element.
-    const Json fp8 = serve_json(
+    const Json fp8 = vllm_json(
         {"--model", "llama-3.1-8b", "--max-model-len", "8192", "--kv-cache-dtype", "fp8"});
     CHECK(fp8["kv_cache"]["bytes_per_token"] == 32 * 2 * 8 * 128);
   }
   SECTION(
       "MLA: DeepSeek-V3 caches the 512-wide latent and the 64-wide rotary key, whole on "
       "every rank") {
-    const Json j = serve_json({"--model", "deepseek-v3", "--max-model-len", "8192", "--tp", "8",
-                               "--gpu", "h200-141gb", "--quantization", "fp8"});
+    const Json j = vllm_json({"--model", "deepseek-v3", "--max-model-len", "8192", "--tp", "8",
+                              "--gpu", "h200-141gb", "--quantization", "fp8"});
     CHECK(j["kv_cache"]["bytes_per_token"] == 61 * (512 + 64) * 2);
   }
   SECTION("hybrid: Gemma-3-27B's 10 global and 52 sliding layers in 7 groups of 10") {
     // 52 sliding layers fill 6 groups of 10 (8 padding slots) beside the global group: a token
     // costs 70 layer slots of 2 x 16 x 128 x 2 B; 20,967,587,840 B are 15,997 blocks of
     // 16 tokens x 10 layers x 8 KiB, and each group gets 15,997 // 7 x 16 = 36,560 tokens.
-    const Json j = serve_json({"--config", data_path("data/inference/gemma-3-27b-it.json"),
-                               "--max-model-len", "8192", "--kv-cache-memory", "20967587840"});
+    const Json j = vllm_json({"--config", data_path("data/inference/gemma-3-27b-it.json"),
+                              "--max-model-len", "8192", "--kv-cache-memory", "20967587840"});
     CHECK(j["kv_cache"]["bytes_per_token"] == 70 * 8192);
     CHECK(j["kv_cache"]["blocks"] == 15997);
     CHECK(j["kv_cache"]["tokens"] == 36560);
@@ -193,9 +192,9 @@ TEST_CASE("vLLM: KV bytes per token from first principles", "[serve]") {
 TEST_CASE("vLLM: a longer window than the context saves nothing; a shorter chunk does", "[serve]") {
   const std::string gemma2 = data_path("data/inference/gemma-2-9b-it.json");
   const Json eight =
-      serve_json({"--config", gemma2, "--max-model-len", "8192", "--kv-cache-memory", "40GiB"});
-  const Json small = serve_json({"--config", gemma2, "--max-model-len", "8192", "--kv-cache-memory",
-                                 "40GiB", "--max-num-batched-tokens", "512"});
+      vllm_json({"--config", gemma2, "--max-model-len", "8192", "--kv-cache-memory", "40GiB"});
+  const Json small = vllm_json({"--config", gemma2, "--max-model-len", "8192", "--kv-cache-memory",
+                                "40GiB", "--max-num-batched-tokens", "512"});
   // Same pool either way; with chunks of 512 a sliding group needs cdiv(4095 + 512, 16) + 1
   // blocks per request instead of 513.
   CHECK(eight["kv_cache"]["blocks"] == small["kv_cache"]["blocks"]);
@@ -213,7 +212,7 @@ TEST_CASE("vLLM: a block-wise fp8 checkpoint stores an fp32 scale per 128 x 128 
     "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
     "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})";
-  const Json j = serve_json({"--config", path.string(), "--kv-cache-memory", "1GiB"});
+  const Json j = vllm_json({"--config", path.string(), "--kv-cache-memory", "1GiB"});
   const std::uint64_t q = 256 * 256 + 4 * (2 * 2);    // q_proj and o_proj: 2 x 2 blocks
   const std::uint64_t kv = 128 * 256 + 4 * (1 * 2);   // k_proj and v_proj: 1 x 2 blocks
   const std::uint64_t mlp = 512 * 256 + 4 * (4 * 2);  // gate, up (4 x 2) and down (2 x 4)

@@ -66,7 +66,7 @@ constexpr std::array<FileType, 11> kFileTypes = {{
     {"IQ4_XS", "iq4_xs"},
 }};
 
-enum class Category {
+enum class TensorCategory {
   token_embd,
   output,
   attn_v,
@@ -78,16 +78,16 @@ enum class Category {
   other
 };
 
-Category category_of(const TensorGroup& g, const Architecture& a) {
-  if (g.kind == "lm_head") return Category::output;
-  if (g.role == Role::embedding && g.rows == a.vocab_size) return Category::token_embd;
-  if (g.kind == "v") return Category::attn_v;
-  if (g.kind == "qkv") return Category::attn_qkv;
-  if (g.kind == "k") return Category::attn_k;
-  if (g.kind == "q") return Category::attn_q;
-  if (g.kind == "o") return Category::attn_output;
-  if (g.kind == "down") return Category::ffn_down;
-  return Category::other;
+TensorCategory category_of(const TensorGroup& g, const Architecture& a) {
+  if (g.kind == "lm_head") return TensorCategory::output;
+  if (g.role == Role::embedding && g.rows == a.vocab_size) return TensorCategory::token_embd;
+  if (g.kind == "v") return TensorCategory::attn_v;
+  if (g.kind == "qkv") return TensorCategory::attn_qkv;
+  if (g.kind == "k") return TensorCategory::attn_k;
+  if (g.kind == "q") return TensorCategory::attn_q;
+  if (g.kind == "o") return TensorCategory::attn_output;
+  if (g.kind == "down") return TensorCategory::ffn_down;
+  return TensorCategory::other;
 }
 
 bool use_more_bits(u64 i, u64 n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
@@ -121,29 +121,29 @@ std::string_view ffn_down_type(const Quantizer& q, std::string_view t, u64 i) {
 }
 
 // The type of one 2-D tensor of category `c` in layer `i` (llama_tensor_get_type_impl).
-std::string_view tensor_type(const Quantizer& q, Category c, u64 i, u64 cols) {
+std::string_view tensor_type(const Quantizer& q, TensorCategory c, u64 i, u64 cols) {
   std::string_view t = q.base;
   if (q.base == "f16" || q.base == "bf16") return t;  // not a quantised type: no mixture
   switch (c) {
-    case Category::output:
+    case TensorCategory::output:
       t = cols % weight_type(t).block != 0 ? "q8_0" : t == "q8_0" ? t : "q6_K";
       break;
-    case Category::attn_v:
+    case TensorCategory::attn_v:
       t = attn_v_type(q, t, i);
       break;
-    case Category::attn_qkv:
+    case TensorCategory::attn_qkv:
       if (q.ftype == "Q4_K_M") t = "q5_K";
       if (q.ftype == "Q5_K_M") t = "q6_K";
       break;
-    case Category::attn_k:
+    case TensorCategory::attn_k:
       if (q.n_expert == 8) t = "q8_0";
       break;
-    case Category::attn_output:
+    case TensorCategory::attn_output:
       if (q.n_expert == 8 && (q.ftype == "Q4_K_M" || q.ftype == "Q4_K_S" || q.ftype == "IQ4_XS")) {
         t = "q5_K";
       }
       break;
-    case Category::ffn_down:
+    case TensorCategory::ffn_down:
       t = ffn_down_type(q, t, i);
       break;
     default:
@@ -191,7 +191,7 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::uint6
   const u64 first_gpu_layer = a.num_layers - std::min(gpu_layers, a.num_layers);
   const bool output_on_gpu = gpu_layers > a.num_layers;
   for (const TensorGroup& g : m.spec.inventory.groups) {
-    const Category c = category_of(g, a);
+    const TensorCategory c = category_of(g, a);
     const bool layered = g.name.find('*') != std::string::npos && g.count >= a.num_layers;
     const u64 per_layer = layered ? g.count / a.num_layers : g.count;
     for (u64 j = 0; j < g.count; ++j) {
@@ -199,13 +199,13 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::uint6
       // 1-D tensors (norms, biases) and the router stay F32 as convert_hf_to_gguf writes them.
       const bool quantised = g.rows > 1 && g.role != Role::router && g.role != Role::norm;
       // A tied embedding is typed as the output, and llama.cpp keeps a copy of it as the output.
-      const bool tied = c == Category::token_embd && a.tied_embeddings;
-      const Category typed = tied ? Category::output : c;
+      const bool tied = c == TensorCategory::token_embd && a.tied_embeddings;
+      const TensorCategory typed = tied ? TensorCategory::output : c;
       const std::string_view type = quantised ? tensor_type(q, typed, layer, g.cols) : "f32";
       const u64 bytes = tensor_bytes(weight_type(type), g.rows, g.cols);
       w.tensors_by_type[std::string(type)] += quantised ? 1 : 0;
       const bool on_gpu =
-          layered ? layer >= first_gpu_layer : c != Category::token_embd && output_on_gpu;
+          layered ? layer >= first_gpu_layer : c != TensorCategory::token_embd && output_on_gpu;
       (on_gpu ? w.device_bytes : w.host_bytes) += bytes;
       if (tied && output_on_gpu) w.device_bytes += bytes;
     }

@@ -17,14 +17,14 @@ namespace memest {
 namespace {
 
 using u64 = std::uint64_t;
-constexpr u64 GiB = 1ULL << 30;
+constexpr u64 kGiB = 1ULL << 30;
 
-u64 round_up(u64 n, u64 m) { return ceil_div(n, m) * m; }
+u64 pad_to(u64 n, u64 m) { return ceil_div(n, m) * m; }
 
 // VocabParallelEmbedding and ParallelLMHead pad the vocabulary to a multiple of 64
 // (model_executor/layers/vocab_parallel_embedding.py, DEFAULT_VOCAB_PADDING_SIZE) and give each
 // rank an equal slice.
-u64 vocab_rows_per_rank(u64 vocab, u64 tp) { return round_up(vocab, 64) / tp; }
+u64 vocab_rows_per_rank(u64 vocab, u64 tp) { return pad_to(vocab, 64) / tp; }
 
 bool low_rank_down(const TensorGroup& g) {  // MLA's q_a_proj, kv_a_proj_with_mqa: replicated
   return g.name.find("_a_proj") != std::string::npos;
@@ -102,16 +102,16 @@ Weights weights_per_rank(const ServeModel& m, const std::string& method, Dtype d
 // Live at the sampler's peak: the forward's hidden states, the gathered logits in the model
 // dtype (padded vocabulary), the sampler's fp32 copy, FlashInfer's masked logits and its
 // probabilities (fp32 each). The forward's own peak is the widest layer's inputs and outputs.
-struct Peak {
+struct ProfilePeak {
   u64 bytes = 0;
   std::string basis;
 };
 
-Peak profile_run_peak(const Architecture& a, u64 tokens, u64 requests, Dtype dtype, u64 tp) {
+ProfilePeak profile_run_peak(const Architecture& a, u64 tokens, u64 requests, Dtype dtype, u64 tp) {
   const u64 w = width(dtype);
   const u64 h = a.hidden_size;
   const u64 hidden = checked_mul(checked_mul(tokens, h), w);
-  const u64 vpad = round_up(a.vocab_size, 64);
+  const u64 vpad = pad_to(a.vocab_size, 64);
   const u64 rows = checked_mul(requests, a.vocab_size);
   const u64 sampler =
       checked_add(checked_add(hidden, checked_mul(checked_mul(requests, h), w)),
@@ -121,7 +121,7 @@ Peak profile_run_peak(const Architecture& a, u64 tokens, u64 requests, Dtype dty
       std::max(a.intermediate_size, a.moe_intermediate_size * a.experts_per_token);
   const u64 forward =
       checked_add(checked_mul(2, hidden), checked_mul(checked_mul(tokens, 3 * mlp_width / tp), w));
-  Peak p;
+  ProfilePeak p;
   p.bytes = std::max(sampler, forward);
   p.basis =
       sampler >= forward
@@ -254,14 +254,14 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   e.weights_bytes = w.bytes;
   e.weights_basis = w.basis;
   const u64 batched = s.max_num_batched_tokens;
-  const Peak p = profile_run_peak(a, batched, std::min(s.max_num_seqs, batched), dtype, tp);
+  const ProfilePeak p = profile_run_peak(a, batched, std::min(s.max_num_seqs, batched), dtype, tp);
   e.activation_peak_bytes = p.bytes;
   e.activation_basis = p.basis;
   // Not modelled by mechanism: what the profile run adds outside torch (cuBLAS workspaces,
   // NCCL and custom all-reduce buffers). The default is what vLLM 0.19 printed on H100s in the
   // llm-d-planner sweep (0.24-0.26 GiB on one GPU, 2.07-2.21 GiB under TP); --non-torch-memory
   // states it.
-  e.non_torch_bytes = s.non_torch_memory.value_or(tp == 1 ? GiB / 4 : 2 * GiB);
+  e.non_torch_bytes = s.non_torch_memory.value_or(tp == 1 ? kGiB / 4 : 2 * kGiB);
   e.non_torch_basis = s.non_torch_memory ? "as given" : "measured default (not modelled)";
   e.budget_bytes =
       static_cast<u64>(std::floor(static_cast<double>(s.total_memory) * s.gpu_memory_utilization));
