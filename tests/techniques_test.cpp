@@ -15,9 +15,15 @@ using memest::test::moment;
 using memest::test::run_cli;
 using memest::test::run_of;
 
-namespace {
+namespace {}  // namespace
 
+// Llama-3.2-1B's shapes; each test case that uses them opens the namespace in its own body, so the
+// one-letter names stay out of the unity file the tests compile in.
+namespace llama_1b {
 constexpr std::uint64_t h = 2048, I = 8192, a = 32, kv = 8, d = 64, L = 16, V = 128256;
+}  // namespace llama_1b
+
+namespace {
 
 RunSpec llama1b(std::uint64_t b, std::uint64_t s) {
   RunSpec r = run_of("llama-3.2-1b", "bf16", b, s);
@@ -31,6 +37,7 @@ std::uint64_t part(const Moment& m, Part p) { return m.parts[static_cast<std::si
 
 TEST_CASE("optimizer in backward: gradients one tensor at a time, plus the tied lm_head's",
           "[techniques]") {
+  using namespace llama_1b;
   RunSpec r = llama1b(2, 1024);
   r.training.recompute = Recompute::full;
   const Estimate before = estimate(r);
@@ -51,6 +58,7 @@ TEST_CASE("optimizer in backward: gradients one tensor at a time, plus the tied 
 
 TEST_CASE("activation offloading: the device keeps the stash, the lm_head input and the loss's",
           "[techniques]") {
+  using namespace llama_1b;
   const std::uint64_t b = 2, s = 1024, N = b * s;
   RunSpec r = llama1b(b, s);
   r.training.recompute = Recompute::full;
@@ -72,6 +80,7 @@ TEST_CASE("activation offloading: the device keeps the stash, the lm_head input 
 
 TEST_CASE("paged optimizer: states of large tensors in unified memory, outside the peak",
           "[techniques]") {
+  using namespace llama_1b;
   RunSpec r = llama1b(1, 512);
   r.optimizer.kind = OptimizerKind::adam8bit;
   const Estimate device = estimate(r);
@@ -88,6 +97,7 @@ TEST_CASE("paged optimizer: states of large tensors in unified memory, outside t
 }
 
 TEST_CASE("per-op checkpointing keeps the input and every other mm's output", "[techniques]") {
+  using namespace llama_1b;
   const std::uint64_t b = 2, s = 1024, N = b * s;
   RunSpec r = llama1b(b, s);
   r.training.recompute = Recompute::op;
@@ -101,6 +111,7 @@ TEST_CASE("per-op checkpointing keeps the input and every other mm's output", "[
 
 TEST_CASE("torch.compile drops the pointwise results Inductor's partitioner recomputes",
           "[techniques]") {
+  using namespace llama_1b;
   const std::uint64_t N = 2 * 1024;
   RunSpec r = llama1b(2, 1024);
   const Estimate eager = estimate(r);
@@ -114,6 +125,7 @@ TEST_CASE("torch.compile drops the pointwise results Inductor's partitioner reco
 
 TEST_CASE("a compiled chunked loss keeps the bf16 chunks and a log-sum-exp per row",
           "[techniques]") {
+  using namespace llama_1b;
   const std::uint64_t N = 2 * 1024;
   RunSpec r = llama1b(2, 1024);
   r.training.loss = Loss::chunked;
@@ -153,6 +165,7 @@ TEST_CASE("techniques refuse what they cannot do, naming the flag", "[techniques
 TEST_CASE(
     "transformers before 4.45 return fp32 logits, and a loop that keeps its output holds them",
     "[techniques]") {
+  using namespace llama_1b;
   // LlamaForCausalLM.forward before 4.45: `logits = logits.float()` is the model's output and
   // the loss takes `logits[..., :-1, :].contiguous()`: at the loss an fp32 output and an fp32
   // shifted copy where the recent loss has the bf16 output and its fp32 upcast (+2 N V bytes).
