@@ -112,6 +112,8 @@ VALUES = {
     "--pp": lambda r: str(r.choice([1, 2, 4])),
     "--vpp": lambda r: str(r.choice([1, 2])),
     "--microbatches": lambda r: str(r.choice([1, 2, 4, 8])),
+    "--pp-schedule": lambda r: r.choice(["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs",
+                                         "interleaved-zero-bubble", "zbv-zero-bubble"]),
     "--cp": lambda r: str(r.choice([1, 2, 4])),
     "--ep": lambda r: str(r.choice([1, 2, 4, 8])),
     "--vocab-multiple": lambda r: str(r.choice([1, 64, 128])),
@@ -147,6 +149,7 @@ NEEDS = {"--lora-targets": "--lora-rank", "--lora-dropout": "--lora-rank", "--ql
          "--fsdp-reduce-dtype": "--fsdp", "--fsdp-orig-params": "--fsdp",
          "--fsdp-no-sync": "--fsdp", "--fsdp-sync-module-states": "--fsdp",
          "--loss-chunk": "--loss", "--sp": "--tp", "--vpp": "--pp", "--microbatches": "--pp",
+         "--pp-schedule": "--pp",
          "--reserve": "--gpu", "--versions": "--stack"}
 OPTIMIZER_FLAGS = {"--nesterov": "sgd-momentum", "--amsgrad": "adamw",
                    "--rmsprop-momentum": "rmsprop", "--centered": "rmsprop",
