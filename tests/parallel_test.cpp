@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 namespace memest::test {
 namespace {
@@ -395,6 +396,32 @@ TEST_CASE("model states per stage are Megatron's theoretical formula, final norm
   CHECK(states == static_cast<std::uint64_t>(18 * (first - h / p)));
   CHECK(st[1]["parameters"].get<std::uint64_t>() == static_cast<std::uint64_t>(other - h / p));
   CHECK(st[2]["parameters"].get<std::uint64_t>() == static_cast<std::uint64_t>(other - h / p));
+}
+
+}  // namespace memest::test
+
+namespace memest::test {
+
+// Megatron-LM shards with its distributed optimizer (ZeRO-1) and runs no ZeRO-2 or -3; a model
+// with routed experts is tried with expert parallelism inside the data-parallel ranks.
+TEST_CASE("fit --gpus searches what the stack runs, and expert parallelism for MoE models") {
+  const json megatron =
+      run_json_answer({"fit", "--gpus", "16", "--model", "llama-2-7b", "--gpu", "h100-80gb",
+                       "--seq", "4096", "--batch", "1", "--stack", "megatron"});
+  const json plain = run_json_answer({"fit", "--gpus", "16", "--model", "llama-2-7b", "--gpu",
+                                      "h100-80gb", "--seq", "4096", "--batch", "1"});
+  std::set<unsigned> stages, plain_stages;
+  for (const json& l : megatron["layouts"]) stages.insert(l["zero_stage"].get<unsigned>());
+  for (const json& l : plain["layouts"]) plain_stages.insert(l["zero_stage"].get<unsigned>());
+  CHECK(stages == std::set<unsigned>{0, 1});
+  CHECK(plain_stages.contains(3));
+  const json moe =
+      run_json_answer({"fit", "--gpus", "64", "--model", "mixtral-8x7b", "--gpu", "h100-80gb",
+                       "--seq", "4096", "--batch", "1", "--precision", "mixed-bf16"});
+  std::set<std::uint64_t> eps;
+  for (const json& l : moe["layouts"]) eps.insert(l["expert_parallel"].get<std::uint64_t>());
+  CHECK(eps == std::set<std::uint64_t>{1, 2, 4, 8});  // 8 experts
+  for (const json& l : plain["layouts"]) CHECK(l["expert_parallel"] == 1);
 }
 
 }  // namespace memest::test
