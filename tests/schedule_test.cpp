@@ -5,6 +5,7 @@
 #include "testutil.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <string>
@@ -116,6 +117,29 @@ TEST_CASE("the interleaved schedule's held pairs, derived by hand") {
   // GPipe's last stage holds every other micro-batch, each with the head.
   const auto g = rank_actions(PipeSchedule::gpipe, 4, 1, 5, 3);
   CHECK(walk_held(g, 1, 1, 0).others == HeldChunks{4, 0, 4});
+}
+
+// The bytes, from first principles: p 2, v 2, m 2 puts one layer in each chunk. Rank 1 holds two
+// chunk-0 pairs besides the one it runs (above); looped BFS at m 1 holds one (F0.0 F0.1 B0.1
+// B0.0). So the two peaks differ by one pair of one layer without the head. 1F1B over p 4 has a
+// one-layer middle stage too: stage 1 holds min(4 - 1, m) micro-batches, so m 4 and m 1 differ
+// by two such pairs.
+TEST_CASE("the interleaved last stage's bytes are its held one-layer pairs, exactly") {
+  const std::string arch =
+      R"({"model_type":"llama","hidden_size":256,"num_hidden_layers":4,"num_attention_heads":4,)"
+      R"("num_key_value_heads":2,"intermediate_size":688,"vocab_size":1000})";
+  const auto peak = [&](std::vector<std::string> args, std::size_t stage) {
+    args.insert(args.begin(), {"--architecture", arch, "--batch", "4", "--seq", "512"});
+    return run_json(args)["stages"][stage]["peak_bytes"].get<u64>();
+  };
+  const u64 interleaved = peak({"--pp", "2", "--vpp", "2", "--microbatches", "2"}, 1);
+  const u64 bfs =
+      peak({"--pp", "2", "--vpp", "2", "--pp-schedule", "looped-bfs", "--microbatches", "1"}, 1);
+  const u64 two_pairs =
+      peak({"--pp", "4", "--microbatches", "4"}, 1) - peak({"--pp", "4", "--microbatches", "1"}, 1);
+  CHECK(two_pairs > 0);
+  CHECK(two_pairs % 2 == 0);
+  CHECK(interleaved - bfs == two_pairs / 2);
 }
 
 TEST_CASE(
