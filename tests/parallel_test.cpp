@@ -421,7 +421,10 @@ TEST_CASE("fit --gpus searches what the stack runs, and expert parallelism for M
   std::set<std::uint64_t> eps;
   for (const json& l : moe["layouts"]) eps.insert(l["expert_parallel"].get<std::uint64_t>());
   CHECK(eps == std::set<std::uint64_t>{1, 2, 4, 8});  // 8 experts
-  for (const json& l : plain["layouts"]) CHECK(l["expert_parallel"] == 1);
+  for (const json& l : plain["layouts"]) {
+    CHECK(l["expert_parallel"] == 1);
+    CHECK(l["schedule"] == (l["pipeline_parallel"] == 1 ? json() : json("1f1b")));
+  }
 }
 
 }  // namespace memest::test

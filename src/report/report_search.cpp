@@ -234,18 +234,23 @@ std::string render_layouts_json(const RunSpec& run, const Budget& budget,
       search.target == FitTarget::seq_len ? "largest_seq_len" : "largest_micro_batch";
   ordered_json list = ordered_json::array();
   for (const LayoutFit& f : search.fits) {
-    list.push_back({{"tensor_parallel", f.parallel.tensor},
-                    {"sequence_parallel", f.parallel.sequence},
-                    {"pipeline_parallel", f.parallel.pipeline},
-                    {"microbatches", f.parallel.microbatches},
-                    {"context_parallel", f.parallel.context},
-                    {"expert_parallel", f.parallel.expert},
-                    {"data_parallel", f.parallel.data_parallel},
-                    {"zero_stage", f.parallel.zero_stage},
-                    {"recompute", recompute_name(f.recompute)},
-                    {"need_bytes", f.need},
-                    {"headroom_bytes", f.headroom},
-                    {largest_key, f.largest}});
+    list.push_back(
+        {{"tensor_parallel", f.parallel.tensor},
+         {"sequence_parallel", f.parallel.sequence},
+         {"pipeline_parallel", f.parallel.pipeline},
+         {"microbatches", f.parallel.microbatches},
+         {"context_parallel", f.parallel.context},
+         {"expert_parallel", f.parallel.expert},
+         {"schedule",
+          f.parallel.pipeline > 1
+              ? ordered_json(pipe_schedule_names()[static_cast<std::size_t>(f.parallel.schedule())])
+              : ordered_json()},
+         {"data_parallel", f.parallel.data_parallel},
+         {"zero_stage", f.parallel.zero_stage},
+         {"recompute", recompute_name(f.recompute)},
+         {"need_bytes", f.need},
+         {"headroom_bytes", f.headroom},
+         {largest_key, f.largest}});
   }
   ordered_json j = {{"schema_version", kJsonSchemaVersion},
                     {"model", run.model.name},
