@@ -488,12 +488,14 @@ std::string render_stages(const Estimate& e, Unit unit) {
       "\nper pipeline stage (one device each; the rows above are stage "
       "{}, the one that needs the most)\n",
       e.worst_stage);
-  out += fmt::format("  {:>5}  {:>9}  {:>9}  {:>15}  {:>16}  {:>16}\n", "stage", "layers",
+  // The layers column is as wide as its widest entry (a stage of many chunks), 9 at least.
+  std::size_t width = 9;
+  for (const StageSummary& s : e.stages) width = std::max(width, stage_layers_text(s).size());
+  out += fmt::format("  {:>5}  {:>{}}  {:>9}  {:>15}  {:>16}  {:>16}\n", "stage", "layers", width,
                      "in flight", "parameters", "peak", "needs");
   for (const StageSummary& s : e.stages) {
-    const std::string layers = stage_layers_text(s);
-    out += fmt::format("  {:>5}  {:>9}  {:>9}  {:>15}  {:>16}  {:>16}{}\n", s.stage, layers,
-                       s.in_flight, format_count(s.params),
+    out += fmt::format("  {:>5}  {:>{}}  {:>9}  {:>15}  {:>16}  {:>16}{}\n", s.stage,
+                       stage_layers_text(s), width, s.in_flight, format_count(s.params),
                        s.peak_bytes ? format_bytes(*s.peak_bytes, unit) : "-",
                        format_bytes(s.needed, unit), s.stage == e.worst_stage ? "  <- worst" : "");
   }
