@@ -112,6 +112,10 @@ VALUES = {
     "--pp": lambda r: str(r.choice([1, 2, 4])),
     "--vpp": lambda r: str(r.choice([1, 2])),
     "--microbatches": lambda r: str(r.choice([1, 2, 4, 8])),
+    "--pp-schedule": lambda r: r.choice(["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs",
+                                         "interleaved-zero-bubble", "zbv-zero-bubble"]),
+    "--first-stage-layers": lambda r: str(r.choice([1, 2, 3, 5])),
+    "--last-stage-layers": lambda r: str(r.choice([1, 2, 3, 5])),
     "--cp": lambda r: str(r.choice([1, 2, 4])),
     "--ep": lambda r: str(r.choice([1, 2, 4, 8])),
     "--vocab-multiple": lambda r: str(r.choice([1, 64, 128])),
@@ -147,6 +151,7 @@ NEEDS = {"--lora-targets": "--lora-rank", "--lora-dropout": "--lora-rank", "--ql
          "--fsdp-reduce-dtype": "--fsdp", "--fsdp-orig-params": "--fsdp",
          "--fsdp-no-sync": "--fsdp", "--fsdp-sync-module-states": "--fsdp",
          "--loss-chunk": "--loss", "--sp": "--tp", "--vpp": "--pp", "--microbatches": "--pp",
+         "--pp-schedule": "--pp", "--first-stage-layers": "--pp", "--last-stage-layers": "--pp",
          "--reserve": "--gpu", "--versions": "--stack"}
 OPTIMIZER_FLAGS = {"--nesterov": "sgd-momentum", "--amsgrad": "adamw",
                    "--rmsprop-momentum": "rmsprop", "--centered": "rmsprop",

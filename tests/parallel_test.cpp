@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 namespace memest::test {
 namespace {
@@ -81,6 +82,69 @@ TEST_CASE("pipeline stages keep the micro-batches in flight that their schedule 
   CHECK(in_flight_microbatches(p, 0, 4) == 32);  // m == p: every micro-batch is warm-up
 }
 
+namespace {
+
+std::vector<std::uint64_t> stage_layers(const json& j) {
+  std::vector<std::uint64_t> out;
+  for (const json& s : j["stages"]) out.push_back(s["layers"].get<std::uint64_t>());
+  return out;
+}
+
+bool says(const json& j, std::string_view text) {
+  for (const json& a : j["assumptions"])
+    if (a.get<std::string>().find(text) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+// torchtitan's generate_llm_fqn_per_model_part: L + 2 "layers" (the embeddings and the head one
+// each) over p stages, the first (L + 2) % p taking one more. 61 + 2 = 63 over 16: 3 each and 15
+// with a fourth, the first stage 4 - 1, the last 3 - 1. 126 + 2 = 128 over 16: 8 each, 7 at the
+// ends.
+TEST_CASE("layers that do not split evenly over the stages are split as torchtitan does") {
+  const json ds = run_json({"--model", "deepseek-v3", "--pp", "16", "--tp", "8", "--ep", "8",
+                            "--batch", "1", "--seq", "4096", "--precision", "bf16"});
+  std::vector<std::uint64_t> want(16, 4);
+  want.front() = 3;
+  want.back() = 2;
+  CHECK(stage_layers(ds) == want);
+  CHECK(says(ds,
+             "pipeline stages of 3, 4 x 14, 2 layers: 61 layers do not split evenly over 16 "
+             "stages, so they are split as torchtitan does"));
+  CHECK(ds["stages"][15]["layer_ranges"] == json::parse("[[59,60]]"));
+  const char* k405b =
+      R"({"model_type":"llama","vocab_size":128256,"hidden_size":16384,"num_hidden_layers":126,)"
+      R"("num_attention_heads":128,"num_key_value_heads":8,"intermediate_size":53248})";
+  const json big = run_json({"--architecture", k405b, "--pp", "16", "--tp", "8", "--batch", "1",
+                             "--seq", "8192", "--precision", "bf16"});
+  std::vector<std::uint64_t> want405(16, 8);
+  want405.front() = want405.back() = 7;
+  CHECK(stage_layers(big) == want405);
+  // Megatron-LM's counts instead: 3 first, 2 last, 56 over the 14 others.
+  const json counted = run_json({"--model", "deepseek-v3", "--pp", "16", "--first-stage-layers",
+                                 "3", "--last-stage-layers", "2", "--batch", "1", "--seq", "1024"});
+  CHECK(stage_layers(counted) == want);
+  CHECK(says(counted, "(--first-stage-layers / --last-stage-layers, the rest evenly)"));
+  const json first_only = run_json({"--model", "gpt2", "--pp", "3", "--first-stage-layers", "2"});
+  CHECK(stage_layers(first_only) == std::vector<std::uint64_t>{2, 5, 5});
+}
+
+TEST_CASE("a stage of an interleaved pipeline lists the layers of each of its chunks") {
+  const char* k8 =
+      R"({"model_type":"llama","vocab_size":32000,"hidden_size":512,"num_hidden_layers":8,)"
+      R"("num_attention_heads":8,"intermediate_size":1024})";
+  const std::vector<std::string> args = {"--architecture", k8,  "--pp",    "4", "--vpp", "2",
+                                         "--microbatches", "8", "--batch", "1", "--seq", "256"};
+  const json j = run_json(args);
+  CHECK(j["stages"][0]["layer_ranges"] == json::parse("[[0,0],[4,4]]"));
+  CHECK(j["stages"][3]["layer_ranges"] == json::parse("[[3,3],[7,7]]"));
+  CHECK(j["stages"][0]["schedule"] == "interleaved-1f1b");
+  const CliResult table = run_cli(args);
+  CHECK_THAT(table.out, Catch::Contains("      0        0,4"));
+  CHECK_THAT(table.out, Catch::Contains("      3        3,7"));
+}
+
 TEST_CASE("a layout that does not fit the model is refused, one line per problem") {
   const auto err = [](std::vector<std::string> args) {
     const CliResult r = run_cli(args);
@@ -91,8 +155,16 @@ TEST_CASE("a layout that does not fit the model is refused, one line per problem
              Catch::Contains("--tp 3: does not divide the attention heads (32)"));
   CHECK_THAT(err({"--model", "llama-3-8b", "--tp", "6"}),
              Catch::Contains("the 8 kv heads can be neither split nor replicated"));
-  CHECK_THAT(err({"--model", "gpt2", "--pp", "5"}),
-             Catch::Contains("12 layers do not split evenly into 5 model chunks"));
+  CHECK_THAT(err({"--model", "gpt2", "--pp", "5", "--vpp", "2", "--microbatches", "10"}),
+             Catch::Contains("--pp 5 --vpp 2: 12 layers do not split evenly into 10 model chunks "
+                             "(expected p x vpp to divide the layers, or --first-stage-layers / "
+                             "--last-stage-layers)"));
+  CHECK_THAT(err({"--model", "gpt2", "--pp", "2", "--first-stage-layers", "5",
+                  "--last-stage-layers", "5"}),
+             Catch::Contains("--first-stage-layers 5 --last-stage-layers 5: the other 2 layers"));
+  CHECK_THAT(err({"--model", "gpt2", "--pp", "2", "--pp-schedule", "1f1b", "--vpp", "2"}),
+             Catch::Contains("--pp-schedule 1f1b: one model chunk per rank"));
+
   CHECK_THAT(err({"--model", "gpt2", "--pp", "24"}), Catch::Contains("--pp 24"));
   CHECK_THAT(err({"--model", "llama-2-7b", "--cp", "2", "--batch", "1", "--seq", "1002"}),
              Catch::Contains("--cp 2: the sequence of 1002 tokens does not split"));
@@ -324,6 +396,35 @@ TEST_CASE("model states per stage are Megatron's theoretical formula, final norm
   CHECK(states == static_cast<std::uint64_t>(18 * (first - h / p)));
   CHECK(st[1]["parameters"].get<std::uint64_t>() == static_cast<std::uint64_t>(other - h / p));
   CHECK(st[2]["parameters"].get<std::uint64_t>() == static_cast<std::uint64_t>(other - h / p));
+}
+
+}  // namespace memest::test
+
+namespace memest::test {
+
+// Megatron-LM shards with its distributed optimizer (ZeRO-1) and runs no ZeRO-2 or -3; a model
+// with routed experts is tried with expert parallelism inside the data-parallel ranks.
+TEST_CASE("fit --gpus searches what the stack runs, and expert parallelism for MoE models") {
+  const json megatron =
+      run_json_answer({"fit", "--gpus", "16", "--model", "llama-2-7b", "--gpu", "h100-80gb",
+                       "--seq", "4096", "--batch", "1", "--stack", "megatron"});
+  const json plain = run_json_answer({"fit", "--gpus", "16", "--model", "llama-2-7b", "--gpu",
+                                      "h100-80gb", "--seq", "4096", "--batch", "1"});
+  std::set<unsigned> stages, plain_stages;
+  for (const json& l : megatron["layouts"]) stages.insert(l["zero_stage"].get<unsigned>());
+  for (const json& l : plain["layouts"]) plain_stages.insert(l["zero_stage"].get<unsigned>());
+  CHECK(stages == std::set<unsigned>{0, 1});
+  CHECK(plain_stages.contains(3));
+  const json moe =
+      run_json_answer({"fit", "--gpus", "64", "--model", "mixtral-8x7b", "--gpu", "h100-80gb",
+                       "--seq", "4096", "--batch", "1", "--precision", "mixed-bf16"});
+  std::set<std::uint64_t> eps;
+  for (const json& l : moe["layouts"]) eps.insert(l["expert_parallel"].get<std::uint64_t>());
+  CHECK(eps == std::set<std::uint64_t>{1, 2, 4, 8});  // 8 experts
+  for (const json& l : plain["layouts"]) {
+    CHECK(l["expert_parallel"] == 1);
+    CHECK(l["schedule"] == (l["pipeline_parallel"] == 1 ? json() : json("1f1b")));
+  }
 }
 
 }  // namespace memest::test

@@ -62,6 +62,7 @@ struct ActivationInputs {
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank
   std::uint64_t cp = 1;         ///< context-parallel ranks: s is this rank's part of the sequence
   std::uint64_t in_flight = 1;  ///< micro-batches whose saved tensors the device holds (pipeline)
+  HeldChunks held;              ///< the others of them, by chunk (the pipeline schedule's walk)
   std::vector<std::string> notes;  ///< what was assumed (canonical shape, family approximations)
   GradFlow grads;
   LayerGraph graph = LayerGraph::llama;

@@ -42,11 +42,13 @@ struct Category {
 struct StageSummary {
   std::uint64_t stage = 0;
   std::uint64_t first_layer = 0, layers = 0;  ///< the layers the stage holds
-  std::uint64_t in_flight = 1;                ///< micro-batches whose activations it keeps
-  bool embedding = false, head = false;       ///< whether it holds the embeddings / the head
-  std::uint64_t params = 0;                   ///< parameters on one device of the stage
-  std::uint64_t total_bytes = 0;              ///< sum of its device categories
-  std::optional<std::uint64_t> peak_bytes;    ///< its peak, when activations are estimated
+  std::vector<LayerRange> chunks;             ///< its model chunks' layers, in its chunk order
+  PipeSchedule schedule = PipeSchedule::one_f_one_b;
+  std::uint64_t in_flight = 1;              ///< micro-batches whose activations it keeps
+  bool embedding = false, head = false;     ///< whether it holds the embeddings / the head
+  std::uint64_t params = 0;                 ///< parameters on one device of the stage
+  std::uint64_t total_bytes = 0;            ///< sum of its device categories
+  std::optional<std::uint64_t> peak_bytes;  ///< its peak, when activations are estimated
   /// max_memory_allocated of the caching allocator's replay (--allocator cuda): rounded blocks
   /// and the workspaces beside the live peak.
   std::optional<std::uint64_t> allocated_bytes;

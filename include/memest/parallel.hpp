@@ -4,12 +4,44 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
 
 namespace memest {
 
-/// The pipeline schedule: 1F1B (PipeDream-Flush, Megatron's default) or Megatron's interleaved
-/// 1F1B with virtual stages.
-enum class Schedule : std::uint8_t { one_f_one_b, interleaved };
+/// The pipeline schedule (--pp-schedule, torchtitan's names for torch.distributed.pipelining's
+/// schedules): GPipe, 1F1B (PipeDream-Flush, Megatron's default), interleaved 1F1B (Megatron's
+/// and PyTorch's, with virtual stages), looped BFS, interleaved zero bubble (ZB1P) and ZB-V
+/// (src/parallel/schedule.cpp).
+enum class PipeSchedule : std::uint8_t {
+  gpipe,
+  one_f_one_b,
+  interleaved_1f1b,
+  looped_bfs,
+  interleaved_zero_bubble,
+  zbv_zero_bubble,
+};
+
+/// The schedules' names as --pp-schedule spells them, in PipeSchedule's order.
+std::span<const std::string_view> pipe_schedule_names();
+/// Reads a --pp-schedule name; throws Error naming the names.
+PipeSchedule parse_pipe_schedule(std::string_view text);
+
+/// The (micro-batch, model chunk) pairs whose saved activations a pipeline rank holds besides the
+/// one it runs, at its peak (src/parallel/schedule.cpp walks the schedule for them).
+struct HeldChunks {
+  std::uint64_t chunks = 0;          ///< pairs held
+  std::uint64_t with_embedding = 0;  ///< of them, pairs of the chunk with the embeddings
+  std::uint64_t with_head = 0;       ///< of them, pairs of the chunk with the head and the loss
+  bool operator==(const HeldChunks&) const = default;
+};
+
+/// The layers of one model chunk, first and last (inclusive).
+struct LayerRange {
+  std::uint64_t first = 0, last = 0;
+  bool operator==(const LayerRange&) const = default;
+};
 
 /// How the run is spread over devices (docs/parallelism.md). Data parallelism with ZeRO
 /// (Rajbhandari et al. 2020) shards the model states over the data-parallel ranks: stage 1 the
@@ -33,8 +65,13 @@ struct ParallelSpec {
   std::uint64_t pipeline = 1;        ///< pipeline stages (p)
   std::uint64_t virtual_stages = 1;  ///< model chunks per pipeline rank (interleaved schedule)
   std::uint64_t microbatches = 0;    ///< micro-batches per step on a pipeline; 0 = grad_accum
-  std::uint64_t context = 1;         ///< context-parallel ranks (the sequence split c ways)
-  std::uint64_t expert = 1;          ///< expert-parallel ranks (routed experts split e ways)
+  /// The layers of the first and of the last pipeline stage (Megatron-LM's
+  /// --decoder-first/last-pipeline-num-layers); 0 = the even share. The rest split evenly.
+  std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
+  /// --pp-schedule; unset: 1F1B, or interleaved 1F1B with virtual stages.
+  std::optional<PipeSchedule> pp_schedule;
+  std::uint64_t context = 1;  ///< context-parallel ranks (the sequence split c ways)
+  std::uint64_t expert = 1;   ///< expert-parallel ranks (routed experts split e ways)
   /// The vocabulary is padded to a multiple of vocab_multiple x t (Megatron's
   /// --make-vocab-size-divisible-by, 128 there; 1 here: padded to a multiple of t only).
   std::uint64_t vocab_multiple = 1;
@@ -74,8 +111,9 @@ struct ParallelSpec {
   constexpr bool reshard_after_forward() const { return zero_stage >= 3; }
   /// Whether any dimension of the model or of its tensors is split over devices.
   bool splits_model() const { return tensor > 1 || pipeline > 1 || context > 1 || expert > 1; }
-  Schedule schedule() const {
-    return virtual_stages > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
+  PipeSchedule schedule() const {
+    if (pp_schedule) return *pp_schedule;
+    return virtual_stages > 1 ? PipeSchedule::interleaved_1f1b : PipeSchedule::one_f_one_b;
   }
 
   bool operator==(const ParallelSpec&) const = default;
@@ -92,6 +130,11 @@ struct RankSpec {
   /// Micro-batches (chunk-micro-batches when interleaved) whose saved activations are held at
   /// the stage's peak: the one being computed and the others in flight.
   std::uint64_t in_flight = 1;
+  /// The others of those, by the chunk they are of (the step walk adds their saved tensors).
+  HeldChunks held;
+  /// The layers of each model chunk the device holds, in the rank's chunk order.
+  std::vector<LayerRange> chunks;
+  PipeSchedule schedule = PipeSchedule::one_f_one_b;
   bool embedding = true;  ///< the first stage: the embeddings
   bool head = true;       ///< the last stage: the final norm, the head and the loss
   std::uint64_t tensor = 1;

@@ -281,6 +281,14 @@ void resolve_model_split(const RunOptions& o, ParallelSpec& p) {
     p.microbatches = parse_setting(
         *o.microbatches, [](std::string_view v) { return parse_positive(v, "micro-batches"); });
   }
+  const auto layers = [](const TextSetting& s, std::uint64_t& out) {
+    if (s) out = parse_setting(*s, [](std::string_view v) { return parse_positive(v, "layers"); });
+  };
+  layers(o.first_stage_layers, p.first_stage_layers);
+  layers(o.last_stage_layers, p.last_stage_layers);
+  if (o.pp_schedule) {
+    p.pp_schedule = parse_setting(*o.pp_schedule, parse_pipe_schedule);
+  }
   if (o.vocab_multiple) {
     p.vocab_multiple = parse_setting(
         *o.vocab_multiple, [](std::string_view v) { return parse_positive(v, "a multiple"); });
@@ -561,9 +569,15 @@ void check_layout_where(const RunSpec& run, const RunOptions& o) {
     check_layout(run);
   } catch (const Error& e) {
     const std::pair<std::string_view, const TextSetting*> texts[] = {
-        {"--tp", &o.tensor_parallel},  {"--pp", &o.pipeline_parallel},
-        {"--vpp", &o.virtual_stages},  {"--microbatches", &o.microbatches},
-        {"--cp", &o.context_parallel}, {"--ep", &o.expert_parallel}};
+        {"--tp", &o.tensor_parallel},
+        {"--pp", &o.pipeline_parallel},
+        {"--vpp", &o.virtual_stages},
+        {"--microbatches", &o.microbatches},
+        {"--cp", &o.context_parallel},
+        {"--ep", &o.expert_parallel},
+        {"--pp-schedule", &o.pp_schedule},
+        {"--first-stage-layers", &o.first_stage_layers},
+        {"--last-stage-layers", &o.last_stage_layers}};
     std::istringstream in(e.what());
     std::vector<std::string> lines;
     for (std::string line; std::getline(in, line);) {

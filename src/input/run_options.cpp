@@ -362,6 +362,19 @@ std::vector<RunOptionInfo> build_table() {
       text("--microbatches", "parallel", "microbatches", "N",
            "Micro-batches per step on the pipeline (default: --grad-accum)", &R::microbatches,
            K::count, {"", "--grad-accum"}),
+      text("--pp-schedule", "parallel", "pp_schedule", "NAME",
+           "Pipeline schedule, torchtitan's names: " + names(pipe_schedule_names()) +
+               " (default 1f1b, interleaved-1f1b with --vpp)",
+           &R::pp_schedule, K::choice, {"", "--vpp: 1f1b, or interleaved-1f1b with --vpp"},
+           pipe_schedule_names),
+      text("--first-stage-layers", "parallel", "first_stage_layers", "N",
+           "Layers of the first pipeline stage, the rest split evenly (Megatron's "
+           "--decoder-first-pipeline-num-layers)",
+           &R::first_stage_layers, K::count, {"", "--pp: an even share"}),
+      text("--last-stage-layers", "parallel", "last_stage_layers", "N",
+           "Layers of the last pipeline stage, the rest split evenly (Megatron's "
+           "--decoder-last-pipeline-num-layers)",
+           &R::last_stage_layers, K::count, {"", "--pp: an even share"}),
       text("--cp", "parallel", "context_parallel", "N",
            "Context-parallel ranks: the sequence split N ways (ring attention)",
            &R::context_parallel, K::count, {"1", ""}),

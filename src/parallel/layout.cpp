@@ -7,6 +7,7 @@
 #include "parallel/layout.hpp"
 
 #include "model/model_state.hpp"
+#include "parallel/schedule.hpp"
 
 #include <memest/activation.hpp>
 #include <memest/error.hpp>
@@ -15,6 +16,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,27 +67,119 @@ void check_tensor(const Architecture& a, const ParallelSpec& p, std::vector<std:
   if (a.shared_expert_size > 0) need(a.shared_expert_size, "shared expert width");
 }
 
+// The layers of each of the p x chunks stages a micro-batch runs through, in that order: L / (p x
+// chunks) each; or --first-stage-layers / --last-stage-layers on the first and last rank and the
+// rest evenly (Megatron-LM's --decoder-first/last-pipeline-num-layers), each rank's share split
+// evenly over its chunks; or, when the layers do not split evenly and no counts are given,
+// torchtitan's generate_llm_fqn_per_model_part (torchtitan/distributed/pipeline_parallel.py): the
+// embeddings and the head counted as one layer each, L + 2 split as evenly as the first stages
+// taking one more. A problem is added to `problems` (when given) and the split is empty.
+std::vector<u64> even_or_counted(const ParallelSpec& p, u64 v, u64 L,
+                                 std::vector<std::string>* problems) {
+  const u64 first = p.first_stage_layers, last = p.last_stage_layers;
+  const u64 given = (first ? 1U : 0U) + (last ? 1U : 0U), n = p.pipeline * v;
+  const auto fail = [&](std::string line) {
+    if (problems) problems->push_back(std::move(line));
+    return std::vector<u64>{};
+  };
+  const u64 rest = L - std::min(L, first + last), middle = p.pipeline - std::min(p.pipeline, given);
+  const bool fits = first + last <= L && given <= p.pipeline &&
+                    (middle == 0 ? rest == 0 : rest % middle == 0 && rest >= middle);
+  if (!fits)
+    return fail(
+        fmt::format("--first-stage-layers {} --last-stage-layers {}: the other {} layers do not "
+                    "split evenly over the other {} stages (expected counts that leave a multiple "
+                    "of {} layers, at least one each)",
+                    first, last, rest, middle, std::max<u64>(1, middle)));
+  std::vector<u64> rank_layers(p.pipeline, middle ? rest / middle : 0);
+  if (first) rank_layers.front() = first;
+  if (last) rank_layers.back() = last;
+  std::vector<u64> out(n);
+  for (u64 r = 0; r < p.pipeline; ++r) {
+    if (rank_layers[r] % v != 0)
+      return fail(
+          fmt::format("--pp {} --vpp {}: stage {} holds {} layers, which do not split into {} "
+                      "model chunks (expected counts that are multiples of {})",
+                      p.pipeline, v, r, rank_layers[r], v, v));
+    for (u64 c = 0; c < v; ++c)
+      out[chunk_stage(p.schedule(), p.pipeline, r, c)] = rank_layers[r] / v;
+  }
+  return out;
+}
+
+std::vector<u64> torchtitan_split(u64 n, u64 L) {
+  const u64 per = (L + 2) / n, extra = (L + 2) % n;
+  std::vector<u64> out(n);
+  for (u64 g = 0; g < n; ++g)
+    out[g] = per + (g < extra ? 1 : 0) - (g == 0 ? 1 : 0) - (g + 1 == n ? 1 : 0);
+  return out;
+}
+
+std::vector<u64> split_layers(const ParallelSpec& p, u64 v, u64 L,
+                              std::vector<std::string>* problems) {
+  if (p.pipeline <= 1) return {L};  // one stage: the counts of --first/last-stage-layers unused
+  const u64 n = checked_mul(p.pipeline, v);
+  const bool counted = p.first_stage_layers || p.last_stage_layers;
+  if (counted) return even_or_counted(p, v, L, problems);
+  if (n <= L && L % n == 0) return std::vector<u64>(n, L / n);
+  const auto fail = [&] {
+    if (problems)
+      problems->push_back(fmt::format(
+          "--pp {}{}: {} layers do not split evenly into {} model chunks "
+          "(expected p x vpp to divide the layers, or --first-stage-layers / --last-stage-layers)",
+          p.pipeline, v > 1 ? fmt::format(" --vpp {}", v) : "", L, n));
+    return std::vector<u64>{};
+  };
+  if (v > 1 || (L + 2) / n < 2) return fail();  // every stage keeps a layer
+  return torchtitan_split(n, L);
+}
+
+// The model chunks of each rank: the schedule's, and one without a pipeline.
+u64 rank_chunks(const ParallelSpec& p) {
+  return p.pipeline > 1 ? schedule_chunks(p.schedule(), p.virtual_stages) : 1;
+}
+
+// A schedule's own rules: one chunk per rank for GPipe and 1F1B, two for ZB-V; the micro-batches
+// of the interleaved schedules fill the pipeline (Megatron-LM's rule, and PyTorch's rounds).
+void check_schedule(const ParallelSpec& p, u64 m, std::vector<std::string>& out) {
+  const PipeSchedule s = p.schedule();
+  const auto name = schedule_name(s);
+  const bool single = s == PipeSchedule::gpipe || s == PipeSchedule::one_f_one_b;
+  if (single && p.virtual_stages > 1)
+    out.push_back(
+        fmt::format("--pp-schedule {}: one model chunk per rank (expected --vpp 1, or "
+                    "interleaved-1f1b, looped-bfs, interleaved-zero-bubble)",
+                    name));
+  if (s == PipeSchedule::zbv_zero_bubble && p.virtual_stages > 2)
+    out.push_back(
+        fmt::format("--vpp {}: zbv-zero-bubble runs two model chunks per rank in a V "
+                    "(expected --vpp 2 or none)",
+                    p.virtual_stages));
+  if (s == PipeSchedule::interleaved_1f1b && p.virtual_stages > 1 && m % p.pipeline != 0)
+    out.push_back(
+        fmt::format("--microbatches {}: the interleaved schedule needs a multiple of "
+                    "--pp {} (Megatron-LM's rule)",
+                    m, p.pipeline));
+  const u64 rounds = std::max<u64>(1, m / p.pipeline);
+  if (s == PipeSchedule::interleaved_zero_bubble && m % rounds != 0)
+    out.push_back(
+        fmt::format("--microbatches {}: interleaved-zero-bubble runs rounds of m / "
+                    "max(1, m / p) micro-batches (expected a multiple of {})",
+                    m, rounds));
+}
+
 void check_pipeline(const RunSpec& run, const Architecture& a, std::vector<std::string>& out) {
   const auto& p = run.parallel;
-  const u64 L = all_layers(a), chunks = checked_mul(p.pipeline, p.virtual_stages);
+  const u64 v = rank_chunks(p);
   if (a.num_decoder_layers > 0) {
     out.push_back(
         fmt::format("--pp {}: pipeline stages of an encoder-decoder model are not "
                     "modelled (expected --pp 1)",
                     p.pipeline));
-  } else if (chunks > L || L % chunks != 0) {
-    out.push_back(fmt::format(
-        "--pp {}{}: {} layers do not split evenly into {} model chunks "
-        "(expected p x vpp to divide the layers)",
-        p.pipeline, p.virtual_stages > 1 ? fmt::format(" --vpp {}", p.virtual_stages) : "", L,
-        chunks));
+  } else {
+    split_layers(p, v, all_layers(a), &out);
   }
-  const u64 m = microbatches_of(run);
-  if (p.virtual_stages > 1 && m % p.pipeline != 0)
-    out.push_back(
-        fmt::format("--microbatches {}: the interleaved schedule needs a multiple of "
-                    "--pp {} (Megatron-LM's rule)",
-                    m, p.pipeline));
+  check_schedule(p, microbatches_of(run), out);
 }
 
 void check_context(const RunSpec& run, std::vector<std::string>& out) {
@@ -152,14 +247,36 @@ void check_layout(const RunSpec& run) {
   if (!problems.empty()) throw Error(fmt::format("{}", fmt::join(problems, "\n")));
 }
 
+namespace {
+
+// The chunks of rank `rank` that hold the embeddings and the head (`chunks` when it has none).
+struct Ends {
+  u64 embedding, head;
+};
+
+Ends ends_of(PipeSchedule s, u64 p, u64 chunks, u64 rank) {
+  Ends e{chunks, chunks};
+  for (u64 c = 0; c < chunks; ++c) {
+    const u64 stage = chunk_stage(s, p, rank, c);
+    if (stage == 0) e.embedding = c;
+    if (stage + 1 == p * chunks) e.head = c;
+  }
+  return e;
+}
+
+HeldAtPeak walk_stage(const ParallelSpec& p, u64 stage, u64 m) {
+  const PipeSchedule s = p.schedule();
+  const u64 chunks = rank_chunks(p);
+  const Ends e = ends_of(s, p.pipeline, chunks, stage);
+  const std::vector<PipeAction> actions = rank_actions(s, p.pipeline, chunks, m, stage);
+  return walk_held(actions, chunks, e.embedding, e.head);
+}
+
+}  // namespace
+
 std::uint64_t in_flight_microbatches(const ParallelSpec& p, std::uint64_t stage, u64 m) {
   if (p.pipeline <= 1) return 1;
-  const u64 rest = p.pipeline - stage - 1;  // stages after this one
-  if (p.virtual_stages <= 1) return std::max<u64>(1, std::min(rest + 1, m));
-  const u64 total = checked_mul(m, p.virtual_stages);
-  if (m == p.pipeline) return total;  // every micro-batch is in the warm-up
-  const u64 warmup = 2 * rest + (p.virtual_stages - 1) * p.pipeline;
-  return std::max<u64>(1, std::min(warmup + 1, total));
+  return walk_stage(p, stage, m).others.chunks + 1;
 }
 
 namespace {
@@ -296,19 +413,41 @@ Architecture rank_architecture(Architecture a, const Share& s) {
   return a;
 }
 
-// The device of pipeline stage `stage`: its layers, splits and in-flight micro-batches.
+// The layers of each model chunk of rank `rank`: chunk c is global stage chunk_stage(c) of the
+// p x chunks stages, whose layers `split` counts.
+std::vector<LayerRange> chunk_ranges(PipeSchedule s, u64 p, const std::vector<u64>& split,
+                                     u64 rank) {
+  const u64 chunks = split.size() / p;
+  std::vector<LayerRange> out;
+  for (u64 c = 0; c < chunks; ++c) {
+    const u64 g = chunk_stage(s, p, rank, c);
+    u64 first = 0;
+    for (u64 i = 0; i < g; ++i) first += split[i];
+    out.push_back({first, first + split[g] - 1});
+  }
+  return out;
+}
+
+// The device of pipeline stage `stage`: its layers, splits and the micro-batches of its model
+// chunks it holds at its peak (the schedule walk).
 RankSpec stage_rank_spec(const RunSpec& run, const Architecture& a, u64 stage) {
   const auto& p = run.parallel;
   RankSpec r;
   r.stage = stage;
   r.stages = p.pipeline;
-  const u64 L = all_layers(a);
-  r.layers = L / p.pipeline;
-  r.first_layer = stage * r.layers;
-  r.chunk_layers = r.layers / p.virtual_stages;
-  r.in_flight = in_flight_microbatches(p, stage, microbatches_of(run));
-  r.embedding = stage == 0;
-  r.head = stage + 1 == p.pipeline;
+  r.schedule = p.schedule();
+  const u64 chunks = rank_chunks(p);
+  r.chunks =
+      chunk_ranges(r.schedule, p.pipeline, split_layers(p, chunks, all_layers(a), nullptr), stage);
+  r.chunk_layers = r.chunks.front().last - r.chunks.front().first + 1;
+  r.layers = 0;
+  for (const LayerRange& c : r.chunks) r.layers += c.last - c.first + 1;
+  r.first_layer = r.chunks.front().first;
+  if (p.pipeline > 1) r.held = walk_stage(p, stage, microbatches_of(run)).others;
+  r.in_flight = r.held.chunks + 1;
+  const Ends e = ends_of(r.schedule, p.pipeline, chunks, stage);
+  r.embedding = e.embedding < chunks;
+  r.head = e.head < chunks;
   r.tensor = p.tensor;
   r.sequence = p.sequence;
   r.context = p.context;
@@ -338,6 +477,49 @@ std::vector<RunSpec> stage_runs(const RunSpec& run) {
   return out;
 }
 
+namespace {
+
+// The layers of the stages in order, runs of one count shortened: "3, 4 x 14, 2".
+std::string counts_text(const std::vector<u64>& split) {
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < split.size();) {
+    std::size_t j = i;
+    while (j < split.size() && split[j] == split[i]) ++j;
+    parts.push_back(j - i > 1 ? fmt::format("{} x {}", split[i], j - i)
+                              : fmt::format("{}", split[i]));
+    i = j;
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// Where the stages hold different numbers of layers: how many and why.
+std::optional<std::string> uneven_note(const ParallelSpec& p, const Architecture& a) {
+  if (p.pipeline <= 1 || a.num_decoder_layers > 0) return std::nullopt;
+  const u64 chunks = rank_chunks(p);
+  const std::vector<u64> split = split_layers(p, chunks, all_layers(a), nullptr);
+  if (split.empty() ||
+      std::adjacent_find(split.begin(), split.end(), std::not_equal_to<>()) == split.end())
+    return std::nullopt;
+  if (p.first_stage_layers || p.last_stage_layers)
+    return fmt::format(
+        "pipeline stages of {} layers (--first-stage-layers / --last-stage-layers, the rest "
+        "evenly)",
+        counts_text(split));
+  return fmt::format(
+      "pipeline stages of {} layers: {} layers do not split evenly over {} stages, so they are "
+      "split as torchtitan does "
+      "(the embeddings and the head counted as one layer each)",
+      counts_text(split), all_layers(a), split.size());
+}
+
+std::string schedule_label(PipeSchedule s) {
+  if (s == PipeSchedule::one_f_one_b) return "1F1B";
+  if (s == PipeSchedule::interleaved_1f1b) return "interleaved 1F1B";
+  return std::string(schedule_name(s));
+}
+
+}  // namespace
+
 std::vector<std::string> layout_notes(const RunSpec& run) {
   std::vector<std::string> notes;
   const auto& p = run.parallel;
@@ -364,8 +546,9 @@ std::vector<std::string> layout_notes(const RunSpec& run) {
     notes.push_back(
         fmt::format("pipeline: {} schedule, {} micro-batches per step; the first "
                     "stage keeps {} in flight",
-                    p.virtual_stages > 1 ? "interleaved 1F1B" : "1F1B", microbatches_of(run),
+                    schedule_label(p.schedule()), microbatches_of(run),
                     in_flight_microbatches(p, 0, microbatches_of(run))));
+  if (auto note = uneven_note(p, a)) notes.push_back(std::move(*note));
   return notes;
 }
 

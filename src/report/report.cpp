@@ -429,6 +429,17 @@ ordered_json parallel_json(const ParallelSpec& p) {
           {"expert_parallel", p.expert},      {"world_size", p.world_size()}};
 }
 
+namespace {
+
+// The layers of each model chunk of a stage, [first, last] each.
+ordered_json layer_ranges_json(const StageSummary& s) {
+  ordered_json out = ordered_json::array();
+  for (const LayerRange& c : s.chunks) out.push_back({c.first, c.last});
+  return out;
+}
+
+}  // namespace
+
 // Every pipeline stage of a split run, the worst marked; an empty list for a whole model.
 ordered_json stages_json(const Estimate& e) {
   ordered_json list = ordered_json::array();
@@ -439,6 +450,8 @@ ordered_json stages_json(const Estimate& e) {
          {"layers", s.layers},
          {"embedding", s.embedding},
          {"head", s.head},
+         {"layer_ranges", layer_ranges_json(s)},
+         {"schedule", pipe_schedule_names()[static_cast<std::size_t>(s.schedule)]},
          {"in_flight_microbatches", s.in_flight},
          {"parameters", s.params},
          {"total_bytes", s.total_bytes},
@@ -450,6 +463,21 @@ ordered_json stages_json(const Estimate& e) {
   return list;
 }
 
+namespace {
+
+// The layers a stage holds: "8-15", or by model chunk, "0,4" or "0-1,8-9".
+std::string stage_layers_text(const StageSummary& s) {
+  if (s.chunks.size() <= 1)
+    return fmt::format("{}-{}", s.first_layer, s.first_layer + s.layers - 1);
+  std::vector<std::string> parts;
+  for (const LayerRange& c : s.chunks)
+    parts.push_back(c.first == c.last ? fmt::format("{}", c.first)
+                                      : fmt::format("{}-{}", c.first, c.last));
+  return fmt::format("{}", fmt::join(parts, ","));
+}
+
+}  // namespace
+
 std::string render_stages(const Estimate& e, Unit unit) {
   if (e.stages.size() <= 1) {
     return e.stages.empty() ? ""
@@ -460,12 +488,14 @@ std::string render_stages(const Estimate& e, Unit unit) {
       "\nper pipeline stage (one device each; the rows above are stage "
       "{}, the one that needs the most)\n",
       e.worst_stage);
-  out += fmt::format("  {:>5}  {:>9}  {:>9}  {:>15}  {:>16}  {:>16}\n", "stage", "layers",
+  // The layers column is as wide as its widest entry (a stage of many chunks), 9 at least.
+  std::size_t width = 9;
+  for (const StageSummary& s : e.stages) width = std::max(width, stage_layers_text(s).size());
+  out += fmt::format("  {:>5}  {:>{}}  {:>9}  {:>15}  {:>16}  {:>16}\n", "stage", "layers", width,
                      "in flight", "parameters", "peak", "needs");
   for (const StageSummary& s : e.stages) {
-    const std::string layers = fmt::format("{}-{}", s.first_layer, s.first_layer + s.layers - 1);
-    out += fmt::format("  {:>5}  {:>9}  {:>9}  {:>15}  {:>16}  {:>16}{}\n", s.stage, layers,
-                       s.in_flight, format_count(s.params),
+    out += fmt::format("  {:>5}  {:>{}}  {:>9}  {:>15}  {:>16}  {:>16}{}\n", s.stage,
+                       stage_layers_text(s), width, s.in_flight, format_count(s.params),
                        s.peak_bytes ? format_bytes(*s.peak_bytes, unit) : "-",
                        format_bytes(s.needed, unit), s.stage == e.worst_stage ? "  <- worst" : "");
   }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -206,16 +207,20 @@ std::string render_layouts_table(const RunSpec& run, const Budget& budget,
                         run.training.seq_len)
           : fmt::format(", sequence {} (most headroom first)", run.training.seq_len));
   if (search.fits.empty()) return out + "no layout of these GPUs fits\n" + kSpeedNote;
-  out += fmt::format("  {:>3} {:>3} {:>3} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n", "tp", "pp",
-                     "cp", "dp", "shard", "recompute", "needs", "headroom",
+  // An expert-parallel column where a layout splits the experts.
+  const bool ep = std::any_of(search.fits.begin(), search.fits.end(),
+                              [](const LayoutFit& f) { return f.parallel.expert > 1; });
+  const auto ep_cell = [&](const auto& v) { return ep ? fmt::format(" {:>3}", v) : ""; };
+  out += fmt::format("  {:>3} {:>3} {:>3}{} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n", "tp",
+                     "pp", "cp", ep_cell("ep"), "dp", "shard", "recompute", "needs", "headroom",
                      seq ? "max seq" : "max batch");
   for (std::size_t i = 0; i < search.fits.size() && i < shown; ++i) {
     const LayoutFit& f = search.fits[i];
-    out += fmt::format("  {:>3} {:>3} {:>3} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n",
+    out += fmt::format("  {:>3} {:>3} {:>3}{} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n",
                        f.parallel.tensor, f.parallel.pipeline, f.parallel.context,
-                       f.parallel.data_parallel, sharding_name(f.parallel),
-                       recompute_name(f.recompute), format_bytes(f.need, unit),
-                       format_bytes(f.headroom, unit), f.largest);
+                       ep_cell(f.parallel.expert), f.parallel.data_parallel,
+                       sharding_name(f.parallel), recompute_name(f.recompute),
+                       format_bytes(f.need, unit), format_bytes(f.headroom, unit), f.largest);
   }
   if (search.fits.size() > shown)
     out +=
@@ -229,17 +234,23 @@ std::string render_layouts_json(const RunSpec& run, const Budget& budget,
       search.target == FitTarget::seq_len ? "largest_seq_len" : "largest_micro_batch";
   ordered_json list = ordered_json::array();
   for (const LayoutFit& f : search.fits) {
-    list.push_back({{"tensor_parallel", f.parallel.tensor},
-                    {"sequence_parallel", f.parallel.sequence},
-                    {"pipeline_parallel", f.parallel.pipeline},
-                    {"microbatches", f.parallel.microbatches},
-                    {"context_parallel", f.parallel.context},
-                    {"data_parallel", f.parallel.data_parallel},
-                    {"zero_stage", f.parallel.zero_stage},
-                    {"recompute", recompute_name(f.recompute)},
-                    {"need_bytes", f.need},
-                    {"headroom_bytes", f.headroom},
-                    {largest_key, f.largest}});
+    list.push_back(
+        {{"tensor_parallel", f.parallel.tensor},
+         {"sequence_parallel", f.parallel.sequence},
+         {"pipeline_parallel", f.parallel.pipeline},
+         {"microbatches", f.parallel.microbatches},
+         {"context_parallel", f.parallel.context},
+         {"expert_parallel", f.parallel.expert},
+         {"schedule",
+          f.parallel.pipeline > 1
+              ? ordered_json(pipe_schedule_names()[static_cast<std::size_t>(f.parallel.schedule())])
+              : ordered_json()},
+         {"data_parallel", f.parallel.data_parallel},
+         {"zero_stage", f.parallel.zero_stage},
+         {"recompute", recompute_name(f.recompute)},
+         {"need_bytes", f.need},
+         {"headroom_bytes", f.headroom},
+         {largest_key, f.largest}});
   }
   ordered_json j = {{"schema_version", kJsonSchemaVersion},
                     {"model", run.model.name},

@@ -53,6 +53,25 @@ void check_fixed(const LayoutConstraints& fixed, u64 gpus) {
   }
 }
 
+// The sharding stages a stack runs: Megatron-LM's distributed optimizer is ZeRO-1 and it runs
+// no ZeRO-2 or -3; the others all four.
+unsigned highest_zero(const RunSpec& run, u64 dp) {
+  if (dp <= 1) return 0;
+  return run.training.stack == "megatron" ? 1U : 3U;
+}
+
+// The expert-parallel sizes of a layout: 1, and for a model with routed experts each power of two
+// that divides the data-parallel ranks and the experts (expert parallelism runs inside them);
+// --ep given keeps its value.
+std::vector<u64> expert_sizes(const RunSpec& run, u64 dp) {
+  if (run.parallel.expert > 1) return {run.parallel.expert};
+  const u64 experts = run.model.arch ? run.model.arch->num_experts : 0;
+  std::vector<u64> out = {1};
+  for (u64 e = 2; experts > 0 && e <= dp && e <= experts; e *= 2)
+    if (dp % e == 0 && experts % e == 0) out.push_back(e);
+  return out;
+}
+
 // The parallel specs of `gpus` devices the model can take (check_layout accepts them).
 std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus,
                                             const LayoutConstraints& fixed) {
@@ -66,18 +85,21 @@ std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus,
         if (cp > 1 && run.training.attention == Attention::eager) continue;
         const u64 dp = gpus / tp / pp / cp;
         if (fixed.data_parallel && dp != *fixed.data_parallel) continue;
-        for (unsigned zero = 0; zero <= (dp > 1 ? 3U : 0U); ++zero) {
+        for (unsigned zero = 0; zero <= highest_zero(run, dp); ++zero) {
           if (fixed.zero_stage && dp > 1 && zero != *fixed.zero_stage) continue;
-          ParallelSpec p = run.parallel;
-          p.tensor = tp;
-          p.sequence = run.parallel.sequence && tp > 1;
-          p.pipeline = pp;
-          p.virtual_stages = 1;
-          p.microbatches = pp > 1 ? std::max(run.training.grad_accum, pp) : 0;
-          p.context = cp;
-          p.data_parallel = dp;
-          p.zero_stage = zero;
-          out.push_back(p);
+          for (u64 ep : expert_sizes(run, dp)) {
+            ParallelSpec p = run.parallel;
+            p.tensor = tp;
+            p.sequence = run.parallel.sequence && tp > 1;
+            p.pipeline = pp;
+            p.virtual_stages = 1;
+            p.microbatches = pp > 1 ? std::max(run.training.grad_accum, pp) : 0;
+            p.context = cp;
+            p.data_parallel = dp;
+            p.zero_stage = zero;
+            p.expert = ep;
+            out.push_back(p);
+          }
         }
       }
     }

@@ -230,6 +230,7 @@ void read_rank(const RankSpec& r, const TrainingSpec& t, ActivationInputs& in) {
   in.cp = r.context;
   in.s = ceil_div(t.seq_len, r.context);
   in.in_flight = r.in_flight;
+  in.held = r.held;
   if (!r.head) {
     in.lm_head = false;
     in.final_norm = false;

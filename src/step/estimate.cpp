@@ -467,6 +467,8 @@ StageSummary summary_of(const RankSpec& r, const Estimate& e) {
   s.stage = r.stage;
   s.first_layer = r.first_layer;
   s.layers = r.layers;
+  s.chunks = r.chunks;
+  s.schedule = r.schedule;
   s.in_flight = r.in_flight;
   s.embedding = r.embedding;
   s.head = r.head;

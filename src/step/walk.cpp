@@ -78,12 +78,17 @@ void Walker::begin(MomentKind kind, u64 j) {
   } else if (residency_.sharding().params) {
     writer_.add(state_.gathered_layers);
   }
-  // A pipeline stage holds the saved tensors of the micro-batches it has run forward and not
-  // yet backward (docs/parallelism.md): all but the current one are whole.
-  if (in_.in_flight <= 1) return;
+  // A pipeline stage holds the saved tensors of the (micro-batch, chunk) pairs it has run forward
+  // and not yet backward (docs/parallelism.md): all but the current one are whole.
+  // The embeddings' and the head's saved tensors only in the pairs of the chunk that has them.
+  const HeldChunks& h = in_.held;
+  const auto copies = [&](Scope s) {
+    return s == Scope::embed ? h.with_embedding : s == Scope::head ? h.with_head : h.chunks;
+  };
+  if (h.chunks == 0) return;
   writer_.saved_tensors([&] {
     for (const Entry& e : step_.saved)
-      writer_.add(e.tensor, checked_mul(e.count, in_.in_flight - 1));
+      writer_.add(e.tensor, checked_mul(e.count, copies(step_.tensors[e.tensor].scope)));
   });
 }
 

@@ -1,0 +1,163 @@
+// Pipeline schedules as event lists (src/parallel/schedule.hpp): the orders against the
+// frameworks' algorithms computed another way, hand-derived tables, and what a stage holds.
+#include "parallel/schedule.hpp"
+
+#include "testutil.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace memest::test {
+namespace {
+
+using u64 = std::uint64_t;
+using Kind = PipeAction::Kind;
+
+std::string text_of(const std::vector<PipeAction>& actions) {
+  std::string out;
+  for (const PipeAction& a : actions) {
+    const char k = a.kind == Kind::forward      ? 'F'
+                   : a.kind == Kind::backward   ? 'B'
+                   : a.kind == Kind::input_grad ? 'I'
+                                                : 'W';
+    out += fmt::format("{}{}.{} ", k, a.microbatch, a.chunk);
+  }
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
+// Megatron-LM's interleaved schedule (schedules.py @ d98e8a64ddf3) as it computes it: the
+// schedule table of micro-batch groups of p, a virtual micro-batch k's chunk looked up in it (the
+// backward's mirrored), the warm-up of get_pp_rank_microbatches, then forward k + warm-up and
+// backward k in each steady step. With v = 1 it is the 1F1B of the non-interleaved function.
+std::vector<PipeAction> megatron_order(u64 p, u64 v, u64 m, u64 rank) {
+  std::vector<std::pair<u64, u64>> table;  // (micro-batch, chunk)
+  for (u64 group = 0; group < m; group += p) {
+    const u64 end = group + p >= m ? m : group + p;
+    for (u64 c = 0; c < v; ++c)
+      for (u64 i = group; i < end; ++i) table.emplace_back(i, c);
+  }
+  const u64 total = m * v;
+  u64 warmup = v == 1 ? p - rank - 1 : 2 * (p - rank - 1) + (v - 1) * p;
+  warmup = std::min(warmup, total);
+  const auto fwd = [&](u64 k) {
+    return PipeAction{Kind::forward, table[k].first, table[k].second};
+  };
+  const auto bwd = [&](u64 k) {
+    return PipeAction{Kind::backward, table[k].first, v - 1 - table[k].second};
+  };
+  std::vector<PipeAction> out;
+  for (u64 k = 0; k < warmup; ++k) out.push_back(fwd(k));
+  for (u64 k = 0; k < total - warmup; ++k) {
+    out.push_back(fwd(k + warmup));
+    out.push_back(bwd(k));
+  }
+  for (u64 k = total - warmup; k < total; ++k) out.push_back(bwd(k));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("1F1B and interleaved 1F1B run in Megatron-LM's order on a grid of p, v and m") {
+  for (u64 p = 2; p <= 6; ++p) {
+    for (u64 v = 1; v <= 4; ++v) {
+      for (u64 m = p; m <= 4 * p; m += p) {
+        const PipeSchedule s = v == 1 ? PipeSchedule::one_f_one_b : PipeSchedule::interleaved_1f1b;
+        for (u64 r = 0; r < p; ++r) {
+          INFO("p " << p << " v " << v << " m " << m << " rank " << r);
+          CHECK(text_of(rank_actions(s, p, v, m, r)) == text_of(megatron_order(p, v, m, r)));
+        }
+      }
+    }
+  }
+  // 1F1B with fewer micro-batches than stages: every forward is warm-up.
+  CHECK(text_of(rank_actions(PipeSchedule::one_f_one_b, 4, 1, 2, 0)) == "F0.0 F1.0 B0.0 B1.0");
+}
+
+// Tables derived by hand from PyTorch's schedules.py @ 00722e648b74.
+TEST_CASE("GPipe, looped BFS and the zero-bubble schedules in PyTorch's order") {
+  CHECK(text_of(rank_actions(PipeSchedule::gpipe, 2, 1, 3, 1)) == "F0.0 F1.0 F2.0 B0.0 B1.0 B2.0");
+  CHECK(text_of(rank_actions(PipeSchedule::looped_bfs, 2, 2, 2, 0)) ==
+        "F0.0 F1.0 F0.1 F1.1 B1.1 B0.1 B1.0 B0.0");
+  // ZB-V, p 2, m 3, rank 1: one chunk-0 forward, then a chunk-1 and chunk-0 forward, then a
+  // chunk-1 forward with its input and weight gradients, the steady step, the cool-down.
+  CHECK(text_of(rank_actions(PipeSchedule::zbv_zero_bubble, 2, 2, 3, 1)) ==
+        "F0.0 F0.1 F1.0 F1.1 I0.1 W0.1 F2.0 I0.0 W0.0 F2.1 I1.1 W1.1 I1.0 I2.1 I2.0 W1.0 W2.1 "
+        "W2.0");
+  // Interleaved zero bubble, p 2, v 2, m 2, rank 1: warm-up (v - 1) x 2 + 1 x (p - 1 - r) = 2,
+  // input gradients in the 1F1B steps, a weight gradient from the rank-th step on.
+  CHECK(text_of(rank_actions(PipeSchedule::interleaved_zero_bubble, 2, 2, 2, 1)) ==
+        "F0.0 F1.0 F0.1 I0.1 F1.1 I1.1 W0.1 I0.0 W1.1 I1.0 W0.0 W1.0");
+  // Rank 0: warm-up 2 + 1 = 3, a weight gradient after every input gradient from the start.
+  CHECK(text_of(rank_actions(PipeSchedule::interleaved_zero_bubble, 2, 2, 2, 0)) ==
+        "F0.0 F1.0 F0.1 F1.1 I0.1 W0.1 I1.1 W1.1 I0.0 W0.0 I1.0 W1.0");
+  CHECK(chunk_stage(PipeSchedule::zbv_zero_bubble, 4, 1, 1) == 6);
+  CHECK(chunk_stage(PipeSchedule::interleaved_1f1b, 4, 1, 1) == 5);
+}
+
+// p 2, v 2, m 2. Rank 0 runs all four forwards before its first backward (warm-up 2 + 2 = 4 =
+// m x v), so at that backward it holds the three others: two of chunk 0 (with the embeddings).
+// Rank 1 warms up with chunk 0 of both micro-batches and then alternates on chunk 1 (the head):
+// it holds the two chunk-0 pairs besides the running one, never another head.
+TEST_CASE("the interleaved schedule's held pairs, derived by hand") {
+  const auto walk = [](u64 rank, u64 m) {
+    const auto a = rank_actions(PipeSchedule::interleaved_1f1b, 2, 2, m, rank);
+    return walk_held(a, 2, rank == 0 ? 0 : 2, rank == 1 ? 1 : 2);
+  };
+  CHECK(walk(0, 2).others == HeldChunks{3, 2, 0});
+  CHECK(walk(0, 2).max_held == 4);
+  CHECK(walk(1, 2).others == HeldChunks{2, 0, 0});
+  CHECK(walk(1, 2).max_held == 3);
+  // m 4: rank 0 warms up with 2 + 2 = 4 and then holds 4 others at each steady forward.
+  CHECK(walk(0, 4).others.chunks == 4);
+  CHECK(walk(1, 4).others == HeldChunks{2, 0, 0});
+  // GPipe's last stage holds every other micro-batch, each with the head.
+  const auto g = rank_actions(PipeSchedule::gpipe, 4, 1, 5, 3);
+  CHECK(walk_held(g, 1, 1, 0).others == HeldChunks{4, 0, 4});
+}
+
+// The bytes, from first principles: p 2, v 2, m 2 puts one layer in each chunk. Rank 1 holds two
+// chunk-0 pairs besides the one it runs (above); looped BFS at m 1 holds one (F0.0 F0.1 B0.1
+// B0.0). So the two peaks differ by one pair of one layer without the head. 1F1B over p 4 has a
+// one-layer middle stage too: stage 1 holds min(4 - 1, m) micro-batches, so m 4 and m 1 differ
+// by two such pairs.
+TEST_CASE("the interleaved last stage's bytes are its held one-layer pairs, exactly") {
+  const std::string arch =
+      R"({"model_type":"llama","hidden_size":256,"num_hidden_layers":4,"num_attention_heads":4,)"
+      R"("num_key_value_heads":2,"intermediate_size":688,"vocab_size":1000})";
+  const auto peak = [&](std::vector<std::string> args, std::size_t stage) {
+    args.insert(args.begin(), {"--architecture", arch, "--batch", "4", "--seq", "512"});
+    return run_json(args)["stages"][stage]["peak_bytes"].get<u64>();
+  };
+  const u64 interleaved = peak({"--pp", "2", "--vpp", "2", "--microbatches", "2"}, 1);
+  const u64 bfs =
+      peak({"--pp", "2", "--vpp", "2", "--pp-schedule", "looped-bfs", "--microbatches", "1"}, 1);
+  const u64 two_pairs =
+      peak({"--pp", "4", "--microbatches", "4"}, 1) - peak({"--pp", "4", "--microbatches", "1"}, 1);
+  CHECK(two_pairs > 0);
+  CHECK(two_pairs % 2 == 0);
+  CHECK(interleaved - bfs == two_pairs / 2);
+}
+
+TEST_CASE(
+    "at the same m, the interleaved last stage holds at most 1F1B's first stage plus a chunk") {
+  for (u64 p = 2; p <= 8; ++p) {
+    for (u64 v = 2; v <= 4; ++v) {
+      for (u64 m = p; m <= 3 * p; m += p) {
+        const auto inter = rank_actions(PipeSchedule::interleaved_1f1b, p, v, m, p - 1);
+        const auto plain = rank_actions(PipeSchedule::one_f_one_b, p, 1, m, 0);
+        // In layers: a pair of the interleaved schedule is a chunk of L/(p v), of 1F1B a stage
+        // of L/p = v chunks.
+        const u64 interleaved_chunks = walk_held(inter, v, v, v - 1).max_held;
+        const u64 plain_chunks = walk_held(plain, 1, 0, 1).max_held * v;
+        INFO("p " << p << " v " << v << " m " << m);
+        CHECK(interleaved_chunks <= plain_chunks + 1);
+      }
+    }
+  }
+}
+
+}  // namespace memest::test
