@@ -4,6 +4,8 @@
 
 #include "testutil.hpp"
 
+#include <memest/units.hpp>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -13,7 +15,6 @@
 namespace memest::test {
 namespace {
 
-using u64 = std::uint64_t;
 using Kind = PipeAction::Kind;
 
 std::string text_of(const std::vector<PipeAction>& actions) {

@@ -7,6 +7,9 @@
 
 namespace memest {
 
+/// Byte and element counts: the type of every size memest computes.
+using u64 = std::uint64_t;
+
 /// Throws the Error for a size past 2^64 bytes.
 [[noreturn]] void throw_size_overflow();
 

@@ -20,7 +20,7 @@ constexpr std::string_view kShortFor =
 constexpr std::string_view kFsdpValued =
     "{where} \"{value}\": applies to FSDP (expected --fsdp MODE as well)";
 constexpr std::string_view kFsdpFlag = "{where}: applies to FSDP (expected --fsdp MODE as well)";
-constexpr std::string_view kSizes =
+constexpr std::string_view kBothSizes =
     "{where} needs {other_named} as well (activations depend on both)";
 constexpr std::string_view kTwoWays =
     "{where}: conflicts with {other} (two ways of loading the model; give one)";
@@ -108,8 +108,8 @@ std::vector<OptionRule> build_rules() {
        {"chunked", "chunked-tokens"},
        false,
        "{where} needs --loss chunked or chunked-tokens"},
-      {C::sizes, "--batch", {}, needs, {"--seq"}, {}, false, kSizes},
-      {C::sizes, "--seq", {}, needs, {"--batch"}, {}, false, kSizes},
+      {C::sizes, "--batch", {}, needs, {"--seq"}, {}, false, kBothSizes},
+      {C::sizes, "--seq", {}, needs, {"--batch"}, {}, false, kBothSizes},
       // FSDP's settings without --fsdp: valued options first.
       {C::fsdp, "--fsdp-version", {}, needs, {"--fsdp"}, {}, false, kFsdpValued},
       {C::fsdp, "--fsdp-group", {}, needs, {"--fsdp"}, {}, false, kFsdpValued},

@@ -8,6 +8,7 @@
 #include <memest/optimizer.hpp>
 #include <memest/run_spec.hpp>
 #include <memest/step.hpp>
+#include <memest/units.hpp>
 
 #include <cstdint>
 #include <string>
@@ -15,8 +16,6 @@
 #include <vector>
 
 namespace memest::detail {
-
-using u64 = std::uint64_t;
 
 /// Whether `g` has one share in each of `layers` layers: a "layers.*" name and a count that is
 /// a multiple of them (more than one).

@@ -18,8 +18,6 @@
 namespace memest {
 namespace {
 
-using u64 = std::uint64_t;
-
 // One FSDP1 flat parameter: its bytes in the stored and the gathered dtype, its elements when
 // trainable.
 struct Flat {

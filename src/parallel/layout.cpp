@@ -24,8 +24,6 @@
 namespace memest {
 namespace {
 
-using u64 = std::uint64_t;
-
 u64 round_up_to(u64 v, u64 m) { return checked_mul(ceil_div(v, m), m); }
 
 Architecture full_architecture(const RunSpec& run) {

@@ -16,6 +16,7 @@
 #include "base/names.hpp"
 
 #include <memest/error.hpp>
+#include <memest/units.hpp>
 
 #include <algorithm>
 #include <array>
@@ -25,7 +26,6 @@
 namespace memest {
 namespace {
 
-using u64 = std::uint64_t;
 using Kind = PipeAction::Kind;
 
 constexpr std::array<std::string_view, 6> kScheduleNames = {

@@ -8,8 +8,6 @@
 namespace memest {
 namespace {
 
-using u64 = std::uint64_t;
-
 u64 round_up(u64 x, u64 m) { return checked_mul(ceil_div(x, m), m); }
 
 }  // namespace

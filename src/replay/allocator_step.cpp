@@ -31,7 +31,6 @@
 namespace memest::detail {
 namespace {
 
-using u64 = std::uint64_t;
 using Handle = CachingAllocator::Handle;
 
 // The walk's moments in the order they happen (MomentKind's order, include/memest/step.hpp):

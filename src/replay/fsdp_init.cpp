@@ -16,13 +16,13 @@
 // The unit's buffers (a rotary table) are left out.
 #include "replay/fsdp_init.hpp"
 
+#include <memest/units.hpp>
+
 #include <deque>
 #include <numeric>
 
 namespace memest::detail {
 namespace {
-
-using u64 = std::uint64_t;
 
 /// PARAM_BROADCAST_BUCKET_SIZE in torch/distributed/fsdp/_init_utils.py.
 constexpr u64 kBroadcastBucket = 250ULL << 20;

@@ -9,12 +9,12 @@
 // out: they are 1/64 of the weight's elements.
 #include "nf4_init.hpp"
 
+#include <memest/units.hpp>
+
 #include <algorithm>
 
 namespace memest::detail {
 namespace {
-
-using u64 = std::uint64_t;
 
 /// torchao's CHUNK_SIZE: elements quantised per pass from v0.2 on.
 constexpr u64 kChunk = 1ULL << 20;

@@ -5,6 +5,7 @@
 #include <memest/error.hpp>
 #include <memest/peak.hpp>
 #include <memest/report.hpp>
+#include <memest/units.hpp>
 
 #include <fmt/format.h>
 
@@ -15,8 +16,6 @@
 
 namespace memest {
 namespace {
-
-using u64 = std::uint64_t;
 
 constexpr double kWidth = 960, kHeight = 520;
 constexpr double kLeft = 80, kRight = 270, kTop = 64, kBottom = 90;  // margins of the plot area

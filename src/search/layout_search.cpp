@@ -5,6 +5,7 @@
 #include <memest/check.hpp>
 #include <memest/error.hpp>
 #include <memest/search.hpp>
+#include <memest/units.hpp>
 
 #include <fmt/format.h>
 
@@ -15,8 +16,6 @@
 
 namespace memest {
 namespace {
-
-using u64 = std::uint64_t;
 
 std::vector<u64> divisors_up_to(u64 n, u64 most, const std::optional<u64>& fixed) {
   if (fixed) return n % *fixed == 0 ? std::vector<u64>{*fixed} : std::vector<u64>{};

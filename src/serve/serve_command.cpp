@@ -20,8 +20,6 @@
 namespace memest {
 namespace {
 
-using u64 = std::uint64_t;
-
 enum class For { both, vllm, llama_cpp };
 
 struct ServeFlag {

@@ -17,8 +17,6 @@
 namespace memest {
 namespace {
 
-using u64 = std::uint64_t;
-
 // data table
 constexpr std::array<GgmlType, 15> kWeightTypes = {{
     {"f32", 1, 4},

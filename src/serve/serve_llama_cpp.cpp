@@ -19,8 +19,6 @@
 namespace memest {
 namespace {
 
-using u64 = std::uint64_t;
-
 // data table
 constexpr std::array<GgmlType, 9> kCacheTypes = {{
     {"f32", 1, 4},

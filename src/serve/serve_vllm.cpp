@@ -16,7 +16,6 @@
 namespace memest {
 namespace {
 
-using u64 = std::uint64_t;
 constexpr u64 kGiB = 1ULL << 30;
 
 u64 pad_to(u64 n, u64 m) { return ceil_div(n, m) * m; }

@@ -15,8 +15,6 @@
 namespace memest::detail {
 namespace {
 
-using u64 = std::uint64_t;
-
 class Saver {
  public:
   Saver(Step& step, const ActivationInputs& in)

@@ -16,7 +16,6 @@
 namespace memest {
 namespace {
 
-using u64 = std::uint64_t;
 using detail::build_step;
 
 std::size_t idx(Part p) { return static_cast<std::size_t>(p); }

@@ -13,6 +13,7 @@
 #include "step/step_build.hpp"
 
 #include <memest/run_spec.hpp>
+#include <memest/units.hpp>
 
 #include <array>
 #include <cstdint>
@@ -21,8 +22,6 @@
 #include <vector>
 
 namespace memest::detail {
-
-using u64 = std::uint64_t;
 
 /// The model-state tensors every moment starts from (walk_state.cpp).
 struct StateTensors {

@@ -6,12 +6,12 @@
 #include "step/rules/rules.hpp"
 #include "step/step_build.hpp"
 
+#include <memest/units.hpp>
+
 #include <array>
 
 namespace memest::detail {
 namespace {
-
-using u64 = std::uint64_t;
 
 // RMSNorm (lit_gpt/rmsnorm.py) computes in the model's dtype: it keeps its input and the rsqrt
 // in that dtype, not fp32.
