@@ -104,6 +104,7 @@ std::map<std::string, std::string> read_flags(std::span<const std::string> args)
     const ServeFlag* f = find_flag(name);
     if (!f) {
       std::vector<std::string_view> names;
+      names.reserve(kFlags.size());
       for (const ServeFlag& g : kFlags) names.push_back(g.flag);
       throw Error(fmt::format("serve: unknown flag \"{}\"{} (see memest serve --help)", name,
                               did_you_mean(name, names)));

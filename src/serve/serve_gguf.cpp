@@ -167,6 +167,7 @@ const FileType& file_type(std::string_view name) {
     if (f.name == name) return f;
   }
   std::vector<std::string_view> names;
+  names.reserve(kFileTypes.size());
   for (const FileType& f : kFileTypes) names.push_back(f.name);
   throw Error(fmt::format("--quantization: unknown GGUF file type \"{}\" (expected one of: {})",
                           name, fmt::join(names, ", ")));

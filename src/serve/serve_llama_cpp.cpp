@@ -37,6 +37,7 @@ const GgmlType& cache_type(std::string_view name, std::string_view flag) {
     if (t.name == name) return t;
   }
   std::vector<std::string_view> names;
+  names.reserve(kCacheTypes.size());
   for (const GgmlType& t : kCacheTypes) names.push_back(t.name);
   throw Error(fmt::format("{}: unknown cache type \"{}\" (expected one of: {})", flag, name,
                           fmt::join(names, ", ")));
