@@ -224,6 +224,12 @@ TEST_CASE("gguf: not GGUF, another version, hostile counts", "[serve][gguf]") {
   w.value<std::uint64_t>(1ULL << 61);  // 2^61 u64s
   CHECK(gguf_error(w.bytes).find("expected an array length for \"a\" that fits") !=
         std::string::npos);
+  GgufWriter k;  // a key with a newline and a bad type: the message stays one line
+  k.bytes = w.bytes;
+  k.bytes.resize(24);
+  k.key("a\nb", 13);
+  CHECK(gguf_error(k.bytes) ==
+        "x.gguf: offset 35: expected a GGUF value type (0-12) for \"a\\x0ab\", got 13");
   GgufWriter t;
   t.bytes = {'G', 'G', 'U', 'F'};
   t.value<std::uint32_t>(3);

@@ -76,7 +76,7 @@ class GgufCursor {
   u64 left() const { return bytes_.size() - pos_; }
 
   [[noreturn]] void fail(u64 at, std::string_view what) const {
-    throw Error(fmt::format("{}: offset {}: {}", source_, at, what));
+    throw Error(fmt::format("{}: offset {}: {}", source_, at, gguf_shown(what, 400)));
   }
 
   // The next `n` bytes, for `what`; a file that ends first is truncated, a header past the cap
@@ -187,18 +187,20 @@ void read_metadata(GgufCursor& c, GgufHeader& h, u64 n_kv) {
   for (u64 i = 0; i < n_kv; ++i) {
     const u64 at = c.offset();
     std::string key = c.string(fmt::format("the key of metadata pair {}", i));
+    const std::string shown = gguf_shown(key, 80);  // the key as messages name it
     if (key.empty()) c.fail(at, fmt::format("expected a key for metadata pair {}, got \"\"", i));
     if (h.metadata.contains(key)) {
-      c.fail(at, fmt::format("expected a new key for metadata pair {}, got \"{}\" again", i, key));
+      c.fail(at,
+             fmt::format("expected a new key for metadata pair {}, got \"{}\" again", i, shown));
     }
     GgufValue v;
-    v.type = value_type(c, key);
+    v.type = value_type(c, shown);
     if (v.type == GgufType::array) {
-      read_array(c, v, key);
+      read_array(c, v, shown);
     } else if (v.type == GgufType::string) {
-      v.text = c.string(fmt::format("the value of \"{}\"", key));
+      v.text = c.string(fmt::format("the value of \"{}\"", shown));
     } else {
-      read_scalar(c, v, key);
+      read_scalar(c, v, shown);
     }
     h.metadata.emplace(std::move(key), std::move(v));
   }
@@ -263,6 +265,15 @@ GgufTensorInfo read_tensor_info(GgufCursor& c, u64 i) {
 }
 
 }  // namespace
+
+std::string gguf_shown(std::string_view text, std::size_t limit) {
+  std::string out;
+  for (const char ch : text.substr(0, limit)) {
+    const auto b = static_cast<unsigned char>(ch);
+    out += b >= 0x20 && b < 0x7f ? std::string(1, ch) : fmt::format("\\x{:02x}", b);
+  }
+  return text.size() > limit ? out + "..." : out;
+}
 
 GgufHeader parse_gguf_header(std::span<const unsigned char> bytes, const std::string& source,
                              u64 file_size) {

@@ -72,6 +72,10 @@ GgufHeader parse_gguf_header(std::span<const unsigned char> bytes, const std::st
 /// The header of the GGUF file at `path` (at most kGgufHeaderCap bytes read).
 GgufHeader read_gguf_header(const std::string& path);
 
+/// `text` as an error message may show it: bytes outside printable ASCII as \\xNN, cut after
+/// `limit` bytes with "..." (a key or a value from a file may be anything).
+std::string gguf_shown(std::string_view text, std::size_t limit);
+
 /// The metadata value `key` as an unsigned integer, if it is one.
 std::optional<u64> gguf_unsigned(const GgufHeader& h, const std::string& key);
 

@@ -28,7 +28,18 @@ std::string gguf_architecture(const GgufHeader& h, const std::string& source) {
                     "architecture, e.g. \"llama\")",
                     source));
   }
-  return it->second.text;
+  const std::string& arch = it->second.text;
+  const bool plain =
+      !arch.empty() && arch.size() <= 64 && std::all_of(arch.begin(), arch.end(), [](char ch) {
+        return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_';
+      });
+  if (!plain) {
+    throw Error(
+        fmt::format("{}: general.architecture: expected a name of a-z, 0-9 and _, got "
+                    "\"{}\"",
+                    source, gguf_shown(arch, 80)));
+  }
+  return arch;
 }
 
 // The Hugging Face model_type of a GGUF architecture: the same name, "qwen3moe" as
@@ -42,7 +53,7 @@ std::string gguf_model_type(const std::string& arch, bool experts, const std::st
     throw Error(
         fmt::format("{}: general.architecture: \"{}\" has no model here (expected one of: "
                     "{})",
-                    source, arch, fmt::join(types, ", ")));
+                    source, gguf_shown(arch, 80), fmt::join(types, ", ")));
   }
   return t;
 }
