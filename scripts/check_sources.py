@@ -46,6 +46,8 @@ RULES_DIR = os.path.join("src", "step", "rules")
 # Modules checked through another module's test, each with where and why.
 UNTESTED = {
     "main": "src/cli/main.cpp is one line: cli::run (tests/cli_test.cpp)",
+    "gguf_header": "the GGUF header reader: tests/serve_gguf_header_test.cpp and fuzz_gguf",
+    "gguf_model": "memest serve --gguf's model and weights: tests/serve_gguf_header_test.cpp",
     "error": "the Error type and its context helper, exercised by every bad-input test",
     "json_access": "the JSON reader of both loaders: tests/config_test.cpp and hf_config_test.cpp",
     "fsdp_init": "FSDP1's constructor replayed: tests/allocator_replay_test.cpp "

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz (the fuzz preset: clang, ASan, UBSan) and runs each
-# for SECONDS (default 600), seeded with configs/, tests/data/ and the README's commands. What a
-# run finds is kept: new inputs in build/fuzz/corpus/<target>, a crash as
+# for SECONDS (default 600), seeded with configs/, tests/data/, the README's commands and small
+# GGUF headers. What a run finds is kept: new inputs in build/fuzz/corpus/<target>, a crash as
 # build/fuzz/artifacts/<target>-crash-<hash> (replay: build/fuzz/tests/fuzz/fuzz_<target> FILE).
-#   bash scripts/fuzz.sh [SECONDS] [TARGET...]   targets: hf_config run_config units cli
+#   bash scripts/fuzz.sh [SECONDS] [TARGET...]   targets: hf_config run_config units cli gguf
 # MEMEST_FUZZ_PRESET=asan takes the targets of the asan build instead (a debug build, slower per
 # input; the test command's smoke run uses it so that one sanitized build serves both), and
 # keeps what it finds under build/asan/.
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-600}"
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(hf_config run_config units cli)
+[ ${#targets[@]} -eq 0 ] && targets=(hf_config run_config units cli gguf)
 
 preset="${MEMEST_FUZZ_PRESET:-fuzz}"
 out="build/$preset"
@@ -27,6 +27,7 @@ for t in "${targets[@]}"; do
   case "$t" in
     units) max_len=256 dict=() ;;
     cli) max_len=2048 dict=() ;;
+    gguf) max_len=65536 dict=() ;;
     *) max_len=65536 dict=(-dict=tests/fuzz/json.dict) ;;
   esac
   mkdir -p "$out/corpus/$t"

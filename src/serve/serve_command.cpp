@@ -2,6 +2,7 @@
 // can be pasted), read into the engine's settings, estimated and rendered. The flags have their
 // own table rather than rows of the run-option table: they describe an inference server, not a
 // training run, and no training flag applies here.
+#include "serve/gguf_header.hpp"
 #include "serve/serve_render.hpp"
 
 #include <memest/error.hpp>
@@ -30,7 +31,7 @@ struct ServeFlag {
 };
 
 // data table
-constexpr std::array<ServeFlag, 31> kFlags = {{
+constexpr std::array<ServeFlag, 32> kFlags = {{
     {"--model", For::both, "NAME", "Model preset, Hub id (local cache) or model folder"},
     {"--config", For::both, "PATH", "A Hugging Face config.json"},
     {"--engine", For::both, "NAME", "vllm or llama.cpp (default vllm)"},
@@ -63,6 +64,9 @@ constexpr std::array<ServeFlag, 31> kFlags = {{
     {"--cache-type-v", For::llama_cpp, "TYPE", "f16, q8_0, q4_0, ... (default f16)"},
     {"--n-gpu-layers", For::llama_cpp, "N", "Layers on the GPU (default all)"},
     {"--flash-attn", For::llama_cpp, "", "Flash attention (pads the context to 256)"},
+    {"--gguf", For::llama_cpp, "FILE",
+     "A GGUF file: its header's tensor types size the weights, its metadata is the model "
+     "without --model"},
     {"--mla", For::llama_cpp, "", "MLA models: cache the latent only (ik_llama.cpp -mla 2/3)"},
     {"--help", For::both, "", "This help"},
     {"-h", For::both, "", "This help"},
@@ -251,7 +255,15 @@ ServeOutput serve_command(std::span<const std::string> args) {
     const auto it = g.find(flag);
     return it == g.end() ? std::string() : it->second;
   };
-  const ServeModel model = load_serve_model(text("--model"), text("--config"));
+  const std::string gguf = text("--gguf");
+  if (!gguf.empty() && g.contains("--quantization")) {
+    throw Error("--quantization: give --gguf FILE or a --quantization file type, not both");
+  }
+  const std::optional<GgufHeader> header =
+      gguf.empty() ? std::nullopt : std::optional(read_gguf_header(gguf));
+  const bool gguf_model = header && !g.contains("--model") && !g.contains("--config");
+  const ServeModel model = gguf_model ? gguf_serve_model(*header, gguf)
+                                      : load_serve_model(text("--model"), text("--config"));
   std::string gpu_label;
   ServeEstimate e;
   if (engine == ServeEngine::vllm) {
@@ -259,7 +271,9 @@ ServeOutput serve_command(std::span<const std::string> args) {
     e = estimate_vllm(model, s);
     if (s.enforce_eager) e.cuda_graphs_bytes = 0;
   } else {
-    e = estimate_llama_cpp(model, llama_cpp_settings(g));
+    const LlamaCppSettings s = llama_cpp_settings(g);
+    e = estimate_llama_cpp(model, s);
+    if (header) add_gguf_weights(e, *header, s.n_gpu_layers, model.spec.arch->num_layers);
   }
   return {format == "json" ? render_serve_json(e) : render_serve_table(e, gpu_label, unit),
           e.fits ? 0 : 1};
