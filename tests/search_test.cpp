@@ -1,5 +1,6 @@
 #include <memest/check.hpp>
 #include <memest/hf_config.hpp>
+#include <memest/report.hpp>
 #include <memest/search.hpp>
 
 #include <catch2/catch.hpp>
@@ -266,4 +267,27 @@ TEST_CASE("fit --gpus: a stack narrows the layouts to what it runs", "[search]")
     if (p.data_parallel > 1 && p.zero_stage == 0) CHECK(p.data_parallel == 8);
   }
   CHECK(small_pure_dp == std::set<unsigned>{0, 3});
+}
+
+TEST_CASE("fit --gpus table: tp shows +sp, a schedule column only where a layout has PP",
+          "[search]") {
+  RunSpec run;
+  run.model = load_model_preset("llama-2-7b");
+  run.precision = precision_preset("mixed-bf16");
+  run.optimizer.kind = OptimizerKind::adamw;
+  run.training.micro_batch = 1;
+  run.training.seq_len = 4096;
+  const Budget budget{find_gpu("h100-80gb").capacity, kDefaultReserve, "h100-80gb"};
+  const LayoutSearch eight = fit_layouts(run, budget, 8, 4);
+  const std::string table = render_layouts_table(run, budget, eight, Unit::GB, 1000);
+  CHECK_THAT(table, Catch::Contains("    2+sp   2  interleaved-1f1b/v2 "));
+  CHECK_THAT(table, Catch::Contains("       2   4  1f1b                "));
+  CHECK_THAT(table, Catch::Contains("      tp  pp  schedule             cp   dp  shard"));
+  // One device (a 1B model, to fit): no sequence parallelism, no pipeline, the columns of before.
+  run.model = load_model_preset("llama-3.2-1b");
+  const LayoutSearch one = fit_layouts(run, budget, 1, 4);
+  REQUIRE_FALSE(one.fits.empty());
+  const std::string alone = render_layouts_table(run, budget, one, Unit::GB, 1000);
+  CHECK_THAT(alone, Catch::Contains("\n   tp  pp  cp   dp  shard"));
+  CHECK_THAT(alone, !Catch::Contains("schedule"));
 }

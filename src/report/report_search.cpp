@@ -224,6 +224,10 @@ std::string render_layouts_table(const RunSpec& run, const Budget& budget,
   const bool ep = std::any_of(search.fits.begin(), search.fits.end(),
                               [](const LayoutFit& f) { return f.parallel.expert > 1; });
   const auto ep_cell = [&](const auto& v) { return ep ? fmt::format(" {:>3}", v) : ""; };
+  // The tp column widens for "+sp" where a layout runs sequence parallelism.
+  const bool sp = std::any_of(search.fits.begin(), search.fits.end(),
+                              [](const LayoutFit& f) { return f.parallel.sequence; });
+  const std::size_t tp_width = sp ? 6 : 3;
   // A schedule column where a layout runs a pipeline, as wide as its widest entry.
   std::size_t schedule_width = 0;
   for (const LayoutFit& f : search.fits)
@@ -232,13 +236,13 @@ std::string render_layouts_table(const RunSpec& run, const Budget& budget,
   const auto schedule_column = [&](const std::string& v) {
     return schedule_width > 0 ? fmt::format("  {:<{}}", v, schedule_width) : "";
   };
-  out += fmt::format("  {:>6} {:>3}{} {:>3}{} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n", "tp",
-                     "pp", schedule_column("schedule"), "cp", ep_cell("ep"), "dp", "shard",
-                     "recompute", "needs", "headroom", seq ? "max seq" : "max batch");
+  out += fmt::format("  {:>{}} {:>3}{} {:>3}{} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n", "tp",
+                     tp_width, "pp", schedule_column("schedule"), "cp", ep_cell("ep"), "dp",
+                     "shard", "recompute", "needs", "headroom", seq ? "max seq" : "max batch");
   for (std::size_t i = 0; i < search.fits.size() && i < shown; ++i) {
     const LayoutFit& f = search.fits[i];
-    out += fmt::format("  {:>6} {:>3}{} {:>3}{} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n",
-                       tensor_cell(f.parallel), f.parallel.pipeline,
+    out += fmt::format("  {:>{}} {:>3}{} {:>3}{} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n",
+                       tensor_cell(f.parallel), tp_width, f.parallel.pipeline,
                        schedule_column(schedule_cell(f.parallel)), f.parallel.context,
                        ep_cell(f.parallel.expert), f.parallel.data_parallel,
                        sharding_name(f.parallel), recompute_name(f.recompute),
