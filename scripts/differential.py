@@ -113,7 +113,7 @@ VALUES = {
     "--vpp": lambda r: str(r.choice([1, 2])),
     "--microbatches": lambda r: str(r.choice([1, 2, 4, 8])),
     "--pp-schedule": lambda r: r.choice(["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs",
-                                         "interleaved-zero-bubble", "zbv-zero-bubble"]),
+                                         "interleaved-zero-bubble", "zbv-zero-bubble", "dualpipev"]),
     "--first-stage-layers": lambda r: str(r.choice([1, 2, 3, 5])),
     "--last-stage-layers": lambda r: str(r.choice([1, 2, 3, 5])),
     "--cp": lambda r: str(r.choice([1, 2, 4])),

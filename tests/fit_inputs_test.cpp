@@ -57,6 +57,7 @@ TEST_CASE("fit --for seq with --gpus searches the sequence of each layout", "[se
       at.insert(at.end(), {flag, l[key].is_string() ? l[key].get<std::string>() : l[key].dump()});
     }
     if (l["sequence_parallel"] == true) at.push_back("--sp");
+    if (l["virtual_stages"] != 1) at.insert(at.end(), {"--vpp", l["virtual_stages"].dump()});
     CAPTURE(at, seq);
     const std::uint64_t usable = j["usable_bytes"].get<std::uint64_t>();
     std::vector<std::string> fits = at, over = at;

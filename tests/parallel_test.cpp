@@ -423,7 +423,10 @@ TEST_CASE("fit --gpus searches what the stack runs, and expert parallelism for M
   CHECK(eps == std::set<std::uint64_t>{1, 2, 4, 8});  // 8 experts
   for (const json& l : plain["layouts"]) {
     CHECK(l["expert_parallel"] == 1);
-    CHECK(l["schedule"] == (l["pipeline_parallel"] == 1 ? json() : json("1f1b")));
+    const bool interleaved = l["virtual_stages"] == 2;
+    CHECK(l["schedule"] == (l["pipeline_parallel"] == 1 ? json()
+                            : interleaved               ? json("interleaved-1f1b")
+                                                        : json("1f1b")));
   }
 }
 

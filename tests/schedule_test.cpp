@@ -161,4 +161,50 @@ TEST_CASE(
   }
 }
 
+// DualPipeV, p 2, m 4 (PyTorch's ScheduleDualPipeV, schedules.py @ 1fd7abc2f521), by hand from
+// its eight steps. Rank 0 (stages 0 and 3): step 1 two chunk-0 forwards, step 2 one F0 F1 pair,
+// step 3 an input and weight gradient of chunk 1 and its next forward, step 4 (m - 2p + r + 1 =
+// 1 round) the overlapped F0+B1 and F1+B0, step 5 a full B1 then an overlapped F1+B0, step 6 a
+// full B1 and (the half point of an even rank) a split B0, step 7 the queued weight gradient and
+// the last split B0, step 8 its weight gradient. Rank 1 (stages 1 and 2): two F0 F1 pairs, two
+// rounds whose first F0 and B1 do not overlap, then B1 B0 twice, the second (odd rank) split.
+TEST_CASE("DualPipeV's order for p 2, derived by hand") {
+  CHECK(text_of(rank_actions(PipeSchedule::dualpipev, 2, 2, 4, 0)) ==
+        "F0.0 F1.0 F2.0 F0.1 I0.1 W0.1 F1.1 F3.0 B1.1 F2.1 B0.0 B2.1 F3.1 B1.0 B3.1 I2.0 W2.0 "
+        "I3.0 W3.0");
+  CHECK(text_of(rank_actions(PipeSchedule::dualpipev, 2, 2, 4, 1)) ==
+        "F0.0 F0.1 F1.0 F1.1 F2.0 B0.1 F2.1 B0.0 F3.0 B1.1 F3.1 B1.0 B2.1 B2.0 I3.1 I3.0 W3.1 "
+        "W3.0");
+  CHECK(schedule_chunks(PipeSchedule::dualpipev, 1) == 2);
+  CHECK(chunk_stage(PipeSchedule::dualpipev, 2, 0, 1) == 3);
+  CHECK(chunk_stage(PipeSchedule::dualpipev, 2, 1, 0) == 1);
+  // Rank 0 holds the most at F3.0: micro-batches 0-2 of chunk 0 (the embeddings) and 1 of chunk
+  // 1 (the head) besides the one it runs; a split backward holds its pair to the weight step.
+  const auto a = rank_actions(PipeSchedule::dualpipev, 2, 2, 4, 0);
+  const HeldAtPeak peak = walk_held(a, 2, 0, 1);
+  CHECK(peak.others == HeldChunks{4, 3, 1});
+  CHECK(peak.step == 7);
+  CHECK(peak.max_held == 5);
+}
+
+// Every rank of DualPipeV runs each micro-batch's forward and backward on both its chunks once,
+// on a grid of p and m >= 2p; each input gradient has its weight gradient.
+TEST_CASE("DualPipeV runs every step once on a grid of p and m") {
+  for (u64 p = 1; p <= 5; ++p)
+    for (u64 m = 2 * p; m <= 2 * p + 5; ++m)
+      for (u64 r = 0; r < p; ++r) {
+        CAPTURE(p, m, r);
+        const auto a = rank_actions(PipeSchedule::dualpipev, p, 2, m, r);
+        for (u64 c = 0; c < 2; ++c)
+          for (u64 i = 0; i < m; ++i) {
+            const auto count = [&](Kind k) {
+              return std::count(a.begin(), a.end(), PipeAction{k, i, c});
+            };
+            CHECK(count(Kind::forward) == 1);
+            CHECK(count(Kind::backward) + count(Kind::input_grad) == 1);
+            CHECK(count(Kind::input_grad) == count(Kind::weight_grad));
+          }
+      }
+}
+
 }  // namespace memest::test

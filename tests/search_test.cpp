@@ -1,8 +1,12 @@
 #include <memest/check.hpp>
 #include <memest/hf_config.hpp>
+#include <memest/report.hpp>
 #include <memest/search.hpp>
 
 #include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
 
 using namespace memest;
 
@@ -173,4 +177,117 @@ TEST_CASE("fit of a split run asks the caller's NeedCache", "[search]") {
   CHECK(shared.need_past_best == fresh.need_past_best);
   CHECK(shared.evaluations == fresh.evaluations);
   CHECK(at_run == bytes_needed(run));
+}
+
+namespace {
+
+// A Llama model on 8 H100s under a stack: the layouts of fit --gpus that fit.
+LayoutSearch search_llama_on_8(std::string_view stack, std::string_view model = "llama-2-7b") {
+  RunSpec run;
+  run.model = load_model_preset(model);
+  run.precision = precision_preset("mixed-bf16");
+  run.optimizer.kind = OptimizerKind::adamw;
+  run.training.micro_batch = 1;
+  run.training.seq_len = 4096;
+  run.training.stack = std::string(stack);
+  const Budget budget{find_gpu("h100-80gb").capacity, kDefaultReserve, "h100-80gb"};
+  return fit_layouts(run, budget, 8, 4);
+}
+
+// The layout with everything of `p` but sequence parallelism flipped, among the fits.
+const LayoutFit* search_twin_without_sp(const LayoutSearch& s, const LayoutFit& f) {
+  for (const LayoutFit& g : s.fits) {
+    ParallelSpec q = g.parallel;
+    q.sequence = !q.sequence;
+    if (q == f.parallel && g.recompute == f.recompute) return &g;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("fit --gpus tries sequence parallelism with TP and interleaving with PP", "[search]") {
+  const LayoutSearch s = search_llama_on_8("");
+  REQUIRE_FALSE(s.fits.empty());
+  bool sp_on = false, sp_off = false, interleaved = false, one_f_one_b = false;
+  std::size_t compared = 0;
+  for (const LayoutFit& f : s.fits) {
+    const ParallelSpec& p = f.parallel;
+    CAPTURE(p.tensor, p.sequence, p.pipeline, p.virtual_stages, p.data_parallel, p.zero_stage);
+    CHECK((!p.sequence || p.tensor > 1));
+    if (p.tensor > 1) (p.sequence ? sp_on : sp_off) = true;
+    CHECK((p.pipeline > 1 || p.virtual_stages == 1));
+    if (p.pipeline > 1) (p.virtual_stages == 2 ? interleaved : one_f_one_b) = true;
+    if (p.virtual_stages > 1) CHECK(p.schedule() == PipeSchedule::interleaved_1f1b);
+    if (p.virtual_stages > 1) CHECK(32 % (p.pipeline * p.virtual_stages) == 0);
+    // Sequence parallelism splits the norms' and dropouts' activations over the TP ranks: never
+    // more, and less where the activations make the peak.
+    if (!p.sequence) continue;
+    if (const LayoutFit* twin = search_twin_without_sp(s, f)) {
+      CHECK(f.need <= twin->need);
+      if (f.need < twin->need) ++compared;
+    }
+  }
+  CHECK(sp_on);
+  CHECK(sp_off);
+  CHECK(interleaved);
+  CHECK(one_f_one_b);
+  CHECK(compared > 0);
+}
+
+TEST_CASE("fit --gpus: a stack narrows the layouts to what it runs", "[search]") {
+  // Megatron-LM: the distributed optimizer (ZeRO <= 1), sequence parallelism with every TP.
+  const LayoutSearch megatron = search_llama_on_8("megatron");
+  REQUIRE_FALSE(megatron.fits.empty());
+  for (const LayoutFit& f : megatron.fits) {
+    CHECK(f.parallel.zero_stage <= 1);
+    CHECK(f.parallel.sequence == (f.parallel.tensor > 1));
+  }
+  // torchtitan: FSDP2 with TP, PP and CP (not resharded after forward under PP), DDP only
+  // on a pure data-parallel mesh, never ZeRO-1; SP with every TP.
+  const LayoutSearch titan = search_llama_on_8("torchtitan");
+  REQUIRE_FALSE(titan.fits.empty());
+  std::set<unsigned> pure_dp;
+  for (const LayoutFit& f : titan.fits) {
+    const ParallelSpec& p = f.parallel;
+    CAPTURE(p.tensor, p.pipeline, p.context, p.data_parallel, p.zero_stage);
+    CHECK(p.sequence == (p.tensor > 1));
+    CHECK(p.zero_stage != 1);
+    CHECK(p.fsdp_version == (p.zero_stage > 0 ? 2U : 0U));
+    const bool sharded = p.data_parallel > 1 && (p.tensor > 1 || p.pipeline > 1 || p.context > 1);
+    if (sharded) CHECK(p.zero_stage == (p.pipeline > 1 ? 2U : 3U));
+    if (p.data_parallel == 8) pure_dp.insert(p.zero_stage);
+  }
+  CHECK(pure_dp == std::set<unsigned>{3});  // 7B under DDP holds 16 bytes a parameter: too much
+  // A 1B model fits under DDP too; DDP only where data parallelism is all there is.
+  std::set<unsigned> small_pure_dp;
+  for (const LayoutFit& f : search_llama_on_8("torchtitan", "llama-3.2-1b").fits) {
+    const ParallelSpec& p = f.parallel;
+    if (p.data_parallel == 8) small_pure_dp.insert(p.zero_stage);
+    if (p.data_parallel > 1 && p.zero_stage == 0) CHECK(p.data_parallel == 8);
+  }
+  CHECK(small_pure_dp == std::set<unsigned>{0, 3});
+}
+
+TEST_CASE("fit --gpus table: tp shows +sp, a schedule column only where a layout has PP",
+          "[search]") {
+  RunSpec run;
+  run.model = load_model_preset("llama-2-7b");
+  run.precision = precision_preset("mixed-bf16");
+  run.optimizer.kind = OptimizerKind::adamw;
+  run.training.micro_batch = 1;
+  run.training.seq_len = 4096;
+  const Budget budget{find_gpu("h100-80gb").capacity, kDefaultReserve, "h100-80gb"};
+  const LayoutSearch eight = fit_layouts(run, budget, 8, 4);
+  const std::string table = render_layouts_table(run, budget, eight, Unit::GB, 1000);
+  CHECK_THAT(table, Catch::Contains("    2+sp   2  interleaved-1f1b/v2 "));
+  CHECK_THAT(table, Catch::Contains("       2   4  1f1b                "));
+  CHECK_THAT(table, Catch::Contains("      tp  pp  schedule             cp   dp  shard"));
+  // One device (a 1B model, to fit): no sequence parallelism, no pipeline, the columns of before.
+  run.model = load_model_preset("llama-3.2-1b");
+  const LayoutSearch one = fit_layouts(run, budget, 1, 4);
+  REQUIRE_FALSE(one.fits.empty());
+  const std::string alone = render_layouts_table(run, budget, one, Unit::GB, 1000);
+  CHECK_THAT(alone, Catch::Contains("\n   tp  pp  cp   dp  shard"));
+  CHECK_THAT(alone, !Catch::Contains("schedule"));
 }

@@ -12,8 +12,8 @@ namespace memest {
 
 /// The pipeline schedule (--pp-schedule, torchtitan's names for torch.distributed.pipelining's
 /// schedules): GPipe, 1F1B (PipeDream-Flush, Megatron's default), interleaved 1F1B (Megatron's
-/// and PyTorch's, with virtual stages), looped BFS, interleaved zero bubble (ZB1P) and ZB-V
-/// (src/parallel/schedule.cpp).
+/// and PyTorch's, with virtual stages), looped BFS, interleaved zero bubble (ZB1P), ZB-V and
+/// DualPipeV (src/parallel/schedule.cpp).
 enum class PipeSchedule : std::uint8_t {
   gpipe,
   one_f_one_b,
@@ -21,6 +21,7 @@ enum class PipeSchedule : std::uint8_t {
   looped_bfs,
   interleaved_zero_bubble,
   zbv_zero_bubble,
+  dualpipev,
 };
 
 /// The schedules' names as --pp-schedule spells them, in PipeSchedule's order.

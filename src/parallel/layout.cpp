@@ -148,11 +148,17 @@ void check_schedule(const ParallelSpec& p, u64 m, std::vector<std::string>& out)
         fmt::format("--pp-schedule {}: one model chunk per rank (expected --vpp 1, or "
                     "interleaved-1f1b, looped-bfs, interleaved-zero-bubble)",
                     name));
-  if (s == PipeSchedule::zbv_zero_bubble && p.virtual_stages > 2)
+  const bool v_shape = s == PipeSchedule::zbv_zero_bubble || s == PipeSchedule::dualpipev;
+  if (v_shape && p.virtual_stages > 2)
     out.push_back(
-        fmt::format("--vpp {}: zbv-zero-bubble runs two model chunks per rank in a V "
+        fmt::format("--vpp {}: {} runs two model chunks per rank in a V "
                     "(expected --vpp 2 or none)",
-                    p.virtual_stages));
+                    p.virtual_stages, name));
+  if (s == PipeSchedule::dualpipev && m < 2 * p.pipeline)
+    out.push_back(
+        fmt::format("--microbatches {}: dualpipev needs at least as many micro-batches as its "
+                    "2 x --pp {} stages (PyTorch's rule)",
+                    m, p.pipeline));
   if (s == PipeSchedule::interleaved_1f1b && p.virtual_stages > 1 && m % p.pipeline != 0)
     out.push_back(
         fmt::format("--microbatches {}: the interleaved schedule needs a multiple of "

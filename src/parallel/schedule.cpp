@@ -11,6 +11,8 @@
 //   (_get_warmup_ops, _get_1f1b_rank_ops), ScheduleZBVZeroBubble
 //   (_calculate_single_rank_operations). Interleaved 1F1B is the same order in both when the
 //   micro-batches are a multiple of p (PyTorch's rounds of m / max(1, m / p) micro-batches).
+// - PyTorch torch/distributed/pipelining/schedules.py @ 1fd7abc2f521: ScheduleDualPipeV
+//   (_calculate_single_rank_operations; it needs m >= 2p micro-batches).
 #include "parallel/schedule.hpp"
 
 #include "base/names.hpp"
@@ -20,6 +22,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <set>
 #include <utility>
 
@@ -28,9 +31,9 @@ namespace {
 
 using Kind = PipeAction::Kind;
 
-constexpr std::array<std::string_view, 6> kScheduleNames = {
-    "gpipe",          "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zero-bubble",
-    "zbv-zero-bubble"};
+constexpr std::array<std::string_view, 7> kScheduleNames = {
+    "gpipe",           "1f1b",     "interleaved-1f1b", "looped-bfs", "interleaved-zero-bubble",
+    "zbv-zero-bubble", "dualpipev"};
 
 // GPipe: every forward, then every backward, in micro-batch order (ScheduleGPipe).
 std::vector<PipeAction> gpipe(u64 m) {
@@ -147,6 +150,78 @@ std::vector<PipeAction> zbv(u64 p, u64 m, u64 rank) {
   return out;
 }
 
+// DualPipeV (ScheduleDualPipeV._calculate_single_rank_operations): two chunks per rank in a V,
+// as ZB-V, in eight steps. An overlapped forward and full backward (OVERLAP_F_B) is walked as its
+// forward, then its backward: both chunks' activations are live while it runs. A full backward
+// counts as the input and the weight gradient; an input gradient queues its weight gradient,
+// which runs where the schedule pops the oldest of the queue.
+struct DualPipeV {
+  u64 p, m, rank;
+  std::vector<PipeAction> out;
+  std::array<u64, 2> forwards{}, backwards{};
+  std::deque<PipeAction> weights;
+
+  void forward(u64 c) { out.push_back({Kind::forward, forwards[c]++, c}); }
+  void backward(u64 c, bool zero_bubble) {
+    out.push_back({zero_bubble ? Kind::input_grad : Kind::backward, backwards[c], c});
+    if (zero_bubble) weights.push_back({Kind::weight_grad, backwards[c], c});
+    ++backwards[c];
+  }
+  void pending_weight() {
+    if (weights.empty()) return;
+    out.push_back(weights.front());
+    weights.pop_front();
+  }
+  void overlapped(u64 forward_chunk, u64 backward_chunk) {
+    forward(forward_chunk);
+    backward(backward_chunk, false);
+  }
+  // Steps 6 to 8: the last backwards, the second half of them split (zero bubble), then the
+  // weight gradients left.
+  void drain() {
+    bool zero_bubble = false;
+    const u64 half = (rank + 1) / 2;
+    for (u64 i = 0; i < rank + 1; ++i) {
+      if (i == half && rank % 2 == 1) zero_bubble = true;
+      backward(1, zero_bubble);
+      if (i == half && rank % 2 == 0) zero_bubble = true;
+      backward(0, zero_bubble);
+    }
+    for (u64 i = 0; i + 1 < p - rank; ++i) {
+      pending_weight();
+      backward(0, zero_bubble);
+    }
+    for (u64 i = 0; i < rank + 1; ++i) pending_weight();
+  }
+  std::vector<PipeAction> actions() {
+    for (u64 i = 0; i < 2 * (p - rank - 1); ++i) forward(0);
+    for (u64 i = 0; i < rank + 1; ++i) {
+      forward(0);
+      forward(1);
+    }
+    for (u64 i = 0; i + 1 < p - rank; ++i) {
+      backward(1, true);
+      pending_weight();
+      forward(1);
+    }
+    for (u64 i = 0; i + 2 * p < m + rank + 1; ++i) {  // m - 2p + rank + 1 times
+      if (i == 0 && rank == p - 1) {                  // not overlapped, to shorten the bubble
+        forward(0);
+        backward(1, false);
+      } else {
+        overlapped(0, 1);
+      }
+      overlapped(1, 0);
+    }
+    for (u64 i = 0; i + 1 < p - rank; ++i) {
+      backward(1, false);
+      overlapped(1, 0);
+    }
+    drain();
+    return out;
+  }
+};
+
 // Whether the schedule splits a backward into an input gradient and a weight gradient.
 bool splits_backward(std::span<const PipeAction> actions) {
   return std::any_of(actions.begin(), actions.end(),
@@ -171,6 +246,7 @@ u64 schedule_chunks(PipeSchedule schedule, u64 virtual_stages) {
     case PipeSchedule::one_f_one_b:
       return 1;
     case PipeSchedule::zbv_zero_bubble:
+    case PipeSchedule::dualpipev:
       return 2;
     default:
       return virtual_stages;
@@ -178,7 +254,9 @@ u64 schedule_chunks(PipeSchedule schedule, u64 virtual_stages) {
 }
 
 u64 chunk_stage(PipeSchedule schedule, u64 stages, u64 rank, u64 chunk) {
-  if (schedule == PipeSchedule::zbv_zero_bubble) return chunk == 0 ? rank : 2 * stages - 1 - rank;
+  const bool v_shape =
+      schedule == PipeSchedule::zbv_zero_bubble || schedule == PipeSchedule::dualpipev;
+  if (v_shape) return chunk == 0 ? rank : 2 * stages - 1 - rank;
   return chunk * stages + rank;
 }
 
@@ -195,6 +273,8 @@ std::vector<PipeAction> rank_actions(PipeSchedule schedule, u64 stages, u64 chun
       return Interleaved{stages, chunks, m, rank, false}.actions();
     case PipeSchedule::interleaved_zero_bubble:
       return Interleaved{stages, chunks, m, rank, true}.actions();
+    case PipeSchedule::dualpipev:
+      return DualPipeV{stages, m, rank, {}, {}, {}, {}}.actions();
     case PipeSchedule::zbv_zero_bubble:
       break;
   }

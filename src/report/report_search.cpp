@@ -192,6 +192,19 @@ std::string sharding_name(const ParallelSpec& p) {
   return fmt::format("ZeRO-{}", p.zero_stage);
 }
 
+// The tensor-parallel cell: its size, "+sp" with sequence parallelism.
+std::string tensor_cell(const ParallelSpec& p) {
+  return fmt::format("{}{}", p.tensor, p.sequence ? "+sp" : "");
+}
+
+// The schedule cell of a pipeline: the schedule's name, "/v" and the chunks per rank with more
+// than one; "-" without a pipeline.
+std::string schedule_cell(const ParallelSpec& p) {
+  if (p.pipeline <= 1) return "-";
+  const auto name = pipe_schedule_names()[static_cast<std::size_t>(p.schedule())];
+  return p.virtual_stages > 1 ? fmt::format("{}/v{}", name, p.virtual_stages) : std::string(name);
+}
+
 }  // namespace
 
 std::string render_layouts_table(const RunSpec& run, const Budget& budget,
@@ -211,13 +224,26 @@ std::string render_layouts_table(const RunSpec& run, const Budget& budget,
   const bool ep = std::any_of(search.fits.begin(), search.fits.end(),
                               [](const LayoutFit& f) { return f.parallel.expert > 1; });
   const auto ep_cell = [&](const auto& v) { return ep ? fmt::format(" {:>3}", v) : ""; };
-  out += fmt::format("  {:>3} {:>3} {:>3}{} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n", "tp",
-                     "pp", "cp", ep_cell("ep"), "dp", "shard", "recompute", "needs", "headroom",
-                     seq ? "max seq" : "max batch");
+  // The tp column widens for "+sp" where a layout runs sequence parallelism.
+  const bool sp = std::any_of(search.fits.begin(), search.fits.end(),
+                              [](const LayoutFit& f) { return f.parallel.sequence; });
+  const std::size_t tp_width = sp ? 6 : 3;
+  // A schedule column where a layout runs a pipeline, as wide as its widest entry.
+  std::size_t schedule_width = 0;
+  for (const LayoutFit& f : search.fits)
+    if (f.parallel.pipeline > 1)
+      schedule_width = std::max({schedule_width, schedule_cell(f.parallel).size(), std::size_t{8}});
+  const auto schedule_column = [&](const std::string& v) {
+    return schedule_width > 0 ? fmt::format("  {:<{}}", v, schedule_width) : "";
+  };
+  out += fmt::format("  {:>{}} {:>3}{} {:>3}{} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n", "tp",
+                     tp_width, "pp", schedule_column("schedule"), "cp", ep_cell("ep"), "dp",
+                     "shard", "recompute", "needs", "headroom", seq ? "max seq" : "max batch");
   for (std::size_t i = 0; i < search.fits.size() && i < shown; ++i) {
     const LayoutFit& f = search.fits[i];
-    out += fmt::format("  {:>3} {:>3} {:>3}{} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n",
-                       f.parallel.tensor, f.parallel.pipeline, f.parallel.context,
+    out += fmt::format("  {:>{}} {:>3}{} {:>3}{} {:>4}  {:<7}  {:<9}  {:>16}  {:>16}  {:>9}\n",
+                       tensor_cell(f.parallel), tp_width, f.parallel.pipeline,
+                       schedule_column(schedule_cell(f.parallel)), f.parallel.context,
                        ep_cell(f.parallel.expert), f.parallel.data_parallel,
                        sharding_name(f.parallel), recompute_name(f.recompute),
                        format_bytes(f.need, unit), format_bytes(f.headroom, unit), f.largest);
@@ -239,6 +265,7 @@ std::string render_layouts_json(const RunSpec& run, const Budget& budget,
          {"sequence_parallel", f.parallel.sequence},
          {"pipeline_parallel", f.parallel.pipeline},
          {"microbatches", f.parallel.microbatches},
+         {"virtual_stages", f.parallel.pipeline > 1 ? f.parallel.virtual_stages : std::uint64_t{1}},
          {"context_parallel", f.parallel.context},
          {"expert_parallel", f.parallel.expert},
          {"schedule",

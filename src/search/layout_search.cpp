@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace memest {
@@ -52,11 +53,52 @@ void check_fixed(const LayoutConstraints& fixed, u64 gpus) {
   }
 }
 
-// The sharding stages a stack runs: Megatron-LM's distributed optimizer is ZeRO-1 and it runs
-// no ZeRO-2 or -3; the others all four.
-unsigned highest_zero(const RunSpec& run, u64 dp) {
-  if (dp <= 1) return 0;
-  return run.training.stack == "megatron" ? 1U : 3U;
+// What each stack runs, which narrows the search to it:
+// - Megatron-LM @ d98e8a64: its distributed optimizer is ZeRO-1 (no ZeRO-2 or -3), and its
+//   tensor parallelism runs with sequence parallelism (--sequence-parallel).
+// - torchtitan torchtitan/models/llama3/infra/parallelize.py @ 81c1243395b4: parallelize_llama
+//   applies FSDP2 (apply_fsdp: fully_shard per block, reshard_after_forward=False when pipeline
+//   parallelism is on, so ZeRO-2-like there and ZeRO-3-like without) whenever the data-parallel
+//   ranks shard, DDP (apply_ddp, plain replication) only on a 1-D mesh, and no ZeRO-1; its
+//   tensor parallelism (apply_tp) runs the norms as SequenceParallel, so SP whenever TP > 1.
+// Any other stack: ZeRO 0-3, and sequence parallelism on and off.
+bool stack_is(const RunSpec& run, std::string_view name) { return run.training.stack == name; }
+
+struct Shape {
+  u64 tp, pp, cp, dp;
+};
+
+// The sharding stages of a shape: torchtitan's one (DDP as well on a pure data-parallel mesh),
+// else 0 to the highest the stack runs.
+std::vector<unsigned> zero_stages(const RunSpec& run, const Shape& s) {
+  if (s.dp <= 1) return {0};
+  if (stack_is(run, "torchtitan")) {
+    const unsigned fsdp = s.pp > 1 ? 2U : 3U;
+    if (s.tp == 1 && s.pp == 1 && s.cp == 1) return {0, fsdp};
+    return {fsdp};
+  }
+  const unsigned highest = stack_is(run, "megatron") ? 1U : 3U;
+  std::vector<unsigned> out;
+  for (unsigned z = 0; z <= highest; ++z) out.push_back(z);
+  return out;
+}
+
+// Sequence parallelism over the tensor-parallel ranks: on and off, on only where --sp was given
+// or the stack runs it with TP.
+std::vector<bool> sequence_choices(const RunSpec& run, u64 tp) {
+  if (tp <= 1) return {false};
+  if (run.parallel.sequence || stack_is(run, "megatron") || stack_is(run, "torchtitan"))
+    return {true};
+  return {false, true};
+}
+
+// The model chunks per pipeline rank: 1F1B (one chunk) and interleaved 1F1B with two (where the
+// layers split into 2p chunks; check_layout refuses the rest), or what --vpp / --pp-schedule gave.
+std::vector<u64> chunk_choices(const RunSpec& run, u64 pp) {
+  if (pp <= 1) return {1};
+  if (run.parallel.pp_schedule || run.parallel.virtual_stages > 1)
+    return {run.parallel.virtual_stages};
+  return {1, 2};
 }
 
 // The expert-parallel sizes of a layout: 1, and for a model with routed experts each power of two
@@ -71,11 +113,10 @@ std::vector<u64> expert_sizes(const RunSpec& run, u64 dp) {
   return out;
 }
 
-// The parallel specs of `gpus` devices the model can take (check_layout accepts them).
-std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus,
-                                            const LayoutConstraints& fixed) {
+// The device counts of tensor, pipeline, context and data parallelism that make `gpus`.
+std::vector<Shape> candidate_shapes(const RunSpec& run, u64 gpus, const LayoutConstraints& fixed) {
   constexpr u64 kNode = 8;  // tensor and context parallelism stay inside a node
-  std::vector<ParallelSpec> out;
+  std::vector<Shape> out;
   for (u64 tp : divisors_up_to(gpus, kNode, fixed.tensor)) {
     if (!power_of_two(tp) && !fixed.tensor) continue;
     for (u64 pp : divisors_up_to(gpus / tp, gpus, fixed.pipeline)) {
@@ -84,23 +125,36 @@ std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus,
         if (cp > 1 && run.training.attention == Attention::eager) continue;
         const u64 dp = gpus / tp / pp / cp;
         if (fixed.data_parallel && dp != *fixed.data_parallel) continue;
-        for (unsigned zero = 0; zero <= highest_zero(run, dp); ++zero) {
-          if (fixed.zero_stage && dp > 1 && zero != *fixed.zero_stage) continue;
-          for (u64 ep : expert_sizes(run, dp)) {
+        out.push_back({tp, pp, cp, dp});
+      }
+    }
+  }
+  return out;
+}
+
+// The parallel specs of `gpus` devices the model can take (check_layout accepts them).
+std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus,
+                                            const LayoutConstraints& fixed) {
+  std::vector<ParallelSpec> out;
+  for (const Shape& s : candidate_shapes(run, gpus, fixed)) {
+    for (unsigned zero : zero_stages(run, s)) {
+      if (fixed.zero_stage && s.dp > 1 && zero != *fixed.zero_stage) continue;
+      for (u64 ep : expert_sizes(run, s.dp))
+        for (bool sp : sequence_choices(run, s.tp))
+          for (u64 chunks : chunk_choices(run, s.pp)) {
             ParallelSpec p = run.parallel;
-            p.tensor = tp;
-            p.sequence = run.parallel.sequence && tp > 1;
-            p.pipeline = pp;
-            p.virtual_stages = 1;
-            p.microbatches = pp > 1 ? std::max(run.training.grad_accum, pp) : 0;
-            p.context = cp;
-            p.data_parallel = dp;
+            p.tensor = s.tp;
+            p.sequence = sp;
+            p.pipeline = s.pp;
+            p.virtual_stages = chunks;
+            p.microbatches = s.pp > 1 ? std::max(run.training.grad_accum, s.pp) : 0;
+            p.context = s.cp;
+            p.data_parallel = s.dp;
             p.zero_stage = zero;
+            if (stack_is(run, "torchtitan")) p.fsdp_version = zero > 0 ? 2 : 0;
             p.expert = ep;
             out.push_back(p);
           }
-        }
-      }
     }
   }
   return out;
