@@ -64,13 +64,13 @@ void check_fixed(const LayoutConstraints& fixed, u64 gpus) {
 // Any other stack: ZeRO 0-3, and sequence parallelism on and off.
 bool stack_is(const RunSpec& run, std::string_view name) { return run.training.stack == name; }
 
-struct Shape {
+struct LayoutShape {
   u64 tp, pp, cp, dp;
 };
 
 // The sharding stages of a shape: torchtitan's one (DDP as well on a pure data-parallel mesh),
 // else 0 to the highest the stack runs.
-std::vector<unsigned> zero_stages(const RunSpec& run, const Shape& s) {
+std::vector<unsigned> zero_stages(const RunSpec& run, const LayoutShape& s) {
   if (s.dp <= 1) return {0};
   if (stack_is(run, "torchtitan")) {
     const unsigned fsdp = s.pp > 1 ? 2U : 3U;
@@ -114,9 +114,10 @@ std::vector<u64> expert_sizes(const RunSpec& run, u64 dp) {
 }
 
 // The device counts of tensor, pipeline, context and data parallelism that make `gpus`.
-std::vector<Shape> candidate_shapes(const RunSpec& run, u64 gpus, const LayoutConstraints& fixed) {
+std::vector<LayoutShape> candidate_shapes(const RunSpec& run, u64 gpus,
+                                          const LayoutConstraints& fixed) {
   constexpr u64 kNode = 8;  // tensor and context parallelism stay inside a node
-  std::vector<Shape> out;
+  std::vector<LayoutShape> out;
   for (u64 tp : divisors_up_to(gpus, kNode, fixed.tensor)) {
     if (!power_of_two(tp) && !fixed.tensor) continue;
     for (u64 pp : divisors_up_to(gpus / tp, gpus, fixed.pipeline)) {
@@ -136,7 +137,7 @@ std::vector<Shape> candidate_shapes(const RunSpec& run, u64 gpus, const LayoutCo
 std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus,
                                             const LayoutConstraints& fixed) {
   std::vector<ParallelSpec> out;
-  for (const Shape& s : candidate_shapes(run, gpus, fixed)) {
+  for (const LayoutShape& s : candidate_shapes(run, gpus, fixed)) {
     for (unsigned zero : zero_stages(run, s)) {
       if (fixed.zero_stage && s.dp > 1 && zero != *fixed.zero_stage) continue;
       for (u64 ep : expert_sizes(run, s.dp))
