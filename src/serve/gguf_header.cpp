@@ -142,7 +142,7 @@ void read_scalar(GgufCursor& c, GgufValue& v, std::string_view key) {
     float f = 0;
     const auto b = static_cast<std::uint32_t>(bits);
     std::memcpy(&f, &b, sizeof f);
-    v.float_value = f;
+    v.float_value = static_cast<double>(f);
   } else if (v.type == GgufType::float64) {
     std::memcpy(&v.float_value, &bits, sizeof bits);
   } else if (v.type == GgufType::int8 || v.type == GgufType::int16 || v.type == GgufType::int32 ||

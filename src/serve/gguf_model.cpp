@@ -146,6 +146,7 @@ void add_gguf_weights(ServeEstimate& e, const GgufHeader& h, u64 gpu_layers, u64
   }
   e.weights_bytes = device;
   std::vector<std::string> counts;
+  counts.reserve(by_type.size());
   for (const auto& [type, n] : by_type) counts.push_back(fmt::format("{} {}", n, type));
   e.weights_basis = fmt::format("GGUF tensors: {}", fmt::join(counts, " + "));
   e.notes.push_back(fmt::format("{} of weights in host memory (token_embd{})",
