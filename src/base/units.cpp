@@ -1,4 +1,5 @@
 #include "base/compiled_format.hpp"
+#include "base/numbers.hpp"
 
 #include <memest/error.hpp>
 #include <memest/units.hpp>
@@ -7,7 +8,11 @@
 
 #include <array>
 #include <cctype>
+#include <charconv>
+#include <locale>
 #include <optional>
+#include <sstream>
+#include <string_view>
 
 namespace memest {
 namespace {
@@ -245,6 +250,26 @@ std::string format_count_short(std::uint64_t count) {
   if (count >= 1'000'000) return fmt::format("{:.2f}M", c / 1e6);
   if (count >= 1'000) return fmt::format("{:.2f}k", c / 1e3);
   return std::to_string(count);
+}
+
+// A whole text as a double, in the C locale's form whatever the process locale is.
+bool parse_double(std::string_view text, double& v) {
+#if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && ptr == text.data() + text.size();
+#else
+  // libc++ before 17 (emscripten's, for the web page) has no floating-point from_chars: a stream
+  // in the classic locale reads the same forms; from_chars takes no leading space or '+',
+  // nor hexadecimal (general format).
+  if (text.empty() || text[0] == '+' || std::isspace(static_cast<unsigned char>(text[0])) ||
+      text.find_first_of("xX") != std::string_view::npos) {
+    return false;
+  }
+  std::istringstream in{std::string(text)};
+  in.imbue(std::locale::classic());
+  in >> v;
+  return !in.fail() && in.peek() == std::char_traits<char>::eof();
+#endif
 }
 
 }  // namespace memest

@@ -1,3 +1,4 @@
+#include "base/numbers.hpp"
 #include "input/model_loading.hpp"
 #include "input/stacks.hpp"
 #include "model/adapters.hpp"
@@ -62,26 +63,6 @@ std::uint64_t parse_context(std::string_view v) {
     throw Error(fmt::format("{}, or a stated context: {}{}", why, fmt::join(names, ", "),
                             closed ? ")" : ""));
   }
-}
-
-// A whole text as a double, in the C locale's form whatever the process locale is.
-bool parse_double(std::string_view text, double& v) {
-#if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  return ec == std::errc() && ptr == text.data() + text.size();
-#else
-  // libc++ before 17 (emscripten's, for the web page) has no floating-point from_chars: a stream
-  // in the classic locale reads the same forms; from_chars takes no leading space or '+',
-  // nor hexadecimal (general format).
-  if (text.empty() || text[0] == '+' || std::isspace(static_cast<unsigned char>(text[0])) ||
-      text.find_first_of("xX") != std::string_view::npos) {
-    return false;
-  }
-  std::istringstream in{std::string(text)};
-  in.imbue(std::locale::classic());
-  in >> v;
-  return !in.fail() && in.peek() == std::char_traits<char>::eof();
-#endif
 }
 
 double parse_probability(std::string_view text) {

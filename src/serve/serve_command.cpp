@@ -2,6 +2,7 @@
 // can be pasted), read into the engine's settings, estimated and rendered. The flags have their
 // own table rather than rows of the run-option table: they describe an inference server, not a
 // training run, and no training flag applies here.
+#include "base/numbers.hpp"
 #include "serve/gguf_header.hpp"
 #include "serve/serve_render.hpp"
 
@@ -164,8 +165,7 @@ double fraction(const std::map<std::string, std::string>& g, const std::string& 
   if (it == g.end()) return fallback;
   double v = 0;
   const std::string& t = it->second;
-  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-  if (ec != std::errc() || end != t.data() + t.size() || !(v > 0.0) || v > 1.0) {
+  if (!parse_double(t, v) || !(v > 0.0) || v > 1.0) {
     throw Error(fmt::format("{}: expected a fraction in (0, 1], got \"{}\"", flag, t));
   }
   return v;
