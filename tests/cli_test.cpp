@@ -109,6 +109,10 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted, 
       {{"--model", "llama-2-7b", "--freeze", "embeddings"},
        "memest: error: --freeze: unknown role \"embeddings\" (expected one of: embedding, "
        "position, attention, mlp, norm, head, router, expert, adapter, other)"},
+      {{"--model", "gpt2", "--freeze", "embedding,position,attention,mlp,norm"},
+       "memest: error: --freeze: \"embedding,position,attention,mlp,norm\" freezes every "
+       "parameter of the model, so nothing trains (expected at least one trainable role, or "
+       "--lora-rank R for adapters on a frozen base; for inference memory use memest serve)"},
       {{"--params", "7B", "--gpu", "h100"},
        "memest: error: --gpu: unknown GPU \"h100\" (did you mean \"h100-80gb\"?) (expected one of: "
        "t4, "

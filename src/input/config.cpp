@@ -117,6 +117,17 @@ std::vector<std::string> split_list(std::string_view text) {
   return items;
 }
 
+// A step with no trainable parameter has no gradients, no optimizer and no backward pass: it is
+// inference, which `memest serve` estimates (docs/serving.md).
+void check_something_trains(const ModelSpec& model, const RunOptions& o) {
+  if (!o.freeze || trainable_count(model.inventory) > 0) return;
+  throw Error(fmt::format(
+      "{}: \"{}\" freezes every parameter of the model, so nothing trains (expected at least one "
+      "trainable role, or --lora-rank R for adapters on a frozen base; for inference memory use "
+      "memest serve)",
+      o.freeze->where, o.freeze->value));
+}
+
 // The model with its trainable subset applied: frozen roles, then LoRA/QLoRA.
 ModelSpec resolve_model(const RunOptions& o) {
   ModelSpec model = load_model(o);
@@ -129,7 +140,10 @@ ModelSpec resolve_model(const RunOptions& o) {
     freeze_roles(model.inventory, roles);
   }
   check_rules(o, Check::lora);
-  if (!o.lora_rank) return model;
+  if (!o.lora_rank) {
+    check_something_trains(model, o);
+    return model;
+  }
   LoraSpec lora;
   lora.rank =
       parse_setting(*o.lora_rank, [](std::string_view v) { return parse_positive(v, "rank"); });
