@@ -101,6 +101,19 @@ TEST_CASE("a plain estimate warns when the GPU lacks what the run asks", "[cli]"
   }
 }
 
+TEST_CASE("fit warns, in its table and its JSON, when the GPU lacks what the run asks",
+          "[cli][search]") {
+  const std::vector<std::string> t4 = {"fit",         "--model", "llama-3.2-1b", "--seq", "256",
+                                       "--precision", "bf16",    "--gpu",        "t4"};
+  CHECK_THAT(run_cli(t4).out, Catch::Contains("warning: t4 has no bf16"));
+  const auto j = run_json_answer(t4);
+  REQUIRE(j["warnings"].size() == 1);
+  CHECK_THAT(j["warnings"][0].get<std::string>(), Catch::Contains("t4 has no bf16"));
+  std::vector<std::string> a100 = t4;
+  a100[8] = "a100-80gb";
+  CHECK(run_json_answer(a100)["warnings"].empty());
+}
+
 TEST_CASE("remedies try one card before more GPUs: QLoRA of a LoRA run", "[search][cli]") {
   // The case: LoRA of Qwen2.5-7B at 8192 tokens on a 24 GB card was told 4 to 8 GPUs
   // first, while QLoRA with full recompute fits the one card.

@@ -35,6 +35,9 @@ struct FitResult {
   std::optional<std::uint64_t> given;
   std::string given_where;
   std::uint64_t need_at_given = 0;
+  /// What the run asks of the budget's GPU that it lacks (unsupported_features,
+  /// include/memest/gpu_support.hpp), one sentence each. Set by the caller.
+  std::vector<std::string> warnings;
 };
 
 /// Searches the largest micro-batch (or sequence length) in [1, limit] that fits `budget`, by

@@ -268,6 +268,7 @@ int run_fit(const FitFlags& ff, const RunOptions& flag_options, const OutputFlag
     throw Error("fit needs a budget: pass --gpu NAME (see 'memest gpus') or --budget SIZE");
   if (!ff.gpus.empty()) return run_fit_layouts(run, ff, target, given, flags, out);
   FitResult fit = fit_largest(run, *run.budget, target, limit);
+  fit.warnings = unsupported_features(run, *run.budget);
   if (const TextSetting& value = target == FitTarget::micro_batch ? given.batch : given.seq) {
     fit.given = target == FitTarget::micro_batch ? run.training.micro_batch : run.training.seq_len;
     fit.given_where = value->where;

@@ -64,7 +64,7 @@ std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget
       fmt::format("model      {}\nbudget     {} usable on {} ({} less {} reserved)\n",
                   run.model.name, format_bytes(budget.usable(), unit), budget_label(budget, unit),
                   format_bytes(budget.capacity, unit), format_bytes(budget.reserve, unit));
-  for (const auto& w : unsupported_features(run, budget)) out += fmt::format("warning: {}\n", w);
+  for (const auto& w : fit.warnings) out += fmt::format("warning: {}\n", w);
   if (fit.best) {
     out += fmt::format("largest {} that fits {}: {}\n", target_name(target),
                        other_dimension(run, target), *fit.best);
@@ -139,7 +139,7 @@ std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget 
       {"need_past_best_beyond_limit", fit.past_best_beyond_limit},
       {"limit", fit.limit},
       {"limit_is_model_positions", fit.limit_is_model},
-      {"warnings", unsupported_features(run, budget)},
+      {"warnings", fit.warnings},
       {"given", fit.given ? ordered_json{{"where", fit.given_where},
                                          {"value", *fit.given},
                                          {"need_bytes", fit.need_at_given},
