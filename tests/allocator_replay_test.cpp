@@ -143,7 +143,7 @@ TEST_CASE("replay: best fit takes the smallest cached block that holds the reque
 }
 
 TEST_CASE("replay: max_split_size keeps oversize blocks whole", "[allocator]") {
-  CachingAllocator a(16 * MiB);
+  CachingAllocator a({.max_split_size = 16 * MiB});
   a.free(a.malloc(40 * MiB));
   // 12 MiB is under max_split_size and the only cached block is oversize: a new segment.
   a.malloc(12 * MiB);
@@ -152,6 +152,39 @@ TEST_CASE("replay: max_split_size keeps oversize blocks whole", "[allocator]") {
   const auto h = a.malloc(30 * MiB);
   REQUIRE(a.block_size(h) == 40 * MiB);
   REQUIRE(a.reserved() == 52 * MiB);
+}
+
+TEST_CASE("replay: at the device's capacity a failed cudaMalloc frees cached whole segments",
+          "[allocator]") {
+  // Unbounded, the cached 30 MiB segment stays and a 40 MiB request adds its own.
+  CachingAllocator unbounded;
+  unbounded.free(unbounded.malloc(30 * MiB));
+  unbounded.malloc(40 * MiB);
+  REQUIRE(unbounded.reserved() == 70 * MiB);
+  // On a 50 MiB device, 30 + 40 MiB fails: the whole cached segment goes back and the retry
+  // succeeds (release_cached_blocks, then alloc_block again).
+  CachingAllocator a({.device_capacity = 50 * MiB});
+  a.free(a.malloc(30 * MiB));
+  a.malloc(40 * MiB);
+  REQUIRE(a.reserved() == 40 * MiB);
+  REQUIRE(a.max_reserved() == 40 * MiB);
+  REQUIRE(a.released_segments() == 1);
+  REQUIRE(a.out_of_memory() == 0);
+}
+
+TEST_CASE("replay: a split segment is never freed, so the retry can still be out of memory",
+          "[allocator]") {
+  CachingAllocator a({.device_capacity = 50 * MiB});
+  a.free(a.malloc(30 * MiB));
+  // 10 MiB from the cached 30 MiB block, split: its 20 MiB remainder stays in that segment.
+  a.malloc(10 * MiB);
+  REQUIRE(a.reserved() == 30 * MiB);
+  // 25 MiB needs a 26 MiB segment; 30 + 26 > 50 and the only cached block is part of a split
+  // segment: nothing is released, the request is out of memory (replayed past the capacity).
+  a.malloc(25 * MiB);
+  REQUIRE(a.released_segments() == 0);
+  REQUIRE(a.out_of_memory() == 1);
+  REQUIRE(a.reserved() == 56 * MiB);
 }
 
 TEST_CASE("replay: a zero-byte request allocates nothing, a double free is a bug", "[allocator]") {

@@ -151,3 +151,32 @@ TEST_CASE("fit --gpus keeps the --tp, --pp, --dp, --zero and --recompute it is g
     CHECK_THAT(r.err, Catch::Contains(bad.front()) && Catch::Contains("8 GPUs"));
   }
 }
+
+TEST_CASE("fit with the replayed allocator finds a size that fits above one that does not",
+          "[search][cli][allocator]") {
+  // The issue's case: Llama-3.2-1B, mixed bf16, SGD with momentum, eager attention, 512 tokens,
+  // a 20 GB budget. Micro-batch 1 packs its 2-8 MiB tensors into shared 20 MiB segments that
+  // stay split, and needs more than micro-batch 2; fit used to stop at 1 and say nothing fits.
+  const std::vector<std::string> base = {
+      "--model",     "llama-3.2-1b", "--precision", "mixed-bf16", "--optimizer", "sgd-momentum",
+      "--attention", "eager",        "--allocator", "cuda",       "--seq",       "512",
+      "--budget",    "20GB"};
+  std::vector<std::string> fit = {"fit"};
+  fit.insert(fit.end(), base.begin(), base.end());
+  const auto j = run_json_answer(fit);
+  REQUIRE(j["best"].is_number());
+  const auto best = j["best"].get<std::uint64_t>();
+  REQUIRE(best > 1);
+  REQUIRE(j["smaller_over"]["value"] == 1);
+  CHECK(j["smaller_over"]["need_bytes"].get<std::uint64_t>() > 20'000'000'000ULL);
+  CHECK_THAT(run_cli(fit).out, Catch::Contains("micro-batch 1 needs"));
+  // The estimate agrees on both sides: the answer fits (exit 0), the next size and 1 do not.
+  const auto at = [&](std::uint64_t b) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), {"--batch", std::to_string(b)});
+    return run_cli(a).code;
+  };
+  CHECK(at(best) == 0);
+  CHECK(at(best + 1) == 1);
+  CHECK(at(1) == 1);
+}

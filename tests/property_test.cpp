@@ -166,6 +166,7 @@ TEST_CASE("properties: fit's answer fits and the next size does not", "[property
     CAPTURE(describe(run), budget.capacity);
     if (!fit.best) continue;  // seq target: even 1 token over (rare; the batch is kept)
     RunSpec at = run;
+    at.budget = budget;  // the device of the replayed allocator (--allocator cuda)
     auto& field = target == FitTarget::micro_batch ? at.training.micro_batch : at.training.seq_len;
     field = *fit.best;
     REQUIRE(bytes_needed(at) <= budget.usable());

@@ -51,30 +51,42 @@ struct AllocatorReplay {
   RunInstant allocated_at;
   std::uint64_t reserved = 0;  ///< max_memory_reserved: the segments, cached once allocated
   RunInstant reserved_at;
-  std::uint64_t setup_reserved = 0;    ///< reserved when model loading is done
-  std::uint64_t segments = 0;          ///< cudaMalloc calls over the run
+  std::uint64_t setup_reserved = 0;  ///< reserved when model loading is done
+  std::uint64_t segments = 0;        ///< cudaMalloc calls over the run
+  /// Under a budget: cached segments freed when cudaMalloc failed, and requests that did not
+  /// fit even then (the run is out of memory; reserved then says by how much).
+  std::uint64_t released_segments = 0;
+  std::uint64_t out_of_memory = 0;
   std::uint64_t cublas_workspace = 0;  ///< allocated through the allocator at the first matmul
   std::uint64_t te_workspace = 0;      ///< Transformer Engine's, at its first GEMM
 };
 
 /// A replay of PyTorch's CUDA caching allocator (DeviceCachingAllocator in
-/// c10/cuda/CUDACachingAllocator.cpp), without expandable segments, garbage
-/// collection or empty_cache(): cached blocks are never released, so reserved bytes only grow.
+/// c10/cuda/CUDACachingAllocator.cpp), without expandable segments, garbage collection or
+/// empty_cache().
 /// malloc takes the best-fitting cached free block of its pool (smallest size, then lowest
 /// address: BlockComparatorSize), splits it when should_split() says so (small pool: a
 /// remainder of at least 512 B; large pool: a request under max_split_size and a remainder
 /// over 1 MiB), or cudaMallocs a new segment of caching_segment_size(); free returns the block
 /// to its pool and merges it with free neighbours of its segment (try_merge_blocks). Each
 /// segment belongs to the stream that allocated it: a cached block serves only a request on
-/// the same stream (BlockComparatorSize orders the pools by stream first). Device
-/// memory is unbounded: the retry that frees cached blocks when cudaMalloc fails is not
-/// modelled, so near the device's capacity the real reserved figure can be lower.
+/// the same stream (BlockComparatorSize orders the pools by stream first).
+/// The device holds `device_capacity` bytes for segments (unbounded by default): a new segment
+/// that would pass it fails in cudaMalloc, and the allocator then frees every cached block that
+/// is a whole segment (release_cached_blocks, release_blocks: blocks with no prev and no next)
+/// and tries once more; a request that still does not fit is out of memory, counted, and
+/// replayed as if the device were larger, so that the figures say by how much.
+struct AllocatorLimits {
+  /// max_split_size (PYTORCH_CUDA_ALLOC_CONF max_split_size_mb); the default is unlimited.
+  std::uint64_t max_split_size = std::numeric_limits<std::uint64_t>::max();
+  /// What cudaMalloc can hand out: the device's memory less the context; unlimited by default.
+  std::uint64_t device_capacity = std::numeric_limits<std::uint64_t>::max();
+};
+
 class CachingAllocator {
  public:
   using Handle = std::uint32_t;
-  /// max_split_size (PYTORCH_CUDA_ALLOC_CONF max_split_size_mb); the default is unlimited.
-  explicit CachingAllocator(
-      std::uint64_t max_split_size = std::numeric_limits<std::uint64_t>::max());
+  explicit CachingAllocator(AllocatorLimits limits = {});
 
   /// Allocates `bytes` on `stream` (0 allocates nothing and returns kNone).
   Handle malloc(std::uint64_t bytes, std::uint8_t stream = 0);
@@ -83,9 +95,14 @@ class CachingAllocator {
 
   static constexpr Handle kNone = std::numeric_limits<Handle>::max();
 
-  std::uint64_t allocated() const { return allocated_; }  ///< memory_allocated()
-  std::uint64_t reserved() const { return reserved_; }    ///< memory_reserved()
-  std::uint64_t segments() const { return segments_; }    ///< cudaMalloc calls
+  std::uint64_t allocated() const { return allocated_; }        ///< memory_allocated()
+  std::uint64_t reserved() const { return reserved_; }          ///< memory_reserved()
+  std::uint64_t max_reserved() const { return max_reserved_; }  ///< max_memory_reserved()
+  std::uint64_t segments() const { return segments_; }          ///< cudaMalloc calls
+  /// Cached segments freed by the retry after a failed cudaMalloc (num_alloc_retries frees).
+  std::uint64_t released_segments() const { return released_; }
+  /// Requests that did not fit the device even after that retry (num_ooms).
+  std::uint64_t out_of_memory() const { return ooms_; }
   /// The size of a block malloc returned (its rounded, possibly unsplit size).
   std::uint64_t block_size(Handle h) const { return blocks_[h].size; }
 
@@ -106,13 +123,15 @@ class CachingAllocator {
   void cache(Handle h);
   void split(Handle h, std::uint64_t size);
   void merge(Handle dst, Handle src);
+  void release_cached_segments();
 
-  std::uint64_t max_split_;
+  AllocatorLimits limits_;
   std::vector<Block> blocks_;
   std::vector<Handle> spare_;  // slots of merged-away blocks, reused
   FreeSet small_free_, large_free_;
   std::uint64_t next_ptr_ = 1ULL << 32;
-  std::uint64_t allocated_ = 0, reserved_ = 0, segments_ = 0;
+  std::uint64_t allocated_ = 0, reserved_ = 0, max_reserved_ = 0, segments_ = 0;
+  std::uint64_t released_ = 0, ooms_ = 0;
 };
 
 }  // namespace memest

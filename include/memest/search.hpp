@@ -19,6 +19,13 @@ enum class FitTarget { micro_batch, seq_len };
 
 /// The largest value of the target that fits, and the need on either side of the boundary, so a
 /// caller can see the answer is tight: need_at_best <= usable < need_past_best.
+/// A size below the answer that does not fit (--allocator cuda: the caching allocator's
+/// reserved bytes are not monotone in the size).
+struct SmallerOver {
+  std::uint64_t value = 0;
+  std::uint64_t need = 0;  ///< 0 when past 2^64 bytes
+};
+
 struct FitResult {
   std::optional<std::uint64_t> best;  ///< absent when even 1 does not fit
   std::uint64_t need_at_best = 0;
@@ -38,6 +45,8 @@ struct FitResult {
   /// What the run asks of the budget's GPU that it lacks (unsupported_features,
   /// include/memest/gpu_support.hpp), one sentence each. Set by the caller.
   std::vector<std::string> warnings;
+  /// Set when a smaller size than `best` needs more than the budget (asked at size 1).
+  std::optional<SmallerOver> smaller_over;
 };
 
 /// Searches the largest micro-batch (or sequence length) in [1, limit] that fits `budget`, by

@@ -3,6 +3,7 @@
 #include <memest/allocator_replay.hpp>
 #include <memest/units.hpp>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace memest {
@@ -22,7 +23,7 @@ u64 caching_segment_size(u64 size) {
   return round_up(size, kRoundLarge);
 }
 
-CachingAllocator::CachingAllocator(u64 max_split_size) : max_split_(max_split_size) {}
+CachingAllocator::CachingAllocator(AllocatorLimits limits) : limits_(limits) {}
 
 CachingAllocator::Handle CachingAllocator::new_block(const Block& b) {
   if (!spare_.empty()) {
@@ -49,16 +50,41 @@ CachingAllocator::Handle CachingAllocator::take_free_block(u64 size, bool small,
   const auto it = p.lower_bound({stream, size, 0, 0});
   if (it == p.end() || std::get<0>(*it) != stream) return kNone;
   const u64 found = std::get<1>(*it);
-  if (size < max_split_ && found >= max_split_) return kNone;
-  if (size >= max_split_ && found >= size + kLargeBuffer) return kNone;
+  const u64 max_split = limits_.max_split_size;
+  if (size < max_split && found >= max_split) return kNone;
+  if (size >= max_split && found >= size + kLargeBuffer) return kNone;
   const Handle h = std::get<3>(*it);
   p.erase(it);
   return h;
 }
 
-// alloc_block: a new segment from cudaMalloc, held until empty_cache().
+// release_cached_blocks: every cached free block that is a whole segment (no neighbour in it)
+// goes back to the device; blocks of split segments stay.
+void CachingAllocator::release_cached_segments() {
+  for (FreeSet* p : {&small_free_, &large_free_}) {
+    for (auto it = p->begin(); it != p->end();) {
+      const Handle h = std::get<3>(*it);
+      if (blocks_[h].prev != kNone || blocks_[h].next != kNone) {
+        ++it;
+        continue;
+      }
+      reserved_ -= blocks_[h].size;
+      ++released_;
+      spare_.push_back(h);
+      it = p->erase(it);
+    }
+  }
+}
+
+// alloc_block: a new segment from cudaMalloc, held until empty_cache(); when cudaMalloc fails,
+// the cached whole segments are released and it is tried once more (DeviceCachingAllocator::
+// malloc).
 CachingAllocator::Handle CachingAllocator::new_segment(u64 size, bool small, std::uint8_t stream) {
   const u64 bytes = caching_segment_size(size);
+  if (checked_add(reserved_, bytes) > limits_.device_capacity) {
+    release_cached_segments();
+    if (reserved_ + bytes > limits_.device_capacity) ++ooms_;
+  }
   Block b;
   b.ptr = next_ptr_;
   b.size = bytes;
@@ -66,6 +92,7 @@ CachingAllocator::Handle CachingAllocator::new_segment(u64 size, bool small, std
   b.stream = stream;
   next_ptr_ = checked_add(next_ptr_, bytes);
   reserved_ = checked_add(reserved_, bytes);
+  max_reserved_ = std::max(max_reserved_, reserved_);
   ++segments_;
   return new_block(b);
 }
@@ -95,7 +122,7 @@ CachingAllocator::Handle CachingAllocator::malloc(u64 bytes, std::uint8_t stream
   const u64 remaining = blocks_[h].size - size;
   // should_split
   const bool split_it =
-      small ? remaining >= kMinBlockSize : size < max_split_ && remaining > kSmallSize;
+      small ? remaining >= kMinBlockSize : size < limits_.max_split_size && remaining > kSmallSize;
   if (split_it) split(h, size);
   blocks_[h].allocated = true;
   allocated_ = checked_add(allocated_, blocks_[h].size);

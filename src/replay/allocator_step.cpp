@@ -123,6 +123,17 @@ PartBlocks part_blocks(const RunSpec& run, const Step& step, Part part, u64 L) {
   return out;
 }
 
+// What cudaMalloc can hand out on the run's device: the budget's usable bytes less the context
+// the run states (needed = reserved + context, src/step/plan.cpp); unbounded without a budget.
+AllocatorLimits limits_of(const RunSpec& run) {
+  AllocatorLimits limits;
+  if (!run.budget) return limits;
+  const u64 usable = run.budget->usable();
+  const u64 context = run.training.context_reserve;
+  limits.device_capacity = usable > context ? usable - context : 0;
+  return limits;
+}
+
 class Replay {
  public:
   Replay(const RunSpec& run, const Step& step, u64 L, const Basis& x)
@@ -130,6 +141,7 @@ class Replay {
         step_(step),
         L_(L),
         x_(x),
+        a_(limits_of(run)),
         live_(step.tensors.size()),
         blocks_(step.tensors.size()),
         known_(step.tensors.size(), false),
@@ -212,8 +224,8 @@ void Replay::note() {
     out_.allocated = a_.allocated();
     out_.allocated_at = now_;
   }
-  if (a_.reserved() > out_.reserved) {
-    out_.reserved = a_.reserved();
+  if (a_.max_reserved() > out_.reserved) {
+    out_.reserved = a_.max_reserved();
     out_.reserved_at = now_;
   }
 }
@@ -520,6 +532,8 @@ AllocatorReplay Replay::run() {
   stretch(step_.first.empty() ? step_.steady : step_.first, StepOf::first, "first step");
   stretch(step_.steady, StepOf::steady, "steady state");
   out_.segments = a_.segments();
+  out_.released_segments = a_.released_segments();
+  out_.out_of_memory = a_.out_of_memory();
   return out_;
 }
 

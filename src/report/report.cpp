@@ -121,6 +121,18 @@ std::string outside_rows_line(const Estimate& e, Unit unit) {
                      format_bytes(e.peak_outside_rows_bytes, unit), fmt::join(items, ", "));
 }
 
+// Under a budget, what the allocator did when cudaMalloc failed (AllocatorReplay).
+std::string allocator_retry_line(const AllocatorReplay& a) {
+  std::string out = fmt::format(
+      "    cudaMalloc failed at the budget: {} cached segment{} freed and the request retried",
+      a.released_segments, a.released_segments == 1 ? "" : "s");
+  if (a.out_of_memory) {
+    out += fmt::format("; {} request{} still did not fit (out of memory)", a.out_of_memory,
+                       a.out_of_memory == 1 ? "" : "s");
+  }
+  return out + "\n";
+}
+
 std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
   if (!e.peak) return "";
   const Peak& pk = *e.peak;
@@ -153,6 +165,7 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
     out += fmt::format("    reserved (max_memory_reserved)   {} at {}, {}; {} after loading\n",
                        format_bytes(a.reserved, unit), a.reserved_at.stretch, a.reserved_at.moment,
                        format_bytes(a.setup_reserved, unit));
+    if (a.released_segments || a.out_of_memory) out += allocator_retry_line(a);
   }
   if (pk.context_reserve) {
     out += fmt::format("  + context reserve {} (a stated constant)\n",
@@ -287,6 +300,8 @@ ordered_json allocator_json(const Peak& pk) {
           {"reserved_at", at(a.reserved_at)},
           {"setup_reserved_bytes", a.setup_reserved},
           {"segments", a.segments},
+          {"released_segments", a.released_segments},
+          {"out_of_memory", a.out_of_memory},
           {"cublas_workspace_bytes", a.cublas_workspace},
           {"te_workspace_bytes", a.te_workspace}};
 }

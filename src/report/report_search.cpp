@@ -47,6 +47,18 @@ std::string margin(std::uint64_t bytes, Unit unit) {
 }
 
 // The value of the target the user gave, answered beside the largest.
+// --allocator cuda: a smaller size that needs more than the answer, and why.
+std::string smaller_over_line(const FitResult& fit, FitTarget target, Unit unit) {
+  if (!fit.smaller_over) return "";
+  const SmallerOver& s = *fit.smaller_over;
+  return fmt::format(
+      "  {} {} needs {}, more than {} {}: the caching allocator's segments hold the tensors of "
+      "each size differently (reserved bytes are not monotone; searched downward from the "
+      "largest size whose live bytes fit)\n",
+      target_name(target), s.value, s.need ? format_bytes(s.need, unit) : "more than 2^64 bytes",
+      target_name(target), *fit.best);
+}
+
 std::string given_line(const FitResult& fit, FitTarget target, Unit unit) {
   if (!fit.given) return "";
   const std::uint64_t need = fit.need_at_given;
@@ -87,7 +99,7 @@ std::string render_fit_table(const RunSpec& run, const Budget& budget, FitTarget
     } else {
       out += fmt::format("  (the search stops at {})\n", fit.limit);
     }
-    return out + given_line(fit, target, unit);
+    return out + smaller_over_line(fit, target, unit) + given_line(fit, target, unit);
   }
   out += fmt::format("nothing fits: {} 1 {} needs {}\n", target_name(target),
                      other_dimension(run, target), past_need(fit, unit));
@@ -140,6 +152,9 @@ std::string render_fit_json(const RunSpec& run, const Budget& budget, FitTarget 
       {"limit", fit.limit},
       {"limit_is_model_positions", fit.limit_is_model},
       {"warnings", fit.warnings},
+      {"smaller_over", fit.smaller_over ? ordered_json{{"value", fit.smaller_over->value},
+                                                       {"need_bytes", fit.smaller_over->need}}
+                                        : ordered_json(nullptr)},
       {"given", fit.given ? ordered_json{{"where", fit.given_where},
                                          {"value", *fit.given},
                                          {"need_bytes", fit.need_at_given},

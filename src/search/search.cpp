@@ -82,9 +82,88 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   return fit_largest(std::move(run), budget, target, limit, need);
 }
 
+namespace {
+
+// A run's need at each value of the searched size, counted in `r.evaluations`: its plan's when
+// the step is one plan, the cache's (a plan per stage) when it is split.
+class NeedAt {
+ public:
+  NeedAt(RunSpec run, FitTarget target, NeedCache& cache, FitResult& r)
+      : run_(std::move(run)), target_(target), cache_(cache), r_(r) {
+    const auto in = activation_inputs(run_, Notes::skipped);
+    if (in && !run_.parallel.splits_model()) plan_.emplace(run_, *in);
+  }
+  std::optional<std::uint64_t> operator()(std::uint64_t value) {
+    target_of(run_, target_) = value;
+    ++r_.evaluations;
+    try {
+      return plan_ ? plan_->needed(run_.training.micro_batch, run_.training.seq_len) : cache_(run_);
+    } catch (const SizeOverflow&) {
+      return std::nullopt;
+    }
+  }
+
+ private:
+  RunSpec run_;
+  FitTarget target_;
+  NeedCache& cache_;
+  FitResult& r_;
+  std::optional<PeakPlan> plan_;  // a split run has a plan per stage, in `cache_`
+};
+
+// The most values the allocator's search tries one by one below the live bytes' bound.
+constexpr std::uint64_t kAllocatorScan = 64;
+
+// --allocator cuda: the caching allocator's reserved bytes are not monotone in the size (a
+// tensor that passes 10 MiB leaves the shared 20 MiB segments, docs/activations.md), so a
+// bisection could stop at a size that does not fit below one that does. The live bytes are a
+// monotone lower bound of reserved: the largest size they fit bounds the answer, and the sizes
+// below it are tried downward (bisection past kAllocatorScan of them). Size 1 is asked too, so
+// that fit can say when a smaller size needs more.
+void search_largest_replayed(NeedAt& replayed, NeedAt& live, FitResult& r) {
+  search_largest(live, r);
+  if (!r.best) {
+    r.need_past_best = replayed(1).value_or(0);
+    return;
+  }
+  const std::uint64_t bound = *r.best;
+  std::optional<std::uint64_t> above = bound < r.limit ? replayed(bound + 1) : std::nullopt;
+  r.best.reset();
+  for (std::uint64_t v = bound; v >= 1 && bound - v < kAllocatorScan; --v) {
+    const auto n = replayed(v);
+    if (n && *n <= r.usable) {
+      r.best = v;
+      r.need_at_best = *n;
+      r.need_past_best = v < r.limit ? above.value_or(0) : 0;
+      r.past_best_beyond_limit = v < r.limit && !above;
+      break;
+    }
+    above = n;
+  }
+  if (!r.best && bound > kAllocatorScan) {
+    FitResult below = r;
+    below.limit = bound - kAllocatorScan;
+    search_largest(replayed, below);
+    below.limit = r.limit;
+    below.evaluations = r.evaluations;  // counted on `r` by the NeedAt
+    r = below;
+  }
+  if (!r.best) {
+    r.need_past_best = replayed(1).value_or(0);
+    return;
+  }
+  if (*r.best > 1) {
+    const auto at_one = replayed(1);
+    if (!at_one || *at_one > r.usable) r.smaller_over = SmallerOver{1, at_one.value_or(0)};
+  }
+}
+
+}  // namespace
+
 FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::uint64_t limit,
                       NeedCache& need) {
   complete_training(run);
+  run.budget = budget;  // the replayed allocator's device is the budget searched against
   FitResult r;
   r.usable = budget.usable();
   // A learned position table has no row past its length: the sequence stops there.
@@ -95,20 +174,16 @@ FitResult fit_largest(RunSpec run, const Budget& budget, FitTarget target, std::
   }
   r.limit = limit;
   // The model, precision and optimizer stay; only the searched size changes.
-  const auto in = activation_inputs(run, Notes::skipped);
-  std::optional<PeakPlan> plan;  // a split run has a plan per stage, in `need`
-  if (in && !run.parallel.splits_model()) plan.emplace(run, *in);
-  search_largest(
-      [&](std::uint64_t value) -> std::optional<std::uint64_t> {
-        target_of(run, target) = value;
-        ++r.evaluations;
-        try {
-          return plan ? plan->needed(run.training.micro_batch, run.training.seq_len) : need(run);
-        } catch (const SizeOverflow&) {
-          return std::nullopt;
-        }
-      },
-      r);
+  NeedAt need_at(run, target, need, r);
+  if (run.training.allocator != Allocator::cuda) {
+    search_largest(need_at, r);
+    return r;
+  }
+  RunSpec live_run = run;
+  live_run.training.allocator = Allocator::none;
+  NeedCache live_cache;
+  NeedAt live(live_run, target, live_cache, r);
+  search_largest_replayed(need_at, live, r);
   return r;
 }
 
