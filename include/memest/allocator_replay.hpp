@@ -124,6 +124,7 @@ class CachingAllocator {
   void split(Handle h, std::uint64_t size);
   void merge(Handle dst, Handle src);
   void release_cached_segments();
+  static bool whole(const Block& b) { return b.prev == kNone && b.next == kNone; }
 
   AllocatorLimits limits_;
   std::vector<Block> blocks_;
@@ -132,6 +133,7 @@ class CachingAllocator {
   std::uint64_t next_ptr_ = 1ULL << 32;
   std::uint64_t allocated_ = 0, reserved_ = 0, max_reserved_ = 0, segments_ = 0;
   std::uint64_t released_ = 0, ooms_ = 0;
+  std::uint64_t whole_free_ = 0;  // cached blocks that are whole segments
 };
 
 }  // namespace memest

@@ -40,6 +40,7 @@ CachingAllocator::Handle CachingAllocator::new_block(const Block& b) {
 void CachingAllocator::cache(Handle h) {
   const Block& b = blocks_[h];
   pool(b.small).insert({b.stream, b.size, b.ptr, h});
+  if (whole(b)) ++whole_free_;
 }
 
 // get_free_block: the smallest cached block of the stream's pool that holds `size` (ties: the
@@ -55,16 +56,19 @@ CachingAllocator::Handle CachingAllocator::take_free_block(u64 size, bool small,
   if (size >= max_split && found >= size + kLargeBuffer) return kNone;
   const Handle h = std::get<3>(*it);
   p.erase(it);
+  if (whole(blocks_[h])) --whole_free_;
   return h;
 }
 
 // release_cached_blocks: every cached free block that is a whole segment (no neighbour in it)
 // goes back to the device; blocks of split segments stay.
 void CachingAllocator::release_cached_segments() {
+  if (whole_free_ == 0) return;
+  whole_free_ = 0;
   for (FreeSet* p : {&small_free_, &large_free_}) {
     for (auto it = p->begin(); it != p->end();) {
       const Handle h = std::get<3>(*it);
-      if (blocks_[h].prev != kNone || blocks_[h].next != kNone) {
+      if (!whole(blocks_[h])) {
         ++it;
         continue;
       }
