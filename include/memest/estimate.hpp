@@ -53,6 +53,10 @@ struct StageSummary {
   /// and the workspaces beside the live peak.
   std::optional<std::uint64_t> allocated_bytes;
   std::uint64_t needed = 0;  ///< what its device must hold
+  /// With EstimateOptions::timeline on a pipeline: its live bytes at each step of its schedule,
+  /// its model states and the saved activations of the (micro-batch, chunk) pairs it holds then
+  /// (the schedule walk's; --plot draws them).
+  std::vector<std::uint64_t> schedule_bytes;
 };
 
 /// The result: bytes per category for one device. A run split over devices (tensor, pipeline,

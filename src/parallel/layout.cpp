@@ -311,6 +311,16 @@ HeldAtPeak walk_stage(const ParallelSpec& p, u64 stage, u64 m) {
 
 }  // namespace
 
+std::vector<HeldChunks> stage_schedule_held(const RunSpec& run, std::uint64_t stage) {
+  const ParallelSpec& p = run.parallel;
+  const PipeSchedule s = p.schedule();
+  const u64 chunks = rank_chunks(p);
+  const Ends e = ends_of(s, p.pipeline, chunks, stage);
+  const std::vector<PipeAction> actions =
+      rank_actions(s, p.pipeline, chunks, microbatches_of(run), stage);
+  return held_per_step(actions, chunks, e.embedding, e.head);
+}
+
 std::uint64_t in_flight_microbatches(const ParallelSpec& p, std::uint64_t stage, u64 m) {
   if (p.pipeline <= 1) return 1;
   return walk_stage(p, stage, m).others.chunks + 1;

@@ -152,9 +152,12 @@ def test_readme_pictures_are_the_current_build_s(tmp_path):
     import re
     import shlex
     root = Path(__file__).resolve().parents[2]
-    commands = re.findall(r"```sh\nmemest (.* --plot (docs/\S+\.svg))\n```",
-                          (root / "README.md").read_text())
-    assert len(commands) == 2
+    commands = []
+    for page, count in (("README.md", 2), ("docs/parallelism.md", 1)):
+        found = re.findall(r"```sh\nmemest (.* --plot (docs/\S+\.svg))\n```",
+                           (root / page).read_text())
+        assert len(found) == count, page
+        commands += found
     for line, picture in commands:
         args = shlex.split(line)
         args = args[:args.index("--plot")] + args[args.index("--plot") + 2:]
