@@ -53,10 +53,9 @@ struct HeldAtPeak {
 HeldAtPeak walk_held(std::span<const PipeAction> actions, std::uint64_t chunks,
                      std::uint64_t embedding_chunk, std::uint64_t head_chunk);
 
-/// The pairs a rank holds while it runs each of `actions`, the running one included: one entry
-/// per step, in order (a forward's pair from its step on, released after its backward, or after
-/// its weight-gradient step when the schedule has one), with the chunks that hold the embeddings
-/// and the head counted as walk_held counts them.
+/// The pairs a rank holds besides the one it runs, at each of `actions` (one entry per step, in
+/// order; walk_held's count at every step, its peak the largest): a pair is held from its
+/// forward to its backward, or to its weight-gradient step when the schedule has one.
 std::vector<HeldChunks> held_per_step(std::span<const PipeAction> actions, std::uint64_t chunks,
                                       std::uint64_t embedding_chunk, std::uint64_t head_chunk);
 

@@ -481,9 +481,10 @@ StageSummary summary_of(const RankSpec& r, const Estimate& e) {
 }
 
 // A stage's live bytes at each step of its pipeline schedule (--plot): the largest forward or
-// backward moment of its walk, which holds the pairs of its peak step (RankSpec::held and the
-// running one), with the pairs held at that step instead: a chunk's saved layers for each pair
-// more or fewer, and the embeddings' and the head's for the pairs of the chunks that have them.
+// backward moment of its walk, which holds the other pairs of its peak step (RankSpec::held)
+// beside the running one, with the other pairs of that step instead: a chunk's saved layers for
+// each pair more or fewer, the embeddings' and the head's for the pairs of the chunks that have
+// them. The running pair is walked as the stage's walk does, with the stage's ends.
 std::vector<u64> schedule_series(const RunSpec& r, const Estimate& e) {
   std::vector<u64> out;
   if (!e.activations || !e.peak || r.parallel.pipeline <= 1) return out;
@@ -493,9 +494,7 @@ std::vector<u64> schedule_series(const RunSpec& r, const Estimate& e) {
     const Phase ph = phase_of(m.id.kind);
     if (ph == Phase::forward || ph == Phase::backward) top = std::max(top, m.bytes);
   }
-  const HeldChunks& o = r.rank.held;
-  const HeldChunks at_peak{o.chunks + 1, o.with_embedding + (r.rank.embedding ? 1 : 0),
-                           o.with_head + (r.rank.head ? 1 : 0)};
+  const HeldChunks& at_peak = r.rank.held;
   for (const HeldChunks& h : stage_schedule_held(r, r.rank.stage)) {
     u64 more = 0, fewer = 0;
     const auto shift = [&](u64 now, u64 peak, u64 each) {
