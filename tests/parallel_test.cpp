@@ -504,4 +504,17 @@ TEST_CASE("the all-to-all dispatcher's options and their rules") {
              Catch::Contains("expected a capacity factor in (0, 64], got \"0\""));
 }
 
+// Mixtral-8x7B's routed experts are 32 layers x 8 experts x 3 x 4096 x 14336 = 45,097,156,608
+// of its 46,702,792,704 parameters; --ep 8 leaves each rank one expert a layer: 1,605,636,096 +
+// 45,097,156,608 / 8 = 7,242,780,672. (The stage's per-layer count used to overwrite the
+// expert share, so --ep split nothing.)
+TEST_CASE("issue 22: --ep splits the routed experts of every layer") {
+  const json one = run_json({"--model", "mixtral-8x7b", "--ep", "8", "--dp", "8"});
+  CHECK(one["parameters"]["total"] == 7'242'780'672ULL);
+  const json staged = run_json({"--model", "mixtral-8x7b", "--ep", "8", "--dp", "8", "--pp", "2"});
+  std::uint64_t sum = 0;
+  for (const json& s : staged["stages"]) sum += s["parameters"].get<std::uint64_t>();
+  CHECK(sum == 7'242'780'672ULL);  // the stages hold the same share between them
+}
+
 }  // namespace memest::test
