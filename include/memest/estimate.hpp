@@ -54,8 +54,8 @@ struct StageSummary {
   std::optional<std::uint64_t> allocated_bytes;
   std::uint64_t needed = 0;  ///< what its device must hold
   /// With EstimateOptions::timeline on a pipeline: its live bytes at each step of its schedule,
-  /// its model states and the saved activations of the (micro-batch, chunk) pairs it holds then
-  /// (the schedule walk's; --plot draws them).
+  /// the largest forward or backward moment of its walk with the (micro-batch, chunk) pairs held
+  /// at that step in place of those held at its peak step (--plot draws them).
   std::vector<std::uint64_t> schedule_bytes;
 };
 

@@ -251,8 +251,8 @@ std::string render_schedule_svg(const RunSpec& run, const Estimate& est,
   const auto& s0 = est.stages.front();
   std::string svg = header(
       fmt::format("{}: live memory per pipeline stage over the step", run.model.name),
-      fmt::format("{} stages, {}, {} micro-batches; model states and the saved activations of "
-                  "the micro-batches held",
+      fmt::format("{} stages, {}, {} micro-batches; each stage's largest moment with the "
+                  "micro-batches it holds at each step",
                   est.stages.size(), pipe_schedule_names()[static_cast<std::size_t>(s0.schedule)],
                   run.parallel.microbatches ? run.parallel.microbatches : run.training.grad_accum),
       axis);

@@ -97,9 +97,10 @@ void Walker::llama_mlp_backward(u64 j, std::uint32_t down_grad) {
   ++two.rank;
   writer_.add(temp("gradients of act(gate) and of up (MulBackward0)", Part::other, in_.ec, two));
   writer_.end();
-  if (m.all_moe && in_.moe_a2a) {
+  if (in_.moe_layers > 0 && in_.moe_a2a) {
     // The combine's all-to-all in backward (the dispatch's is the same pair reversed): the
-    // gradients of this rank's N x top_k routed copies sent, and of the rows its experts got.
+    // gradients of this rank's N x top_k routed copies sent, and of the rows its experts got;
+    // with dense layers too, beside the layer the walk carries (the larger kind).
     begin(MomentKind::backward_mlp, j);
     current();
     const Sym h = dim("h", in_.h);
