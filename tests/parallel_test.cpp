@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 
 namespace memest::test {
@@ -113,11 +114,10 @@ TEST_CASE("layers that do not split evenly over the stages are split as torchtit
              "pipeline stages of 3, 4 x 14, 2 layers: 61 layers do not split evenly over 16 "
              "stages, so they are split as torchtitan does"));
   CHECK(ds["stages"][15]["layer_ranges"] == json::parse("[[59,60]]"));
-  const char* k405b =
-      R"({"model_type":"llama","vocab_size":128256,"hidden_size":16384,"num_hidden_layers":126,)"
-      R"("num_attention_heads":128,"num_key_value_heads":8,"intermediate_size":53248})";
-  const json big = run_json({"--architecture", k405b, "--pp", "16", "--tp", "8", "--batch", "1",
+  // The preset (configs/models/llama-3.1-405b.json): 126 layers, untied.
+  const json big = run_json({"--model", "llama-3.1-405b", "--pp", "16", "--tp", "8", "--batch", "1",
                              "--seq", "8192", "--precision", "bf16"});
+  CHECK(run_json({"--model", "llama-3.1-405b"})["parameters"]["total"] == 405'853'388'800ULL);
   std::vector<std::uint64_t> want405(16, 8);
   want405.front() = want405.back() = 7;
   CHECK(stage_layers(big) == want405);
@@ -428,6 +428,93 @@ TEST_CASE("fit --gpus searches what the stack runs, and expert parallelism for M
                             : interleaved               ? json("interleaved-1f1b")
                                                         : json("1f1b")));
   }
+}
+
+}  // namespace memest::test
+
+namespace memest::test {
+namespace {
+
+// A small Mixtral: h 64, I 32, 8 experts, top 2, 2 layers; b 2, s 16, so N = 32 tokens.
+const char* kSmallMoe =
+    R"({"model_type":"mixtral","vocab_size":1000,"hidden_size":64,"num_hidden_layers":2,)"
+    R"("num_attention_heads":4,"num_key_value_heads":4,"intermediate_size":32,)"
+    R"("num_local_experts":8,"num_experts_per_tok":2})";
+
+std::map<std::string, std::uint64_t> moe_terms(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--architecture",   kSmallMoe, "--precision", "bf16",
+                                   "--batch",          "2",       "--seq",       "16",
+                                   "--moe-dispatcher", "alltoall"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::map<std::string, std::uint64_t> out;
+  const json doc = run_json(args);  // the terms are read from it: keep it alive
+  for (const json& t : doc["activations"]["terms"])
+    if (t["name"].get<std::string>().starts_with("MoE"))
+      out[t["name"].get<std::string>()] = t["bytes"].get<std::uint64_t>();
+  return out;
+}
+
+}  // namespace
+
+// Megatron-LM's all-to-all dispatcher (docs/parallelism.md, "Expert parallelism's own memory"),
+// for one MoE layer of one rank, from the shapes above (N = 32, k = 2, E = 8, h = 64, I = 32;
+// bf16 = 2 B): the router keeps N x k int64 indices (512 B) and N x k fp32 softmax outputs
+// (256 B), the dispatcher an N x E bool routing map (256 B) and two N x k int64 permutations
+// (1,024 B); the experts' R received rows keep fc1's input (R x h), fc1's output (R x 2I, the
+// SwiGLU input) and fc2's input (R x I) in bf16, and R fp32 probabilities.
+TEST_CASE("the all-to-all dispatcher's tensors: router, permutation and the rows received") {
+  const auto rows = [](std::uint64_t R) {
+    return std::map<std::string, std::uint64_t>{
+        {"MoE router: top-k expert indices (int64)", 8 * 32 * 2},
+        {"MoE router: softmax of the top-k scores (fp32)", 4 * 32 * 2},
+        {"MoE dispatcher: routing map (bool)", 32 * 8},
+        {"MoE dispatcher: token and probability permutation indices (int64)", 2 * 8 * 32 * 2},
+        {"MoE experts: fc1 input (the rows received)", 2 * R * 64},
+        {"MoE experts: fc1 output (SwiGLU input)", 2 * R * 2 * 32},
+        {"MoE experts: fc2 input (activation output)", 2 * R * 32},
+        {"MoE experts: routing probabilities received (fp32)", 4 * R}};
+  };
+  // Balanced: R = N x k = 64, whatever the expert-parallel size.
+  CHECK(moe_terms({"--ep", "4", "--dp", "4"}) == rows(64));
+  CHECK(moe_terms({}) == rows(64));
+  // The worst case at e = 4: each rank holds E/e = 2 experts, every token of the 4 ranks picks
+  // both (k = 2 <= 2): R = 4 x 32 x 2 = 256.
+  CHECK(moe_terms({"--ep", "4", "--dp", "4", "--moe-routing", "worst"}) == rows(256));
+  // At e = 8 a rank holds one expert, which a token picks once: R = 8 x 32 x 1 = 256.
+  CHECK(moe_terms({"--ep", "8", "--dp", "8", "--moe-routing", "worst"}) == rows(256));
+  // A capacity factor of 1.25 bounds the rows at N x k x 1.25 = 80.
+  CHECK(moe_terms({"--ep", "4", "--dp", "4", "--moe-capacity-factor", "1.25"}) == rows(80));
+  // The hf dispatcher keeps what transformers' MixtralSparseMoeBlock keeps instead.
+  const json hf =
+      run_json({"--architecture", kSmallMoe, "--precision", "bf16", "--batch", "2", "--seq", "16"});
+  for (const json& t : hf["activations"]["terms"])
+    CHECK_FALSE(t["name"].get<std::string>().starts_with("MoE router"));
+}
+
+TEST_CASE("the all-to-all dispatcher's options and their rules") {
+  CHECK_THAT(run_cli({"--model", "llama-2-7b", "--moe-dispatcher", "alltoall"}).err,
+             Catch::Contains("--moe-dispatcher alltoall: the model has no routed experts"));
+  CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-routing", "worst"}).err,
+             Catch::Contains("--moe-routing applies to --moe-dispatcher alltoall"));
+  CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-dispatcher", "alltoall", "--tp", "2"}).err,
+             Catch::Contains("refuses --tp 2 without sequence parallelism"));
+  CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-dispatcher", "alltoall",
+                      "--moe-capacity-factor", "0"})
+                 .err,
+             Catch::Contains("expected a capacity factor in (0, 64], got \"0\""));
+}
+
+// Mixtral-8x7B's routed experts are 32 layers x 8 experts x 3 x 4096 x 14336 = 45,097,156,608
+// of its 46,702,792,704 parameters; --ep 8 leaves each rank one expert a layer: 1,605,636,096 +
+// 45,097,156,608 / 8 = 7,242,780,672. (The stage's per-layer count used to overwrite the
+// expert share, so --ep split nothing.)
+TEST_CASE("issue 22: --ep splits the routed experts of every layer") {
+  const json one = run_json({"--model", "mixtral-8x7b", "--ep", "8", "--dp", "8"});
+  CHECK(one["parameters"]["total"] == 7'242'780'672ULL);
+  const json staged = run_json({"--model", "mixtral-8x7b", "--ep", "8", "--dp", "8", "--pp", "2"});
+  std::uint64_t sum = 0;
+  for (const json& s : staged["stages"]) sum += s["parameters"].get<std::uint64_t>();
+  CHECK(sum == 7'242'780'672ULL);  // the stages hold the same share between them
 }
 
 }  // namespace memest::test

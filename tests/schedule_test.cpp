@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <sstream>
 #include <string>
 
 namespace memest::test {
@@ -125,6 +126,73 @@ TEST_CASE("the interleaved schedule's held pairs, derived by hand") {
 // B0.0). So the two peaks differ by one pair of one layer without the head. 1F1B over p 4 has a
 // one-layer middle stage too: stage 1 holds min(4 - 1, m) micro-batches, so m 4 and m 1 differ
 // by two such pairs.
+// The pairs held besides the running one at every step: p 2, v 2, m 2 (the table of
+// docs/parallelism.md, its "held besides" columns). Rank 0 runs F0.0 F1.0 F0.1 F1.1 B0.1 B1.1
+// B0.0 B1.0 and so holds 0, 1, 2, 3 others, then 3, 2, 1, 0 (a backward's pair is the running
+// one), the chunk-0 pairs with the embeddings; rank 1 runs F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0
+// B1.0: 0, 1, 2, 2, 2, 2, 1, 0, and never another micro-batch's head.
+TEST_CASE("the pairs a stage holds at each step of its schedule, derived by hand") {
+  const auto series = [](u64 rank) {
+    const auto a = rank_actions(PipeSchedule::interleaved_1f1b, 2, 2, 2, rank);
+    return held_per_step(a, 2, rank == 0 ? 0 : 2, rank == 1 ? 1 : 2);
+  };
+  const auto field = [](const std::vector<HeldChunks>& v, u64 HeldChunks::*f) {
+    std::vector<u64> out;
+    for (const HeldChunks& h : v) out.push_back(h.*f);
+    return out;
+  };
+  const auto r0 = series(0), r1 = series(1);
+  CHECK(field(r0, &HeldChunks::chunks) == std::vector<u64>{0, 1, 2, 3, 3, 2, 1, 0});
+  CHECK(field(r0, &HeldChunks::with_embedding) == std::vector<u64>{0, 1, 2, 2, 2, 2, 1, 0});
+  CHECK(field(r1, &HeldChunks::chunks) == std::vector<u64>{0, 1, 2, 2, 2, 2, 1, 0});
+  CHECK(field(r1, &HeldChunks::with_head) == std::vector<u64>(8, 0));
+  // Its most is walk_held's peak.
+  for (u64 rank = 0; rank < 2; ++rank) {
+    const auto a = rank_actions(PipeSchedule::interleaved_1f1b, 2, 2, 2, rank);
+    const auto v = field(series(rank), &HeldChunks::chunks);
+    CHECK(*std::max_element(v.begin(), v.end()) ==
+          walk_held(a, 2, rank == 0 ? 0 : 2, rank == 1 ? 1 : 2).others.chunks);
+  }
+}
+
+// --plot of a pipeline draws each stage over its schedule (src/report/report_svg.cpp): its
+// walk's largest moment with, at each step, the other pairs held then (a chunk's saved layers
+// each, and the embeddings' for chunk-0 pairs on rank 0, none in this Llama). Rank 0 of the run
+// above holds 0, 1, 2, 3 others in its first four steps: its line rises by one pair a step and
+// falls back the same way; its highest step is its peak in the stage table.
+TEST_CASE("the pipeline picture draws each stage's held pairs over its schedule") {
+  const std::string arch =
+      R"({"model_type":"llama","hidden_size":256,"num_hidden_layers":4,"num_attention_heads":4,)"
+      R"("num_key_value_heads":2,"intermediate_size":688,"vocab_size":1000})";
+  TempDir dir("pp-plot");
+  const std::string svg = (dir.path / "pp.svg").string();
+  const auto doc = run_json({"--architecture", arch, "--batch", "4", "--seq", "512", "--pp", "2",
+                             "--vpp", "2", "--microbatches", "2", "--plot", svg});
+  const std::string text = read_file(svg);
+  const auto bytes_of = [&](int stage) {
+    const std::string key = fmt::format("data-stage=\"{}\" data-bytes=\"", stage);
+    const auto at = text.find(key);
+    REQUIRE(at != std::string::npos);
+    std::vector<u64> out;
+    std::istringstream in(
+        text.substr(at + key.size(), text.find('"', at + key.size()) - at - key.size()));
+    for (u64 b = 0; in >> b;) out.push_back(b);
+    return out;
+  };
+  const auto s0 = bytes_of(0), s1 = bytes_of(1);
+  REQUIRE(s0.size() == 8);
+  REQUIRE(s1.size() == 8);
+  const u64 chunk = s0[3] - s0[2];  // one pair of rank 0's chunk 1: its layer, no end
+  CHECK(chunk > 0);
+  CHECK(s0[2] - s0[1] == chunk);  // chunk-0 pairs: the layer (the embeddings save nothing here)
+  CHECK(s0[1] - s0[0] == chunk);
+  CHECK(s0[3] == doc["stages"][0]["peak_bytes"].get<u64>());
+  CHECK(s0 == std::vector<u64>{s0[0], s0[1], s0[2], s0[3], s0[3], s0[2], s0[1], s0[0]});
+  CHECK(s1[3] == s1[2]);  // rank 1 holds 3 pairs from its third step to its sixth
+  CHECK(s1[4] == s1[2]);
+  CHECK(s1[5] == s1[2]);
+}
+
 TEST_CASE("the interleaved last stage's bytes are its held one-layer pairs, exactly") {
   const std::string arch =
       R"({"model_type":"llama","hidden_size":256,"num_hidden_layers":4,"num_attention_heads":4,)"

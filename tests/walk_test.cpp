@@ -5,6 +5,7 @@
 #include "testutil.hpp"
 
 #include <memest/activation.hpp>
+#include <memest/config.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/precision.hpp>
 #include <memest/run_spec.hpp>
@@ -193,4 +194,34 @@ TEST_CASE("ZeRO shares model states over the ranks, never a tensor in flight", "
   }
   CHECK(saw_state);
   CHECK(saw_flight);
+}
+
+// Megatron-LM's all-to-all dispatcher: the combine's all-to-all in backward sends the gradients
+// of this rank's N x k routed copies and receives those of the R rows its experts computed. A
+// small Mixtral (h 64, 8 experts, top 2) at b 2, s 16: N = 32, R = N x k = 64 (balanced).
+TEST_CASE("the all-to-all buffers are live in the MoE layer's backward only", "[walk]") {
+  RunOptions o;
+  o.architecture = Setting<std::string>{
+      R"({"model_type":"mixtral","vocab_size":1000,"hidden_size":64,"num_hidden_layers":2,)"
+      R"("num_attention_heads":4,"num_key_value_heads":4,"intermediate_size":32,)"
+      R"("num_local_experts":8,"num_experts_per_tok":2})",
+      "--architecture"};
+  o.precision = Setting<std::string>{"bf16", "--precision"};
+  o.batch = Setting<std::string>{"2", "--batch"};
+  o.seq = Setting<std::string>{"16", "--seq"};
+  o.moe_dispatcher = Setting<std::string>{"alltoall", "--moe-dispatcher"};
+  const RunSpec run = resolve(o);
+  const Step step = step_of(run);
+  const std::string send = "MoE all-to-all: gradients of the routed tokens (send buffer)";
+  const std::string receive = "MoE all-to-all: gradients of the rows received (receive buffer)";
+  const auto where = holding(step, step.steady, send);
+  REQUIRE_FALSE(where.empty());
+  for (const auto& name : where) CHECK(name.starts_with("backward_mlp"));
+  CHECK(holding(step, step.steady, receive) == where);
+  for (const MomentSpec& m : step.steady) {
+    const auto l = live(step, m, 2, 16);
+    if (!l.contains(send)) continue;
+    CHECK(l.at(send) == 2 * 32 * 2 * 64);  // N x k rows of h, bf16
+    CHECK(l.at(receive) == 2 * 64 * 64);   // R = 64 rows of h
+  }
 }

@@ -53,6 +53,8 @@ struct ActivationInputs {
   std::uint64_t topk = 0, I_moe = 0, I_shared = 0, moe_layers = 0;
   std::uint64_t norms = 2;  ///< norms per layer
   double p_attn = 0, p_resid = 0, p_embd = 0;
+  /// Megatron-LM's expert capacity factor under the all-to-all dispatcher; 0 = dropless.
+  double moe_capacity = 0;
   // Byte widths (docs/activation-derivation.md §1).
   std::uint64_t ex = 4;          ///< residual stream / model dtype
   std::uint64_t ec = 4;          ///< matmul outputs (activation dtype)
@@ -61,6 +63,7 @@ struct ActivationInputs {
   // One device of a split run (src/parallel/layout.hpp): the dimensions above are its share.
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank
   std::uint64_t cp = 1;         ///< context-parallel ranks: s is this rank's part of the sequence
+  std::uint64_t ep = 1;         ///< expert-parallel ranks: E/e routed experts per rank
   std::uint64_t in_flight = 1;  ///< micro-batches whose saved tensors the device holds (pipeline)
   HeldChunks held;              ///< the others of them, by chunk (the pipeline schedule's walk)
   std::vector<std::string> notes;  ///< what was assumed (canonical shape, family approximations)
@@ -80,9 +83,12 @@ struct ActivationInputs {
   bool compile = false;              ///< torch.compile of each layer (src/step/rules/compile.cpp)
   bool keeps_output = false;         ///< the training loop holds the model's output (its logits)
   bool softmax_keeps_input = false;  ///< PyTorch < 1.11: softmax keeps its input as well
-  bool litgpt = false;       ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
-  bool offload = false;      ///< activation offloading (--offload activations; docs/techniques.md)
-  bool sp = false;           ///< sequence parallelism: norms, dropouts, residuals keep N/t
+  bool litgpt = false;   ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
+  bool offload = false;  ///< activation offloading (--offload activations; docs/techniques.md)
+  bool sp = false;       ///< sequence parallelism: norms, dropouts, residuals keep N/t
+  /// Megatron-LM's all-to-all token dispatcher and grouped experts (--moe-dispatcher alltoall).
+  bool moe_a2a = false;
+  bool moe_worst = false;    ///< dropless, every token of the group routed to this rank's experts
   bool approximate = false;  ///< a shape or family that was not measured
 };
 

@@ -53,6 +53,10 @@ struct StageSummary {
   /// and the workspaces beside the live peak.
   std::optional<std::uint64_t> allocated_bytes;
   std::uint64_t needed = 0;  ///< what its device must hold
+  /// With EstimateOptions::timeline on a pipeline: its live bytes at each step of its schedule,
+  /// the largest forward or backward moment of its walk with the (micro-batch, chunk) pairs held
+  /// at that step in place of those held at its peak step (--plot draws them).
+  std::vector<std::uint64_t> schedule_bytes;
 };
 
 /// The result: bytes per category for one device. A run split over devices (tensor, pipeline,

@@ -29,6 +29,25 @@ std::span<const std::string_view> pipe_schedule_names();
 /// Reads a --pp-schedule name; throws Error naming the names.
 PipeSchedule parse_pipe_schedule(std::string_view text);
 
+/// How an MoE layer's routed tokens reach their experts (--moe-dispatcher): `hf`, the model
+/// code's own layer (every expert on the device loops over its tokens; Hugging Face's Mixtral
+/// and DeepSeek blocks), or `alltoall`, Megatron-LM's MoEAlltoAllTokenDispatcher with its
+/// grouped experts (docs/parallelism.md, "Expert parallelism's own memory").
+enum class MoeDispatcher : std::uint8_t { hf, alltoall };
+/// The names --moe-dispatcher takes, in MoeDispatcher's order.
+std::span<const std::string_view> moe_dispatcher_names();
+/// Reads a --moe-dispatcher name; throws Error naming the names.
+MoeDispatcher parse_moe_dispatcher(std::string_view text);
+
+/// What a dropless dispatcher's rank is assumed to receive (--moe-routing): `balanced`, its share
+/// of the routed tokens (N x top_k rows, the mean over the ranks); `worst`, every token of the
+/// expert-parallel group routed to its own experts (e x N x min(top_k, E/e) rows).
+enum class MoeRouting : std::uint8_t { balanced, worst };
+/// The names --moe-routing takes, in MoeRouting's order.
+std::span<const std::string_view> moe_routing_names();
+/// Reads a --moe-routing name; throws Error naming the names.
+MoeRouting parse_moe_routing(std::string_view text);
+
 /// The (micro-batch, model chunk) pairs whose saved activations a pipeline rank holds besides the
 /// one it runs, at its peak (src/parallel/schedule.cpp walks the schedule for them).
 struct HeldChunks {
@@ -73,6 +92,11 @@ struct ParallelSpec {
   std::optional<PipeSchedule> pp_schedule;
   std::uint64_t context = 1;  ///< context-parallel ranks (the sequence split c ways)
   std::uint64_t expert = 1;   ///< expert-parallel ranks (routed experts split e ways)
+  MoeDispatcher moe_dispatcher = MoeDispatcher::hf;  ///< how routed tokens reach the experts
+  MoeRouting moe_routing = MoeRouting::balanced;     ///< what a dropless rank receives
+  /// Megatron-LM's --moe-expert-capacity-factor: each expert takes at most c x its even share of
+  /// the routed tokens and drops the rest; 0 = dropless (moe_routing applies).
+  double moe_capacity_factor = 0;
   /// The vocabulary is padded to a multiple of vocab_multiple x t (Megatron's
   /// --make-vocab-size-divisible-by, 128 there; 1 here: padded to a multiple of t only).
   std::uint64_t vocab_multiple = 1;

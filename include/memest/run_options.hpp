@@ -54,8 +54,8 @@ struct RunOptions {
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,
       virtual_stages, microbatches, pp_schedule, first_stage_layers, last_stage_layers,
-      context_parallel, expert_parallel, vocab_multiple, fsdp, fsdp_version, fsdp_group,
-      fsdp_param_dtype, fsdp_reduce_dtype;
+      context_parallel, expert_parallel, moe_dispatcher, moe_routing, moe_capacity_factor,
+      vocab_multiple, fsdp, fsdp_version, fsdp_group, fsdp_param_dtype, fsdp_reduce_dtype;
   FlagSetting sequence_parallel, distributed_optimizer, ddp_bucket_view, fsdp_orig_params,
       fsdp_sync_module_states, fsdp_no_sync, load_full;
   // hardware
@@ -76,6 +76,7 @@ enum class ValueKind {
   path,         ///< a file; in a run config relative to the file
   name,         ///< a name, one of `choices` or another form the option looks up (a Hub id)
   versions,     ///< package versions, torch=2.4,transformers=4.46; in a run config an object
+  number,       ///< a positive number (1.25); JSON number or string
 };
 
 /// The kind's name as the Python module's options() and docs/design.md write it ("count").
@@ -163,6 +164,7 @@ enum class Check {
   budget,     ///< before the GPU, budget and reserves are read
   reserve,    ///< after them
   loading,    ///< the ways of loading the model, once everything else is resolved
+  moe,        ///< the MoE dispatcher's options, before the model's split is read
 };
 
 /// How a rule restricts its option.

@@ -73,6 +73,16 @@ double parse_probability(std::string_view text) {
   return v;
 }
 
+// Megatron-LM's --moe-expert-capacity-factor: a positive number (1.0, 1.25); past 64 the
+// capacity bounds nothing a rank could receive.
+double parse_capacity_factor(std::string_view text) {
+  double v = 0;
+  if (!parse_double(text, v) || !std::isfinite(v) || v <= 0 || v > 64) {
+    throw Error(fmt::format("expected a capacity factor in (0, 64], got \"{}\"", text));
+  }
+  return v;
+}
+
 ModelSpec load_model(const RunOptions& o) {
   const int given =
       (o.params ? 1 : 0) + (o.model ? 1 : 0) + (o.config ? 1 : 0) + (o.architecture ? 1 : 0);
@@ -284,6 +294,10 @@ void resolve_model_split(const RunOptions& o, ParallelSpec& p) {
   if (o.pp_schedule) {
     p.pp_schedule = parse_setting(*o.pp_schedule, parse_pipe_schedule);
   }
+  if (o.moe_dispatcher) p.moe_dispatcher = parse_setting(*o.moe_dispatcher, parse_moe_dispatcher);
+  if (o.moe_routing) p.moe_routing = parse_setting(*o.moe_routing, parse_moe_routing);
+  if (o.moe_capacity_factor)
+    p.moe_capacity_factor = parse_setting(*o.moe_capacity_factor, parse_capacity_factor);
   if (o.vocab_multiple) {
     p.vocab_multiple = parse_setting(
         *o.vocab_multiple, [](std::string_view v) { return parse_positive(v, "a multiple"); });
@@ -344,6 +358,7 @@ ParallelSpec resolve_parallel(const RunOptions& o) {
     }
   }
   resolve_sharding_names(o, p);
+  check_rules(o, Check::moe);
   resolve_model_split(o, p);
   if (p.offload_params && (p.zero_stage != 3 || p.data_parallel == 1)) {
     throw Error(

@@ -381,6 +381,19 @@ std::vector<RunOptionInfo> build_table() {
       text("--ep", "parallel", "expert_parallel", "N",
            "Expert-parallel ranks: the routed experts split N ways", &R::expert_parallel, K::count,
            {"1", ""}),
+      text("--moe-dispatcher", "parallel", "moe_dispatcher", "NAME",
+           "How routed tokens reach their experts: hf (the model code's MoE layer) or alltoall "
+           "(Megatron-LM's all-to-all token dispatcher and grouped experts)",
+           &R::moe_dispatcher, K::choice, {"", "hf: the model code's MoE layer"},
+           moe_dispatcher_names),
+      text("--moe-routing", "parallel", "moe_routing", "NAME",
+           "What a dropless all-to-all rank receives: balanced (its share, N x top_k rows) or "
+           "worst (every token of the expert-parallel group sent to its experts)",
+           &R::moe_routing, K::choice, {"balanced", ""}, moe_routing_names),
+      text("--moe-capacity-factor", "parallel", "moe_capacity_factor", "C",
+           "Megatron-LM's --moe-expert-capacity-factor: each expert takes at most C x its even "
+           "share of the routed tokens (default: dropless)",
+           &R::moe_capacity_factor, K::number, {"", "dropless"}),
       text("--vocab-multiple", "parallel", "vocab_multiple", "N",
            "Pad the vocabulary to a multiple of N x tp (Megatron's "
            "--make-vocab-size-divisible-by, 128 there; default 1)",
@@ -449,6 +462,7 @@ bool takes_number(const RunOptionInfo& info) {
     case ValueKind::param_count:
     case ValueKind::size:
     case ValueKind::probability:
+    case ValueKind::number:
       return true;
     case ValueKind::choice:  // --zero 3, --fsdp-version 2
       return numbered_choices(info);
@@ -492,9 +506,9 @@ void merge(RunOptions& b, const RunOptions& o) {
 }
 
 std::string_view value_kind_name(ValueKind kind) {
-  static constexpr std::array<std::string_view, 11> kNames = {
+  static constexpr std::array<std::string_view, 12> kNames = {
       "flag", "count", "param_count", "size", "probability", "choice",
-      "list", "json",  "path",        "name", "versions"};
+      "list", "json",  "path",        "name", "versions",    "number"};
   return kNames[static_cast<std::size_t>(kind)];
 }
 

@@ -85,6 +85,12 @@ ordered_json probability() {
                                      {{"type", "string"}, {"pattern", "^0?\\.[0-9]+$|^0$"}}})}};
 }
 
+ordered_json positive_number() {
+  return {
+      {"anyOf", ordered_json::array({{{"type", "number"}, {"exclusiveMinimum", 0}},
+                                     {{"type", "string"}, {"pattern", "^[0-9]*\\.?[0-9]+$"}}})}};
+}
+
 // none, or a comma-separated list: the names that stand alone, or a list of the others.
 ordered_json list_schema(const RunOptionInfo& info) {
   ordered_json list = list_of(info.choices());
@@ -121,6 +127,8 @@ ordered_json value_schema(const RunOptionInfo& info) {
       return count();
     case ValueKind::probability:
       return probability();
+    case ValueKind::number:
+      return positive_number();
     case ValueKind::choice:
       return choice_of(info);
     case ValueKind::list:

@@ -6,6 +6,7 @@
 // vocab_utils.py (vocabulary padding). The step of one device is then built like any other run.
 #include "parallel/layout.hpp"
 
+#include "base/names.hpp"
 #include "model/model_state.hpp"
 #include "parallel/schedule.hpp"
 
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <optional>
 #include <string>
@@ -23,6 +25,9 @@
 
 namespace memest {
 namespace {
+
+constexpr std::array<std::string_view, 2> kDispatcherNames = {"hf", "alltoall"};
+constexpr std::array<std::string_view, 2> kRoutingNames = {"balanced", "worst"};
 
 u64 round_up_to(u64 v, u64 m) { return checked_mul(ceil_div(v, m), m); }
 
@@ -213,7 +218,34 @@ void check_experts(const Architecture& a, const ParallelSpec& p, std::vector<std
   }
 }
 
+// Megatron-LM's dispatcher routes a model's experts, and its MoE layer refuses tensor parallelism
+// without sequence parallelism in training (megatron/core/transformer/moe/moe_layer.py
+// @d98e8a64ddf3, MoELayer.forward: "performance may degrade if MoE and tensor parallelism are
+// enabled without also enabling sequence parallelism", a ValueError).
+void check_dispatcher(const RunSpec& run, std::vector<std::string>& out) {
+  const ParallelSpec& p = run.parallel;
+  if (p.moe_dispatcher == MoeDispatcher::hf) return;
+  if (full_architecture(run).num_experts == 0)
+    out.emplace_back(
+        "--moe-dispatcher alltoall: the model has no routed experts (expected --moe-dispatcher "
+        "hf)");
+  if (p.tensor > 1 && !p.sequence)
+    out.push_back(fmt::format(
+        "--moe-dispatcher alltoall: Megatron-LM's MoE layer refuses --tp {} without sequence "
+        "parallelism (expected --sp)",
+        p.tensor));
+}
+
 }  // namespace
+
+std::span<const std::string_view> moe_dispatcher_names() { return kDispatcherNames; }
+MoeDispatcher parse_moe_dispatcher(std::string_view text) {
+  return detail::parse_enum<MoeDispatcher>(kDispatcherNames, text, "MoE dispatcher");
+}
+std::span<const std::string_view> moe_routing_names() { return kRoutingNames; }
+MoeRouting parse_moe_routing(std::string_view text) {
+  return detail::parse_enum<MoeRouting>(kRoutingNames, text, "MoE routing");
+}
 
 void check_layout(const RunSpec& run) {
   const auto& p = run.parallel;
@@ -229,6 +261,7 @@ void check_layout(const RunSpec& run) {
     problems.emplace_back(
         "--fsdp-sync-module-states: FSDP1's constructor is replayed for the whole model, not a "
         "pipeline stage (expected --pp 1)");
+  check_dispatcher(run, problems);
   if (fsdp_sync && !run.model.inventory.shapes_known)
     problems.emplace_back(
         "--fsdp-sync-module-states: FSDP1's units need the model's tensors (expected --model or "
@@ -277,6 +310,16 @@ HeldAtPeak walk_stage(const ParallelSpec& p, u64 stage, u64 m) {
 }
 
 }  // namespace
+
+std::vector<HeldChunks> stage_schedule_held(const RunSpec& run, std::uint64_t stage) {
+  const ParallelSpec& p = run.parallel;
+  const PipeSchedule s = p.schedule();
+  const u64 chunks = rank_chunks(p);
+  const Ends e = ends_of(s, p.pipeline, chunks, stage);
+  const std::vector<PipeAction> actions =
+      rank_actions(s, p.pipeline, chunks, microbatches_of(run), stage);
+  return held_per_step(actions, chunks, e.embedding, e.head);
+}
 
 std::uint64_t in_flight_microbatches(const ParallelSpec& p, std::uint64_t stage, u64 m) {
   if (p.pipeline <= 1) return 1;
@@ -381,7 +424,7 @@ Inventory rank_inventory(const Inventory& inv, const Share& s) {
     TensorGroup share = split_group(g, s);
     const bool listed = g.name.find('*') != std::string::npos;
     if (place == Place::layers && per_layer(g, s.L)) {
-      share.count = g.count / s.L * r.layers;
+      share.count = share.count / s.L * r.layers;   // split_group's share: E/e experts a layer
     } else if (place == Place::layers && listed) {  // in some layers only (MoE): evenly
       share.count = checked_mul(share.count, r.layers) / s.L;
     } else if (place == Place::layers && r.stage != 0) {

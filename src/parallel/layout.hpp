@@ -22,6 +22,11 @@ void check_layout(const RunSpec& run);
 std::uint64_t in_flight_microbatches(const ParallelSpec& p, std::uint64_t stage,
                                      std::uint64_t microbatches);
 
+/// The (micro-batch, chunk) pairs pipeline stage `stage` holds besides the running one at each
+/// step of its schedule (src/parallel/schedule.cpp held_per_step over the rank's steps): what
+/// --plot draws per stage.
+std::vector<HeldChunks> stage_schedule_held(const RunSpec& run, std::uint64_t stage);
+
 /// One RunSpec per pipeline stage, each the share of one device of that stage: its layers, its
 /// slice of every split dimension, its vocabulary shard, its in-flight micro-batches; `rank`
 /// says which. A run that splits nothing gives itself.

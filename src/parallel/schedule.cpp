@@ -317,4 +317,30 @@ HeldAtPeak walk_held(std::span<const PipeAction> actions, u64 chunks, u64 embedd
   return peak;
 }
 
+std::vector<HeldChunks> held_per_step(std::span<const PipeAction> actions, u64 chunks,
+                                      u64 embedding_chunk, u64 head_chunk) {
+  const bool weights = splits_backward(actions);
+  std::set<std::pair<u64, u64>> held;  // (micro-batch, chunk)
+  HeldChunks now;
+  const auto count = [&](HeldChunks& h, u64 chunk, bool add) {
+    const auto step = [&](u64& n) { n = add ? n + 1 : n - 1; };
+    step(h.chunks);
+    if (chunk == embedding_chunk && chunk < chunks) step(h.with_embedding);
+    if (chunk == head_chunk && chunk < chunks) step(h.with_head);
+  };
+  std::vector<HeldChunks> out;
+  out.reserve(actions.size());
+  for (const PipeAction& a : actions) {
+    const auto key = std::make_pair(a.microbatch, a.chunk);
+    HeldChunks others = now;
+    if (held.contains(key)) count(others, a.chunk, false);  // the running pair is not an other
+    out.push_back(others);
+    const bool released = a.kind == Kind::backward || a.kind == Kind::weight_grad ||
+                          (a.kind == Kind::input_grad && !weights);
+    if (a.kind == Kind::forward && held.insert(key).second) count(now, a.chunk, true);
+    if (released && held.erase(key) > 0) count(now, a.chunk, false);
+  }
+  return out;
+}
+
 }  // namespace memest

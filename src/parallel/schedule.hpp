@@ -53,6 +53,12 @@ struct HeldAtPeak {
 HeldAtPeak walk_held(std::span<const PipeAction> actions, std::uint64_t chunks,
                      std::uint64_t embedding_chunk, std::uint64_t head_chunk);
 
+/// The pairs a rank holds besides the one it runs, at each of `actions` (one entry per step, in
+/// order; walk_held's count at every step, its peak the largest): a pair is held from its
+/// forward to its backward, or to its weight-gradient step when the schedule has one.
+std::vector<HeldChunks> held_per_step(std::span<const PipeAction> actions, std::uint64_t chunks,
+                                      std::uint64_t embedding_chunk, std::uint64_t head_chunk);
+
 /// The schedule's name as --pp-schedule spells it.
 std::string_view schedule_name(PipeSchedule schedule);
 

@@ -206,9 +206,84 @@ std::string run_subtitle(const RunSpec& run, const Estimate& est) {
   return s;
 }
 
+// One stage's line over the steps of its schedule, a step a slot of the widest schedule.
+std::string stage_line(const StageSummary& st, std::size_t slots, std::string_view color,
+                       const Axis& axis) {
+  std::string points, bytes;
+  const auto& v = st.schedule_bytes;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const double x0 = kLeft + static_cast<double>(i) * kPlotW / static_cast<double>(slots);
+    const double x1 = kLeft + static_cast<double>(i + 1) * kPlotW / static_cast<double>(slots);
+    points += fmt::format("{}{:.2f},{:.2f} {:.2f},{:.2f}", i ? " " : "", x0, axis.y(v[i]), x1,
+                          axis.y(v[i]));
+    bytes += fmt::format("{}{}", i ? " " : "", v[i]);
+  }
+  return fmt::format(
+      "<polyline class=\"stage\" data-stage=\"{}\" data-bytes=\"{}\" points=\"{}\" "
+      "fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n",
+      st.stage, bytes, points, color);
+}
+
+std::string schedule_ticks(std::size_t slots) {
+  std::string out;
+  const std::size_t every = slots > 16 ? (slots + 15) / 16 : 1;
+  for (std::size_t i = 0; i < slots; i += every) {
+    const double x = step_x(i, slots);
+    out += fmt::format("<text x=\"{:.2f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x,
+                       kTop + kPlotH + 18, i + 1);
+  }
+  return out + fmt::format("<text x=\"{:.2f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                           kLeft + kPlotW / 2, kTop + kPlotH + 44,
+                           "step of the stage's schedule (a forward or a backward of one "
+                           "micro-batch and chunk)");
+}
+
+// A pipeline: each stage's live bytes over the steps of its schedule (StageSummary's series).
+std::string render_schedule_svg(const RunSpec& run, const Estimate& est,
+                                const ReportOptions& options) {
+  std::size_t slots = 1;
+  u64 top = run.budget ? run.budget->usable() : 0;
+  for (const StageSummary& st : est.stages) {
+    slots = std::max(slots, st.schedule_bytes.size());
+    for (const u64 b : st.schedule_bytes) top = std::max(top, b);
+  }
+  const Axis axis = axis_for(top, options.unit);
+  const auto& s0 = est.stages.front();
+  std::string svg = header(
+      fmt::format("{}: live memory per pipeline stage over the step", run.model.name),
+      fmt::format("{} stages, {}, {} micro-batches; each stage's largest moment with the "
+                  "micro-batches it holds at each step",
+                  est.stages.size(), pipe_schedule_names()[static_cast<std::size_t>(s0.schedule)],
+                  run.parallel.microbatches ? run.parallel.microbatches : run.training.grad_accum),
+      axis);
+  svg += y_ticks(axis, options.unit) + schedule_ticks(slots);
+  for (std::size_t i = 0; i < est.stages.size(); ++i) {
+    const StageSummary& st = est.stages[i];
+    const auto color = kSeriesColors[i % kSeriesColors.size()];
+    svg += stage_line(st, slots, color, axis);
+    const u64 most = *std::max_element(st.schedule_bytes.begin(), st.schedule_bytes.end());
+    if (i < 20)
+      svg += legend_row(
+          i, color,
+          fmt::format("stage {}: at most {}", st.stage, format_bytes(most, options.unit)));
+  }
+  if (run.budget) {
+    const u64 usable = run.budget->usable();
+    svg += level("budget", usable, axis,
+                 fmt::format("{}: {} usable", budget_label(*run.budget, options.unit),
+                             format_bytes(usable, options.unit)),
+                 "6 4");
+  }
+  return svg + "</svg>\n";
+}
+
 }  // namespace
 
 std::string render_step_svg(const RunSpec& run, const Estimate& est, const ReportOptions& options) {
+  const bool pipeline = est.stages.size() > 1 &&
+                        std::all_of(est.stages.begin(), est.stages.end(),
+                                    [](const auto& st) { return !st.schedule_bytes.empty(); });
+  if (pipeline) return render_schedule_svg(run, est, options);
   if (!est.peak || est.peak->timeline.empty()) {
     throw Error("--plot: the step is walked only for a whole run: give --batch and --seq");
   }

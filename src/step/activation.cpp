@@ -242,6 +242,34 @@ void read_rank(const RankSpec& r, const TrainingSpec& t, ActivationInputs& in) {
   }
 }
 
+// Megatron-LM's all-to-all dispatcher: the rows this rank's experts receive (layer_graph.cpp's
+// routed_rows) and what is assumed of them.
+void read_moe(const ParallelSpec& p, Notes notes, ActivationInputs& in) {
+  if (p.moe_dispatcher != MoeDispatcher::alltoall || in.moe_layers == 0) return;
+  in.moe_a2a = true;
+  in.ep = p.expert;
+  in.moe_capacity = p.moe_capacity_factor;
+  in.moe_worst = p.moe_capacity_factor == 0 && p.moe_routing == MoeRouting::worst;
+  if (notes == Notes::skipped) return;
+  const u64 local = in.experts / std::max<u64>(in.ep, 1);
+  if (in.moe_capacity > 0) {
+    in.notes.push_back(fmt::format(
+        "MoE: each expert takes at most {} x its even share of the routed tokens: this rank's "
+        "experts receive at most N x top_k x {} rows, counted in full (rounded up per token)",
+        in.moe_capacity, in.moe_capacity));
+  } else if (in.moe_worst) {
+    in.notes.push_back(fmt::format(
+        "MoE: dropless, worst case: every token of the {} expert-parallel ranks routed to this "
+        "rank's {} experts, {} x N x {} rows",
+        in.ep, local, in.ep, std::min(in.topk, local)));
+  } else {
+    in.notes.push_back(fmt::format(
+        "MoE: dropless, routing assumed balanced: this rank's experts receive N x top_k rows, "
+        "its share; at worst (--moe-routing worst) {} x N x {}",
+        in.ep, std::min(in.topk, local)));
+  }
+}
+
 }  // namespace
 
 std::optional<ActivationInputs> activation_inputs(const RunSpec& run, Notes notes) {
@@ -272,6 +300,7 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, Notes note
   read_grads(run, arch, in);
   note_assumptions(run, arch, known_act, notes, in);
   if (run.rank.split()) read_rank(run.rank, run.training, in);
+  read_moe(run.parallel, notes, in);
   return in;
 }
 

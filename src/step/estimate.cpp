@@ -480,6 +480,36 @@ StageSummary summary_of(const RankSpec& r, const Estimate& e) {
   return s;
 }
 
+// A stage's live bytes at each step of its pipeline schedule (--plot): the largest forward or
+// backward moment of its walk, which holds the other pairs of its peak step (RankSpec::held)
+// beside the running one, with the other pairs of that step instead: a chunk's saved layers for
+// each pair more or fewer, the embeddings' and the head's for the pairs of the chunks that have
+// them. The running pair is walked as the stage's walk does, with the stage's ends.
+std::vector<u64> schedule_series(const RunSpec& r, const Estimate& e) {
+  std::vector<u64> out;
+  if (!e.activations || !e.peak || r.parallel.pipeline <= 1) return out;
+  const ActivationBytes& a = *e.activations;
+  u64 top = 0;
+  for (const Moment& m : e.peak->moments) {
+    const Phase ph = phase_of(m.id.kind);
+    if (ph == Phase::forward || ph == Phase::backward) top = std::max(top, m.bytes);
+  }
+  const HeldChunks& at_peak = r.rank.held;
+  for (const HeldChunks& h : stage_schedule_held(r, r.rank.stage)) {
+    u64 more = 0, fewer = 0;
+    const auto shift = [&](u64 now, u64 peak, u64 each) {
+      if (now >= peak) more = checked_add(more, checked_mul(now - peak, each));
+      if (now < peak) fewer = checked_add(fewer, checked_mul(peak - now, each));
+    };
+    shift(h.chunks, at_peak.chunks, a.layers);
+    shift(h.with_embedding, at_peak.with_embedding, a.embed);
+    shift(h.with_head, at_peak.with_head, a.head);
+    const u64 sum = checked_add(top, more);
+    out.push_back(sum > fewer ? sum - fewer : 0);
+  }
+  return out;
+}
+
 // The run's estimate: its one device's, or that of the pipeline stage that needs the most.
 Estimate estimate_stages(const RunSpec& run, const EstimateOptions& options) {
   if (!run.parallel.splits_model() || run.rank.split()) return estimate_device(run, options);
@@ -489,6 +519,7 @@ Estimate estimate_stages(const RunSpec& run, const EstimateOptions& options) {
   for (const RunSpec& r : stage_runs(run)) {
     Estimate e = estimate_device(r, options);
     stages.push_back(summary_of(r.rank, e));
+    if (options.timeline) stages.back().schedule_bytes = schedule_series(r, e);
     if (!worst ||
         stages.back().needed > stages[static_cast<std::size_t>(worst->worst_stage)].needed) {
       e.worst_stage = r.rank.stage;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 namespace memest::detail {
 namespace {
@@ -28,7 +29,11 @@ class Saver {
   void all() {
     layer();
     mlp(Scope::dense_mlp, {sym::N}, dims_.I);
-    if (in_.moe_layers > 0) moe();
+    if (in_.moe_layers > 0 && in_.moe_a2a) {
+      megatron_moe();
+    } else if (in_.moe_layers > 0) {
+      moe();
+    }
     shared();
     embed();
     head();
@@ -381,6 +386,49 @@ class Saver {
     }
   }
 
+  // Megatron-LM's MoE layer with the all-to-all dispatcher (megatron/core/transformer/moe/ at
+  // @d98e8a64ddf3): the router's top_k over the logits keeps its indices and the softmax of the
+  // top_k scores its fp32 output (moe_utils.py topk_routing_with_score_function; the N x E
+  // logits are not kept); the dispatcher holds the routing map and the permutation's indices
+  // (token_dispatcher.py dispatch_preprocess, moe_utils.py permute: index_select keeps the
+  // index, not the tokens); the grouped experts keep fc1's input (the received rows), fc1's
+  // output (the SwiGLU input, WeightedSwiGLUFunction in fusions/fused_bias_swiglu.py) with the
+  // received probabilities, and fc2's input (experts.py TEGroupedMLP.forward).
+  void megatron_moe() {
+    const Scope sc = Scope::moe_mlp;
+    const Sym k = dims_.topk;
+    add("MoE router: top-k expert indices (int64)", sc, Slot::mlp, 8, shape({tokens_, k}));
+    add("MoE router: softmax of the top-k scores (fp32)", sc, Slot::mlp, 4, shape({tokens_, k}));
+    add("MoE dispatcher: routing map (bool)", sc, Slot::mlp, 1, shape({tokens_, dims_.E}));
+    add("MoE dispatcher: token and probability permutation indices (int64)", sc, Slot::mlp, 8,
+        shape({dim("2", 2), tokens_, k}));
+    const u64 ec = in_.ec;
+    add("MoE experts: fc1 input (the rows received)", sc, Slot::mlp, ec,
+        routed_rows(in_, dims_.h, "k*c*h"));
+    const bool t = in_.t > 1;
+    const char* i_rows = t ? "k*c*I_moe/t" : "k*c*I_moe";
+    if (in_.gated) {
+      add("MoE experts: fc1 output (SwiGLU input)", sc, Slot::mlp, ec,
+          routed_rows(in_, dim(t ? "2*I_moe/t" : "2*I_moe", 2 * in_.I_moe),
+                      t ? "k*c*2*I_moe/t" : "k*c*2*I_moe"));
+    } else {
+      add("MoE experts: fc1 output (activation input)", sc, Slot::mlp, ec,
+          routed_rows(in_, dims_.Imoe, i_rows));
+    }
+    add("MoE experts: fc2 input (activation output)", sc, Slot::mlp, ec,
+        routed_rows(in_, dims_.Imoe, i_rows));
+    // fp32 as 4 bytes a row, so that a capacity factor's rows stay whole bytes
+    add("MoE experts: routing probabilities received (fp32)", sc, Slot::mlp, 1,
+        routed_rows(in_, dim("4", 4), "k*c*4"));
+    if (in_.I_shared > 0) {
+      mlp(Scope::moe_mlp, {sym::N}, dims_.Ishared);
+      if (in_.shared_gate) {
+        add("MoE: shared expert gate (logit and sigmoid)", Scope::moe_mlp, Slot::mlp, in_.ec,
+            shape({dim("2", 2), sym::N}));
+      }
+    }
+  }
+
   void shared() {
     const bool full = checkpointed(in_.recompute);
     if (in_.rotary && later_.core) {  // kept by q*cos and k*cos when q or k requires grad
@@ -486,6 +534,20 @@ class Saver {
 };
 
 }  // namespace
+
+Shape routed_rows(const ActivationInputs& in, Sym per_row, const char* capacity_name) {
+  if (in.moe_capacity > 0) {
+    const double kc = static_cast<double>(in.topk) * in.moe_capacity;
+    const auto n = static_cast<u64>(std::ceil(kc * static_cast<double>(per_row.value) - 1e-9));
+    return shape({sym::N, dim(capacity_name, n)});
+  }
+  Sym rows = dim("top_k", in.topk);
+  if (in.moe_worst) {
+    const u64 local = in.experts / std::max<u64>(in.ep, 1);
+    rows = dim("e*min(top_k,E/e)", checked_mul(in.ep, std::min(in.topk, local)));
+  }
+  return shape({sym::N, rows, per_row});
+}
 
 void size_tensor(Tensor& t) {
   t.bytes = Poly{};

@@ -30,6 +30,13 @@ struct Dims {
         Ishared(dim(in.t > 1 ? "I_shared/t" : "I_shared", in.I_shared)) {}
 };
 
+/// The rows the routed experts of one rank compute under Megatron-LM's all-to-all dispatcher,
+/// each `per_row` elements wide (a width, or a count): N x top_k (dropless, balanced), N x
+/// top_k x c rounded up to whole elements per token (capacity factor c), or N x e x min(top_k,
+/// E/e) (dropless, the worst case). `capacity_name` names the per-token product under a
+/// capacity factor ("k*c*h"; a string literal).
+Shape routed_rows(const ActivationInputs& in, Sym per_row, const char* capacity_name);
+
 /// A tensor sized from its width and shape (Tensor::bytes, Tensor::mono).
 Tensor make_tensor(std::string_view name, Part part, Scope scope, Slot slot, std::uint64_t width,
                    const Shape& shape, Batch batch = Batch::any);

@@ -74,6 +74,8 @@ struct MlpShape {
 MlpShape mlp_shape(const ActivationInputs& in, const Dims& dims) {
   const bool all_moe = in.moe_layers == in.L && in.moe_layers;
   const Sym I = all_moe ? dims.Imoe : dims.I;
+  if (all_moe && in.moe_a2a)
+    return {I, routed_rows(in, I, in.t > 1 ? "k*c*I_moe/t" : "k*c*I_moe"), all_moe};
   return {I, all_moe ? shape({sym::N, dim("top_k", in.topk), I}) : shape({sym::N, I}), all_moe};
 }
 }  // namespace
@@ -95,6 +97,19 @@ void Walker::llama_mlp_backward(u64 j, std::uint32_t down_grad) {
   ++two.rank;
   writer_.add(temp("gradients of act(gate) and of up (MulBackward0)", Part::other, in_.ec, two));
   writer_.end();
+  if (in_.moe_layers > 0 && in_.moe_a2a) {
+    // The combine's all-to-all in backward (the dispatch's is the same pair reversed): the
+    // gradients of this rank's N x top_k routed copies sent, and of the rows its experts got;
+    // with dense layers too, beside the layer the walk carries (the larger kind).
+    begin(MomentKind::backward_mlp, j);
+    current();
+    const Sym h = dim("h", in_.h);
+    writer_.add(temp("MoE all-to-all: gradients of the routed tokens (send buffer)", Part::other,
+                     in_.ec, shape({in_.sp ? sym::Nt : sym::N, dims_.topk, h})));
+    writer_.add(temp("MoE all-to-all: gradients of the rows received (receive buffer)", Part::other,
+                     in_.ec, routed_rows(in_, h, "k*c*h")));
+    writer_.end();
+  }
   if (!in_.grads.nf4 || m.all_moe) return;
   // QLoRA: the 4-bit down_proj dequantises its weight again for the input gradient
   // (bitsandbytes MatMul4Bit.backward, torchao's linear_nf4): it lives beside that gradient.

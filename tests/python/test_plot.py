@@ -52,11 +52,41 @@ RUNS = [
      "--attention", "eager", "--recompute", "selective", "--dropout", "0.1"],
     ["--model", "tinyllama-1.1b", "--batch", "2", "--seq", "2048", "--precision", "mixed",
      "--dp", "8", "--zero", "3", "--allocator", "cuda", "--gpu", "a10"],
-    ["--model", "llama-2-7b", "--batch", "1", "--seq", "4096", "--tp", "2", "--pp", "2",
-     "--precision", "mixed-bf16", "--microbatches", "4"],
     ["--model", "qwen1.5-moe-a2.7b", "--batch", "1", "--seq", "1024", "--lora-rank", "8",
      "--precision", "bf16"],
 ]
+
+
+PIPELINES = [
+    ["--model", "llama-2-7b", "--batch", "1", "--seq", "4096", "--tp", "2", "--pp", "2",
+     "--precision", "mixed-bf16", "--microbatches", "4"],
+    ["--model", "llama-3.2-1b", "--batch", "2", "--seq", "2048", "--pp", "4", "--vpp", "2",
+     "--microbatches", "8", "--gpu", "a10"],
+]
+
+
+@pytest.mark.parametrize("args", PIPELINES, ids=lambda a: " ".join(a[:6]))
+def test_pipeline_picture_draws_each_stage_up_to_its_peak(args, tmp_path):
+    r, path = run(args + ["--format", "json"], tmp_path)
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    pic = Picture(path)
+    lines = pic.all("polyline", "stage")
+    assert [int(l.get("data-stage")) for l in lines] == [s["stage"] for s in doc["stages"]]
+    for line, stage in zip(lines, doc["stages"]):
+        own = ints(line.get("data-bytes"))
+        # The line's highest step is the walk's largest forward or backward moment: the stage's
+        # peak in the table unless that is in the optimizer step (as the report's stage's peak
+        # says of itself).
+        assert max(own) <= stage["peak_bytes"]
+        in_step = doc["peak"]["phase"] in ("forward", "backward")
+        if stage["peak_bytes"] == doc["peak"]["bytes"] and in_step:
+            assert max(own) == stage["peak_bytes"]
+        pts = points(line.get("points"))
+        assert len(pts) == 2 * len(own)  # a level segment per step
+        for i, b in enumerate(own):
+            assert abs(pts[2 * i][1] - pic.y(b)) < TOLERANCE
+            assert abs(pts[2 * i + 1][1] - pic.y(b)) < TOLERANCE
 
 
 @pytest.mark.parametrize("args", RUNS, ids=lambda a: " ".join(a[:6]))
@@ -152,9 +182,12 @@ def test_readme_pictures_are_the_current_build_s(tmp_path):
     import re
     import shlex
     root = Path(__file__).resolve().parents[2]
-    commands = re.findall(r"```sh\nmemest (.* --plot (docs/\S+\.svg))\n```",
-                          (root / "README.md").read_text())
-    assert len(commands) == 2
+    commands = []
+    for page, count in (("README.md", 2), ("docs/parallelism.md", 1)):
+        found = re.findall(r"```sh\nmemest (.* --plot (docs/\S+\.svg))\n```",
+                           (root / page).read_text())
+        assert len(found) == count, page
+        commands += found
     for line, picture in commands:
         args = shlex.split(line)
         args = args[:args.index("--plot")] + args[args.index("--plot") + 2:]
