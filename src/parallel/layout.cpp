@@ -391,8 +391,9 @@ Inventory rank_inventory(const Inventory& inv, const Share& s) {
   }
   const auto& a = *s.arch;
   if (a.tied_embeddings && a.lm_head && r.stages > 1 && r.head) {
-    TensorGroup head = make_group("output_layer.weight (tied copy)", Role::head, s.vocab / r.tensor,
-                                  a.embedding_dim ? a.embedding_dim : a.hidden_size, 1, true);
+    TensorGroup head =
+        make_group("output_layer.weight (tied copy)", Role::head, s.vocab / r.tensor,
+                   a.embedding_dim ? a.embedding_dim : a.hidden_size, 1, {.matmul = true});
     head.kind = "lm_head";
     out.groups.push_back(std::move(head));
   }
