@@ -357,7 +357,13 @@ TensorGroup split_group(TensorGroup g, const Share& s) {
         break;
     }
   }
-  if (g.role == Role::expert) g.count /= r.expert;
+  // Expert parallelism: each rank holds E / ep of every MoE layer's routed experts (one tensor
+  // per expert, or one [E, ...] tensor per layer whose rows are the experts).
+  if (g.role == Role::expert && a.fused_experts) {
+    g.rows /= r.expert;
+  } else if (g.role == Role::expert) {
+    g.count /= r.expert;
+  }
   return g;
 }
 
@@ -381,7 +387,7 @@ Inventory rank_inventory(const Inventory& inv, const Share& s) {
     TensorGroup share = split_group(g, s);
     const bool listed = g.name.find('*') != std::string::npos;
     if (place == Place::layers && per_layer(g, s.L)) {
-      share.count = g.count / s.L * r.layers;
+      share.count = share.count / s.L * r.layers;   // the split share of each layer
     } else if (place == Place::layers && listed) {  // in some layers only (MoE): evenly
       share.count = checked_mul(share.count, r.layers) / s.L;
     } else if (place == Place::layers && r.stage != 0) {
