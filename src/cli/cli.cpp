@@ -316,7 +316,7 @@ int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags
         "sweep needs a micro-batch and a sequence length: --batches or --batch, and --seqs or "
         "--seq");
   }
-  sweep_size(grid);  // a grid too large is refused before anything is printed
+  check_sweep(run, grid);  // a grid too large, or a point the layout refuses: nothing printed
   const bool jsonl = flags.format == "jsonl";
   std::vector<SweepRow> rows;  // kept only for --plot
   if (!jsonl) out << render_sweep_csv_header();
