@@ -296,8 +296,8 @@ TEST_CASE("a plain estimate answers the same without CLI11 as with it", "[cli]")
     for (const auto& a : args) argv.push_back(a.c_str());
     std::ostringstream out1, err1, out2, err2;
     const int plain = memest::cli::run(static_cast<int>(argv.size()), argv.data(), out1, err1);
-    const int cli11 =
-        memest::cli::run(static_cast<int>(argv.size()), argv.data(), out2, err2, false);
+    const int cli11 = memest::cli::run(static_cast<int>(argv.size()), argv.data(), out2, err2,
+                                       memest::cli::Parser::cli11_only);
     REQUIRE(plain == cli11);
     REQUIRE(out1.str() == out2.str());
     REQUIRE(err1.str() == err2.str());

@@ -20,7 +20,7 @@ namespace {
 Inventory tiny() {
   Inventory inv;
   inv.groups.push_back(make_group("embed.weight", Role::embedding, 10, 3, 1));
-  inv.groups.push_back(make_group("layers.*.w", Role::mlp, 5, 3, 2, true));
+  inv.groups.push_back(make_group("layers.*.w", Role::mlp, 5, 3, 2, {.matmul = true}));
   inv.groups.push_back(make_group("layers.*.b", Role::mlp, 1, 2, 2));
   inv.groups.push_back(make_group("norm.weight", Role::norm, 1, 3, 1));
   return inv;

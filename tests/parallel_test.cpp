@@ -25,6 +25,22 @@ const char* kGpt =
     R"({"model_type":"megatron_gpt","vocab_size":51200,"hidden_size":1024,"num_layers":4,)"
     R"("num_attention_heads":16,"max_position_embeddings":2048})";
 
+// The routed experts' elements in the first stage's inventory of `preset` split t x ep ways.
+std::uint64_t expert_elements(const char* preset, std::uint64_t t, std::uint64_t ep) {
+  RunSpec run;
+  run.model = load_model_preset(preset);
+  run.training.micro_batch = 1;
+  run.training.seq_len = 2048;
+  run.parallel.tensor = t;
+  run.parallel.expert = ep;
+  run.parallel.data_parallel = 4;
+  std::uint64_t n = 0;
+  for (const TensorGroup& g : stage_runs(run).front().model.inventory.groups) {
+    if (g.role == Role::expert) n += g.elements();
+  }
+  return n;
+}
+
 std::uint64_t per_layer(std::vector<std::string> extra) {
   std::vector<std::string> args = {"--architecture", kGpt,    "--precision", "bf16",
                                    "--attention",    "eager", "--batch",     "2",
@@ -428,6 +444,35 @@ TEST_CASE("fit --gpus searches what the stack runs, and expert parallelism for M
                             : interleaved               ? json("interleaved-1f1b")
                                                         : json("1f1b")));
   }
+}
+
+// Expert parallelism keeps E / ep of every MoE layer's routed experts on a rank, with tensor
+// parallelism splitting each expert's intermediate dimension as well (--tp was ignoring --ep).
+TEST_CASE("expert parallelism: a rank holds E / ep of each layer's experts, with or without --tp") {
+  // configs/models/mixtral-8x7b.json: 32 layers of 8 experts, each w1 and w3 of I x h and w2 of
+  // h x I, h = 4096, I = 14336 (column- and row-parallel: I splits t ways).
+  const std::uint64_t L = 32, E = 8, h = 4096, I = 14336;
+  const auto derived = [&](std::uint64_t t, std::uint64_t ep) {
+    return L * (E / ep) * 3 * h * (I / t);
+  };
+  for (const std::uint64_t t : {1U, 2U}) {
+    for (const std::uint64_t ep : {1U, 2U, 4U, 8U}) {
+      CAPTURE(t, ep);
+      CHECK(expert_elements("mixtral-8x7b", t, ep) == derived(t, ep));
+    }
+  }
+  // The per-device parameters of the command line differ by the experts the other ranks hold.
+  const auto params = [](std::string t, std::string ep) {
+    return run_json({"--model", "mixtral-8x7b", "--tp", t, "--ep", ep, "--dp", "4", "--batch", "1",
+                     "--seq", "2048", "--precision", "bf16"})["parameters"]["total"]
+        .get<std::uint64_t>();
+  };
+  CHECK(params("2", "1") - params("2", "4") == derived(2, 1) - derived(2, 4));
+  CHECK(params("1", "1") - params("1", "4") == derived(1, 1) - derived(1, 4));
+  // gpt-oss stores a layer's 32 experts as one [E, ...] tensor each for up, down and their
+  // biases: the expert rows split.
+  CHECK(expert_elements("gpt-oss-20b", 1, 4) * 4 == expert_elements("gpt-oss-20b", 1, 1));
+  CHECK(expert_elements("gpt-oss-20b", 1, 4) < expert_elements("gpt-oss-20b", 1, 1));
 }
 
 }  // namespace memest::test

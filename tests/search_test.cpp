@@ -1,3 +1,5 @@
+#include "testutil.hpp"
+
 #include <memest/check.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/report.hpp>
@@ -128,6 +130,29 @@ TEST_CASE("sweep: every combination, each the estimate of its run", "[search]") 
     REQUIRE(row.need == bytes_needed(r));
     REQUIRE(row.fits == (row.need <= budget.usable()));
   }
+}
+
+TEST_CASE("sweep: every sequence must split over the sequence- and context-parallel ranks",
+          "[search]") {
+  RunSpec run = llama("bf16");
+  run.parallel.tensor = 2;
+  run.parallel.sequence = true;
+  run.training.seq_len = 4096;
+  SweepGrid grid;
+  grid.seq_lens = {4096, 8192, 4097};  // the last does not split over t = 2 ranks
+  CHECK_THROWS_WITH(sweep(run, grid, std::nullopt),
+                    "--sp: the sequence of 4097 tokens does not split over t x c = 2 ranks "
+                    "(expected a multiple of 2)");
+  grid.seq_lens = {4096, 8192};
+  CHECK(sweep(run, grid, std::nullopt).size() == 2);
+  // Through the command line: the usual one-line error, exit code 2, no rows.
+  const test::CliResult r = test::run_cli({"sweep", "--model", "llama-2-7b", "--tp", "2", "--sp",
+                                           "--batches", "1", "--seqs", "4096,4097"});
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err ==
+        "memest: error: --sp: the sequence of 4097 tokens does not split over t x c = 2 ranks "
+        "(expected a multiple of 2)\n");
 }
 
 TEST_CASE("fit --gpus: each layout that fits is estimated like any run, most headroom first",

@@ -37,7 +37,8 @@ inline std::string data_path(const std::string& rel) {
 /// A trainable-or-frozen group of `count` rows x cols tensors, for hand-built inventories.
 inline TensorGroup group(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,
                          std::uint64_t count, bool matmul, bool trainable) {
-  return make_group(std::move(name), role, rows, cols, count, matmul, trainable);
+  return make_group(std::move(name), role, rows, cols, count,
+                    {.matmul = matmul, .trainable = trainable});
 }
 
 /// A preset model trained with AdamW at micro-batch b and sequence s, eager attention (the

@@ -49,9 +49,15 @@ struct TensorGroup {
   bool operator==(const TensorGroup&) const = default;
 };
 
+/// How a group's tensors are used, named at the call: `{.matmul = true}`.
+struct GroupUse {
+  bool matmul = false;    ///< TensorGroup::matmul
+  bool trainable = true;  ///< TensorGroup::trainable
+};
+
 /// A group of `count` tensors of rows x cols, with the other fields at their defaults.
 TensorGroup make_group(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,
-                       std::uint64_t count, bool matmul = false, bool trainable = true);
+                       std::uint64_t count, GroupUse use = {});
 
 /// Every parameter tensor of a model, grouped. Tied tensors appear once.
 struct Inventory {

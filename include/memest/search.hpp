@@ -149,6 +149,12 @@ inline constexpr std::uint64_t kMaxSweepRows = 1'000'000;
 /// sizes when there are more than kMaxSweepRows.
 std::uint64_t sweep_size(const SweepGrid& grid);
 
+/// Throws Error for a grid sweep() refuses: more rows than kMaxSweepRows (sweep_size), or a
+/// sequence length that does not split as the run's layout needs (context and sequence
+/// parallelism: check_layout's one-line error for that point). sweep() checks it; the command
+/// line checks it before printing anything.
+void check_sweep(const RunSpec& run, const SweepGrid& grid);
+
 /// Evaluates every point of the grid around `run`, in row-major order (batch, seq, policy,
 /// optimizer), handing each row to `emit` as it is computed (nothing is kept). Throws Error
 /// before any row when the grid is past kMaxSweepRows.

@@ -317,7 +317,7 @@ int run_sweep(const SweepFlags& sf, const RunOptions& options, const OutputFlags
         "sweep needs a micro-batch and a sequence length: --batches or --batch, and --seqs or "
         "--seq");
   }
-  sweep_size(grid);  // a grid too large is refused before anything is printed
+  check_sweep(run, grid);  // a grid too large, or a point the layout refuses: nothing printed
   const bool jsonl = flags.format == "jsonl";
   std::vector<SweepRow> rows;  // kept only for --plot
   if (!jsonl) out << render_sweep_csv_header();
@@ -602,7 +602,7 @@ int dispatch(const Subcommands& c, const RunOptions& options, const OutputFlags&
 }  // namespace
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
-  return run(argc, argv, out, err, true);
+  return run(argc, argv, out, err, Parser::plain_first);
 }
 
 int run(std::span<const std::string> words, std::ostream& out, std::ostream& err) {
@@ -612,7 +612,7 @@ int run(std::span<const std::string> words, std::ostream& out, std::ostream& err
   return run(static_cast<int>(argv.size()), argv.data(), out, err);
 }
 
-int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool plain_path) {
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, Parser parser) {
   if (argc > 1 && std::string_view(argv[1]) == "serve") {
     const std::vector<std::string> args(argv + 2, argv + argc);
     return guarded(err, [&] {
@@ -621,7 +621,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       return served.exit_code == 0 ? kExitOk : kExitCheckFailed;
     });
   }
-  if (RunOptions plain; plain_path) {
+  if (RunOptions plain; parser == Parser::plain_first) {
     if (OutputFlags flags; parse_plain(argc, argv, plain, flags)) {
       flags.color = use_color(out);
       return guarded(err, [&] { return run_estimate(plain, flags, out); });

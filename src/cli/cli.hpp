@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <span>
 #include <string>
@@ -19,8 +20,12 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
 /// page and the tests pass).
 int run(std::span<const std::string> words, std::ostream& out, std::ostream& err);
 
-/// The same; `plain_path` false sends even a plain estimate through CLI11 instead of the short
-/// path for `--name value` arguments, so tests can check that both give the same answer.
-int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool plain_path);
+/// Which parser reads the arguments: the short path for a plain estimate's `--name value`
+/// arguments (handing anything else to CLI11), or CLI11 for everything, so tests can check that
+/// both give the same answer.
+enum class Parser : std::uint8_t { plain_first, cli11_only };
+
+/// The same, with the arguments read by `parser`.
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, Parser parser);
 
 }  // namespace memest::cli

@@ -46,9 +46,10 @@ constexpr std::string_view kAlibi =
 constexpr std::string_view kFullWidthK = "; its k norm is taken as spanning all query heads";
 
 constexpr std::array<ModelFamily, 39> kFamilies = {{
-    {.type = "bert", .names = kEncoderNames},
+    {.type = "bert", .names = kEncoderNames, .graph = LayerGraph::gpt2},
     {.type = "bloom",
      .names = with_embed_norm(kFusedTransformerNames, "transformer.word_embeddings_layernorm"),
+     .graph = LayerGraph::gpt2,
      .approximation = kAlibi},
     {.type = "chatglm",
      .names = {.embed = "transformer.embedding.word_embeddings",
@@ -57,11 +58,17 @@ constexpr std::array<ModelFamily, 39> kFamilies = {{
                .qkv = "self_attention.query_key_value",
                .mlp = {"mlp.gate", "mlp.up", "mlp.dense_4h_to_h", "mlp.dense_h_to_4h"},
                .final_norm = "transformer.encoder.final_layernorm",
-               .lm_head = "transformer.output_layer"}},
-    {.type = "cohere", .names = {.norms = {"input_layernorm"}}, .approximation = kFullWidthK},
+               .lm_head = "transformer.output_layer"},
+     .graph = std::nullopt},
+    {.type = "cohere",
+     .names = {.norms = {"input_layernorm"}},
+     .graph = LayerGraph::gpt2,
+     .approximation = kFullWidthK},
     {.type = "deepseek_v2"},
     {.type = "deepseek_v3"},
-    {.type = "falcon", .names = with_parallel_norms(kFusedTransformerNames, "ln_attn", "ln_mlp")},
+    {.type = "falcon",
+     .names = with_parallel_norms(kFusedTransformerNames, "ln_attn", "ln_mlp"),
+     .graph = LayerGraph::gpt2},
     {.type = "gemma"},
     {.type = "gemma2"},
     {.type = "gemma3_text", .approximation = kFullWidthK},
@@ -78,6 +85,7 @@ constexpr std::array<ModelFamily, 39> kFamilies = {{
                .norms = {"ln_1", "ln_2"},
                .mlp = {"mlp.c_gate", "mlp.c_fc", "mlp.c_proj", "mlp.c_fc"},
                .final_norm = "transformer.ln_f"},
+     .graph = LayerGraph::gpt2,
      .measured = true},
     {.type = "gpt_neox",
      .names = {.embed = "gpt_neox.embed_in",
@@ -87,7 +95,8 @@ constexpr std::array<ModelFamily, 39> kFamilies = {{
                .mlp = {"mlp.dense_gate", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h",
                        "mlp.dense_h_to_4h"},
                .final_norm = "gpt_neox.final_layer_norm",
-               .lm_head = "embed_out"}},
+               .lm_head = "embed_out"},
+     .graph = LayerGraph::gpt2},
     {.type = "gpt_oss",
      .names = {.router = "mlp.router",
                .experts = "mlp.experts.",
@@ -104,7 +113,8 @@ constexpr std::array<ModelFamily, 39> kFamilies = {{
                .o = "attn.out_proj",
                .norms = {"ln_1", "ln_2"},
                .mlp = {"mlp.fc_gate", "mlp.fc_in", "mlp.fc_out", "mlp.fc_in"},
-               .final_norm = "transformer.ln_f"}},
+               .final_norm = "transformer.ln_f"},
+     .graph = LayerGraph::gpt2},
     {.type = "granite"},
     {.type = "granitemoe",
      .names = {.router = "block_sparse_moe.router.layer", .experts = "block_sparse_moe."}},
@@ -117,7 +127,7 @@ constexpr std::array<ModelFamily, 39> kFamilies = {{
                .lm_head = "output"}},
     {.type = "llama", .measured = true},
     {.type = "mamba"},
-    {.type = "megatron_gpt"},
+    {.type = "megatron_gpt", .graph = std::nullopt},
     {.type = "mistral", .measured = true},
     {.type = "mixtral",
      .names = {.router = "block_sparse_moe.gate",
@@ -131,6 +141,7 @@ constexpr std::array<ModelFamily, 39> kFamilies = {{
                .norms = {"norm_1", "norm_2"},
                .mlp = {"ffn.gate_proj", "ffn.up_proj", "ffn.down_proj", "ffn.up_proj"},
                .final_norm = "transformer.norm_f"},
+     .graph = LayerGraph::gpt2,
      .approximation = kAlibi},
     {.type = "olmo"},
     {.type = "olmo2",
@@ -146,13 +157,15 @@ constexpr std::array<ModelFamily, 39> kFamilies = {{
                .o = "self_attn.out_proj",
                .norms = {"self_attn_layer_norm", "final_layer_norm"},
                .mlp = {"fc_gate", "fc1", "fc2", "fc1"},
-               .final_norm = "model.decoder.final_layer_norm"}},
+               .final_norm = "model.decoder.final_layer_norm"},
+     .graph = LayerGraph::gpt2},
     {.type = "phi",
      .names = {.o = "self_attn.dense",
                .q_norm = "self_attn.q_layernorm",
                .k_norm = "self_attn.k_layernorm",
                .mlp = {"mlp.fc_gate", "mlp.fc1", "mlp.fc2", "mlp.fc1"},
-               .final_norm = "model.final_layernorm"}},
+               .final_norm = "model.final_layernorm"},
+     .graph = LayerGraph::gpt2},
     {.type = "phi3", .dropout_everywhere = true},
     {.type = "qwen2", .measured = true},
     {.type = "qwen2_moe",
@@ -160,9 +173,11 @@ constexpr std::array<ModelFamily, 39> kFamilies = {{
                           "mlp.shared_expert.down_proj", "mlp.shared_expert.gate_up_proj"}}},
     {.type = "qwen3", .approximation = kFullWidthK},
     {.type = "qwen3_moe", .approximation = kFullWidthK},
-    {.type = "roberta", .names = kEncoderNames},
-    {.type = "stablelm", .approximation = kFullWidthK},
-    {.type = "starcoder2", .names = {.mlp = {"mlp.c_gate", "mlp.c_fc", "mlp.c_proj", "mlp.c_fc"}}},
+    {.type = "roberta", .names = kEncoderNames, .graph = LayerGraph::gpt2},
+    {.type = "stablelm", .graph = LayerGraph::gpt2, .approximation = kFullWidthK},
+    {.type = "starcoder2",
+     .names = {.mlp = {"mlp.c_gate", "mlp.c_fc", "mlp.c_proj", "mlp.c_fc"}},
+     .graph = LayerGraph::gpt2},
     {.type = "t5", .dropout_everywhere = true},
 }};
 
@@ -174,7 +189,7 @@ constexpr bool sorted_by_type() {
 }
 static_assert(sorted_by_type(), "kFamilies is sorted by model_type, without repeats");
 
-constexpr ModelFamily kUnlisted = {};
+constexpr ModelFamily kUnlisted = {.graph = std::nullopt};
 
 }  // namespace
 
@@ -185,10 +200,6 @@ const ModelFamily& family_of(std::string_view model_type) {
       std::lower_bound(kFamilies.begin(), kFamilies.end(), model_type,
                        [](const ModelFamily& f, std::string_view type) { return f.type < type; });
   return it != kFamilies.end() && it->type == model_type ? *it : kUnlisted;
-}
-
-LayerGraph layer_graph(const Architecture& arch) {
-  return arch.rms_norm ? LayerGraph::llama : LayerGraph::gpt2;
 }
 
 }  // namespace memest::detail

@@ -7,6 +7,7 @@
 #include <memest/model.hpp>
 
 #include <array>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -55,6 +56,11 @@ struct ModuleNames {
 struct ModelFamily {
   std::string_view type;  ///< the model_type, as config.json spells it
   ModuleNames names;
+  /// The layer graph its activations follow (docs/activations.md): Llama's for an RMSNorm
+  /// family, GPT-2's for a LayerNorm one; none where the config chooses the norm (chatglm's
+  /// "rmsnorm", megatron_gpt's "normalization") or for a model_type without a row, which then
+  /// follow their norm (ActivationInputs::graph).
+  std::optional<LayerGraph> graph = LayerGraph::llama;
   /// The layer graph of the step was measured on this family (docs/accuracy.md); the others
   /// follow it by approximation and say so.
   bool measured = false;
@@ -72,10 +78,5 @@ std::span<const ModelFamily> model_families();
 /// The row of `model_type`; for a type without one (an Architecture made by hand), a row with
 /// Llama's names that is not measured.
 const ModelFamily& family_of(std::string_view model_type);
-
-/// The layer graph a model's activations follow (docs/activations.md): Llama's for an RMSNorm
-/// model, GPT-2's for a LayerNorm one. It is the norm's, not the family's: chatglm and
-/// megatron_gpt choose their norm in the config.
-LayerGraph layer_graph(const Architecture& arch);
 
 }  // namespace memest::detail

@@ -43,15 +43,15 @@ Role parse_role(std::string_view text) {
 }
 
 TensorGroup make_group(std::string name, Role role, std::uint64_t rows, std::uint64_t cols,
-                       std::uint64_t count, bool matmul, bool trainable) {
+                       std::uint64_t count, GroupUse use) {
   TensorGroup g;
   g.name = std::move(name);
   g.role = role;
   g.rows = rows;
   g.cols = cols;
   g.count = count;
-  g.matmul = matmul;
-  g.trainable = trainable;
+  g.matmul = use.matmul;
+  g.trainable = use.trainable;
   return g;
 }
 
@@ -168,23 +168,27 @@ std::string cat(std::string_view a, std::string_view b, std::string_view c = {})
   return out;
 }
 
+// Whether a Linear has a bias, named at the call.
+enum class Bias : bool { no, yes };
+constexpr Bias bias_if(bool has) { return has ? Bias::yes : Bias::no; }
+
 class Builder {
  public:
   explicit Builder(const Architecture& a) : a_(a) {}
 
   void add(std::string name, Role role, std::uint64_t rows, std::uint64_t cols, std::uint64_t count,
-           bool matmul) {
+           GroupUse use = {}) {
     if (count == 0 || rows == 0 || cols == 0) return;
-    inv_.groups.push_back(make_group(std::move(name), role, rows, cols, count, matmul));
+    inv_.groups.push_back(make_group(std::move(name), role, rows, cols, count, use));
   }
 
   // A Linear layer: weight out x in, and a bias of out when it has one.
   void linear(std::string_view name, Role role, std::uint64_t out, std::uint64_t in,
-              std::uint64_t count, bool bias, std::string_view kind) {
-    add(cat(name, ".weight"), role, out, in, count, true);
-    if (bias) add(cat(name, ".bias"), role, 1, out, count, false);
+              std::uint64_t count, Bias bias, std::string_view kind) {
+    add(cat(name, ".weight"), role, out, in, count, {.matmul = true});
+    if (bias == Bias::yes) add(cat(name, ".bias"), role, 1, out, count);
     // Both tensors of the module carry its kind, so LoRA and QLoRA can find the module.
-    const std::size_t added = bias ? 2 : 1;
+    const std::size_t added = bias == Bias::yes ? 2 : 1;
     if (count > 0 && out > 0 && in > 0) {
       for (std::size_t i = inv_.groups.size() - added; i < inv_.groups.size(); ++i) {
         inv_.groups[i].kind = std::string(kind);
@@ -194,12 +198,12 @@ class Builder {
 
   void norm(std::string_view name, std::uint64_t dim, std::uint64_t count) {
     if (!a_.norm_affine) return;
-    add(cat(name, ".weight"), Role::norm, 1, dim, count, false);
-    if (!a_.rms_norm && a_.norm_bias) add(cat(name, ".bias"), Role::norm, 1, dim, count, false);
+    add(cat(name, ".weight"), Role::norm, 1, dim, count);
+    if (!a_.rms_norm && a_.norm_bias) add(cat(name, ".bias"), Role::norm, 1, dim, count);
   }
 
   void mlp(std::string_view prefix, const MlpNames& n, std::uint64_t width, std::uint64_t count,
-           Role role, bool bias) {
+           Role role, Bias bias) {
     const std::uint64_t h = a_.hidden_size;
     if (a_.gated_mlp && a_.fused_gate_up) {
       linear(cat(prefix, n.gate_up), role, checked_mul(2, width), h, count, bias, "gate_up");
@@ -220,12 +224,12 @@ class Builder {
     const std::uint64_t up = a_.gated_mlp ? checked_mul(2, w) : w;
     const std::string up_name = cat(n.layer, n.experts, n.fused_up);
     const std::string down_name = cat(n.layer, n.experts, n.fused_down);
-    add(up_name, Role::expert, e, checked_mul(up, h), layers, true);
+    add(up_name, Role::expert, e, checked_mul(up, h), layers, {.matmul = true});
     inv_.groups.back().kind = "fused_experts";
-    if (a_.mlp_bias) add(up_name + "_bias", Role::expert, e, up, layers, false);
-    add(down_name, Role::expert, e, checked_mul(h, w), layers, true);
+    if (a_.mlp_bias) add(up_name + "_bias", Role::expert, e, up, layers);
+    add(down_name, Role::expert, e, checked_mul(h, w), layers, {.matmul = true});
     inv_.groups.back().kind = "fused_experts";
-    if (a_.mlp_bias) add(down_name + "_bias", Role::expert, e, h, layers, false);
+    if (a_.mlp_bias) add(down_name + "_bias", Role::expert, e, h, layers);
   }
 
   Inventory take() { return std::move(inv_); }
@@ -257,7 +261,7 @@ Architecture with_defaults(Architecture a) {
 void build_encoder_decoder(const Architecture& a, Builder& b) {
   const std::uint64_t h = a.hidden_size;
   const std::uint64_t inner = checked_mul(a.num_heads, a.head_dim);
-  b.add("shared.weight", Role::embedding, a.vocab_size, h, 1, false);
+  b.add("shared.weight", Role::embedding, a.vocab_size, h, 1);
   struct Half {  // the encoder or the decoder (transformers' T5Stack)
     std::string prefix;
     std::uint64_t layers;
@@ -268,14 +272,15 @@ void build_encoder_decoder(const Architecture& a, Builder& b) {
     if (s.layers == 0) continue;
     const std::string block = s.prefix + "block.*.";
     auto attention = [&](const std::string& m) {
-      b.linear(block + m + ".q", Role::attention, inner, h, s.layers, a.qkv_bias, "q");
-      b.linear(block + m + ".k", Role::attention, inner, h, s.layers, a.qkv_bias, "k");
-      b.linear(block + m + ".v", Role::attention, inner, h, s.layers, a.qkv_bias, "v");
-      b.linear(block + m + ".o", Role::attention, h, inner, s.layers, a.attn_out_bias, "o");
+      b.linear(block + m + ".q", Role::attention, inner, h, s.layers, bias_if(a.qkv_bias), "q");
+      b.linear(block + m + ".k", Role::attention, inner, h, s.layers, bias_if(a.qkv_bias), "k");
+      b.linear(block + m + ".v", Role::attention, inner, h, s.layers, bias_if(a.qkv_bias), "v");
+      b.linear(block + m + ".o", Role::attention, h, inner, s.layers, bias_if(a.attn_out_bias),
+               "o");
     };
     attention("layer.0.SelfAttention");
     b.add(s.prefix + "block.0.layer.0.SelfAttention.relative_attention_bias.weight", Role::position,
-          a.relative_attention_buckets, a.num_heads, 1, false);
+          a.relative_attention_buckets, a.num_heads, 1);
     b.norm(block + "layer.0.layer_norm", h, s.layers);
     std::size_t ff = 1;
     if (s.cross) {
@@ -284,7 +289,8 @@ void build_encoder_decoder(const Architecture& a, Builder& b) {
       ff = 2;
     }
     const std::string ffp = block + fmt::format("layer.{}.DenseReluDense.", ff);
-    b.mlp(ffp, {"wi_0", "wi_1", "wo", "wi"}, a.intermediate_size, s.layers, Role::mlp, a.mlp_bias);
+    b.mlp(ffp, {"wi_0", "wi_1", "wo", "wi"}, a.intermediate_size, s.layers, Role::mlp,
+          bias_if(a.mlp_bias));
     b.norm(block + fmt::format("layer.{}.layer_norm", ff), h, s.layers);
     if (a.final_norm) b.norm(s.prefix + "final_layer_norm", h, 1);
   }
@@ -298,46 +304,46 @@ void build_attention(const Architecture& a, const ModuleNames& n, Builder& b) {
     const std::uint64_t q_head = checked_add(a.qk_nope_head_dim, a.qk_rope_head_dim);
     const std::uint64_t q_out = checked_mul(a.num_heads, q_head);
     if (a.q_lora_rank == 0) {
-      b.linear(p + "self_attn.q_proj", Role::attention, q_out, h, layers, false, "q");
+      b.linear(p + "self_attn.q_proj", Role::attention, q_out, h, layers, Bias::no, "q");
     } else {
-      b.linear(p + "self_attn.q_a_proj", Role::attention, a.q_lora_rank, h, layers, a.qkv_bias,
-               "q");
+      b.linear(p + "self_attn.q_a_proj", Role::attention, a.q_lora_rank, h, layers,
+               bias_if(a.qkv_bias), "q");
       b.norm(p + "self_attn.q_a_layernorm", a.q_lora_rank, layers);
-      b.linear(p + "self_attn.q_b_proj", Role::attention, q_out, a.q_lora_rank, layers, false, "q");
+      b.linear(p + "self_attn.q_b_proj", Role::attention, q_out, a.q_lora_rank, layers, Bias::no,
+               "q");
     }
     b.linear(p + "self_attn.kv_a_proj_with_mqa", Role::attention,
-             checked_add(a.kv_lora_rank, a.qk_rope_head_dim), h, layers, a.qkv_bias, "kv");
+             checked_add(a.kv_lora_rank, a.qk_rope_head_dim), h, layers, bias_if(a.qkv_bias), "kv");
     b.norm(p + "self_attn.kv_a_layernorm", a.kv_lora_rank, layers);
     b.linear(p + "self_attn.kv_b_proj", Role::attention,
              checked_mul(a.num_heads, checked_add(a.qk_nope_head_dim, a.v_head_dim)),
-             a.kv_lora_rank, layers, false, "kv");
+             a.kv_lora_rank, layers, Bias::no, "kv");
     b.linear(p + "self_attn.o_proj", Role::attention, h, checked_mul(a.num_heads, a.v_head_dim),
-             layers, a.attn_out_bias, "o");
+             layers, bias_if(a.attn_out_bias), "o");
     return;
   }
   const std::uint64_t q_out = checked_mul(a.num_heads, a.head_dim);
   const std::uint64_t kv_out = checked_mul(a.num_kv_heads, a.head_dim);
   if (a.fused_qkv) {
     b.linear(cat(p, n.qkv), Role::attention, checked_add(q_out, checked_mul(2, kv_out)), h, layers,
-             a.qkv_bias, "qkv");
+             bias_if(a.qkv_bias), "qkv");
   } else {
-    b.linear(cat(p, n.q), Role::attention, q_out, h, layers, a.qkv_bias, "q");
-    b.linear(cat(p, n.k), Role::attention, kv_out, h, layers, a.qkv_bias, "k");
-    b.linear(cat(p, n.v), Role::attention, kv_out, h, layers, a.qkv_bias, "v");
+    b.linear(cat(p, n.q), Role::attention, q_out, h, layers, bias_if(a.qkv_bias), "q");
+    b.linear(cat(p, n.k), Role::attention, kv_out, h, layers, bias_if(a.qkv_bias), "k");
+    b.linear(cat(p, n.v), Role::attention, kv_out, h, layers, bias_if(a.qkv_bias), "v");
   }
   if (a.qk_norm && a.qk_norm_full_width) {
     // One weight per channel of all heads, no bias (Olmo2RMSNorm(heads * head_dim),
     // CohereLayerNorm((heads, head_dim)), StableLmLayerNormPerHead(bias=False)).
-    b.add(cat(p, n.q_norm, ".weight"), Role::norm, 1, q_out, layers, false);
-    b.add(cat(p, n.k_norm, ".weight"), Role::norm, 1, kv_out, layers, false);
+    b.add(cat(p, n.q_norm, ".weight"), Role::norm, 1, q_out, layers);
+    b.add(cat(p, n.k_norm, ".weight"), Role::norm, 1, kv_out, layers);
   } else if (a.qk_norm) {
     b.norm(cat(p, n.q_norm), a.head_dim, layers);
     b.norm(cat(p, n.k_norm), a.head_dim, layers);
   }
-  b.linear(cat(p, n.o), Role::attention, h, q_out, layers, a.attn_out_bias, "o");
+  b.linear(cat(p, n.o), Role::attention, h, q_out, layers, bias_if(a.attn_out_bias), "o");
   // gpt-oss: a learned logit per head joins each softmax (GptOssAttention.sinks).
-  if (a.attention_sinks)
-    b.add(p + "self_attn.sinks", Role::attention, 1, a.num_heads, layers, false);
+  if (a.attention_sinks) b.add(p + "self_attn.sinks", Role::attention, 1, a.num_heads, layers);
 }
 
 // Mamba's mixer (transformers models/mamba/modeling_mamba.py, MambaMixer): in_proj to x and the
@@ -346,48 +352,49 @@ void build_mamba(const Architecture& a, Builder& b) {
   const std::uint64_t h = a.hidden_size, I = a.intermediate_size, N = a.ssm_state_size;
   const std::uint64_t layers = a.num_layers, R = a.ssm_dt_rank;
   const std::string p = "backbone.layers.*.";
-  b.add("backbone.embeddings.weight", Role::embedding, a.vocab_size, h, 1, false);
+  b.add("backbone.embeddings.weight", Role::embedding, a.vocab_size, h, 1);
   b.norm(p + "norm", h, layers);
-  b.linear(p + "mixer.in_proj", Role::mlp, checked_mul(2, I), h, layers, a.mlp_bias, "in_proj");
-  b.add(p + "mixer.conv1d.weight", Role::mlp, I, a.ssm_conv_kernel, layers, false);
-  if (a.ssm_conv_bias) b.add(p + "mixer.conv1d.bias", Role::mlp, 1, I, layers, false);
-  b.linear(p + "mixer.x_proj", Role::mlp, checked_add(R, checked_mul(2, N)), I, layers, false,
+  b.linear(p + "mixer.in_proj", Role::mlp, checked_mul(2, I), h, layers, bias_if(a.mlp_bias),
+           "in_proj");
+  b.add(p + "mixer.conv1d.weight", Role::mlp, I, a.ssm_conv_kernel, layers);
+  if (a.ssm_conv_bias) b.add(p + "mixer.conv1d.bias", Role::mlp, 1, I, layers);
+  b.linear(p + "mixer.x_proj", Role::mlp, checked_add(R, checked_mul(2, N)), I, layers, Bias::no,
            "x_proj");
-  b.linear(p + "mixer.dt_proj", Role::mlp, I, R, layers, true, "dt_proj");
-  b.add(p + "mixer.A_log", Role::mlp, I, N, layers, false);
-  b.add(p + "mixer.D", Role::mlp, 1, I, layers, false);
-  b.linear(p + "mixer.out_proj", Role::mlp, h, I, layers, a.mlp_bias, "out_proj");
+  b.linear(p + "mixer.dt_proj", Role::mlp, I, R, layers, Bias::yes, "dt_proj");
+  b.add(p + "mixer.A_log", Role::mlp, I, N, layers);
+  b.add(p + "mixer.D", Role::mlp, 1, I, layers);
+  b.linear(p + "mixer.out_proj", Role::mlp, h, I, layers, bias_if(a.mlp_bias), "out_proj");
   if (a.final_norm) b.norm("backbone.norm_f", h, 1);
 }
 
 void build_decoder_only(const Architecture& a, Builder& b) {
   const ModuleNames& n = detail::family_of(a.model_type).names;
   const std::uint64_t h = a.hidden_size, layers = a.num_layers;
-  b.add(cat(n.embed, ".weight"), Role::embedding, a.vocab_size, a.embedding_dim, 1, false);
-  b.add(cat(n.positions, ".weight"), Role::position, a.max_positions, h, 1, false);
-  b.add(cat(n.token_types, ".weight"), Role::embedding, a.type_vocab_size, h, 1, false);
+  b.add(cat(n.embed, ".weight"), Role::embedding, a.vocab_size, a.embedding_dim, 1);
+  b.add(cat(n.positions, ".weight"), Role::position, a.max_positions, h, 1);
+  b.add(cat(n.token_types, ".weight"), Role::embedding, a.type_vocab_size, h, 1);
   if (a.embedding_norm) b.norm(n.embed_norm, h, 1);
   if (a.embedding_dim != h) {
-    b.linear(n.project_in, Role::embedding, h, a.embedding_dim, 1, false, "proj");
+    b.linear(n.project_in, Role::embedding, h, a.embedding_dim, 1, Bias::no, "proj");
   }
 
   build_attention(a, n, b);
 
   const std::uint64_t dense_layers = layers - a.moe_layers;
-  b.mlp(n.layer, n.mlp, a.intermediate_size, dense_layers, Role::mlp, a.mlp_bias);
+  b.mlp(n.layer, n.mlp, a.intermediate_size, dense_layers, Role::mlp, bias_if(a.mlp_bias));
   if (a.moe_layers > 0) {
-    b.linear(cat(n.layer, n.router), Role::router, a.num_experts, h, a.moe_layers, a.router_bias,
-             "router");
+    b.linear(cat(n.layer, n.router), Role::router, a.num_experts, h, a.moe_layers,
+             bias_if(a.router_bias), "router");
     if (a.fused_experts) {
       b.fused_experts(n, a.moe_layers);
     } else {
       b.mlp(cat(n.layer, n.experts), n.expert, a.moe_intermediate_size,
-            checked_mul(a.moe_layers, a.num_experts), Role::expert, a.mlp_bias);
+            checked_mul(a.moe_layers, a.num_experts), Role::expert, bias_if(a.mlp_bias));
     }
     if (a.shared_expert_size > 0) {
-      b.mlp(n.layer, n.shared, a.shared_expert_size, a.moe_layers, Role::mlp, a.mlp_bias);
+      b.mlp(n.layer, n.shared, a.shared_expert_size, a.moe_layers, Role::mlp, bias_if(a.mlp_bias));
       if (a.shared_expert_gate) {
-        b.linear(cat(n.layer, n.shared_gate), Role::router, 1, h, a.moe_layers, false, "router");
+        b.linear(cat(n.layer, n.shared_gate), Role::router, 1, h, a.moe_layers, Bias::no, "router");
       }
     }
   }
@@ -404,9 +411,9 @@ void build_decoder_only(const Architecture& a, Builder& b) {
   }
   if (a.final_norm) b.norm(n.final_norm, h, 1);
   if (a.embedding_dim != h) {
-    b.linear(n.project_out, Role::head, a.embedding_dim, h, 1, false, "proj");
+    b.linear(n.project_out, Role::head, a.embedding_dim, h, 1, Bias::no, "proj");
   }
-  if (a.pooler) b.linear(n.pooler, Role::head, h, h, 1, true, "pooler");
+  if (a.pooler) b.linear(n.pooler, Role::head, h, h, 1, Bias::yes, "pooler");
 }
 
 }  // namespace
@@ -424,9 +431,10 @@ Inventory build_inventory(const Architecture& arch) {
   if (a.lm_head) {
     const std::string_view head = detail::family_of(a.model_type).names.lm_head;
     if (!a.tied_embeddings) {
-      b.linear(head, Role::head, a.vocab_size, a.embedding_dim, 1, a.lm_head_bias, "lm_head");
+      b.linear(head, Role::head, a.vocab_size, a.embedding_dim, 1, bias_if(a.lm_head_bias),
+               "lm_head");
     } else if (a.lm_head_bias) {
-      b.add(cat(head, ".bias"), Role::head, 1, a.vocab_size, 1, false);
+      b.add(cat(head, ".bias"), Role::head, 1, a.vocab_size, 1);
     }
   }
   return b.take();

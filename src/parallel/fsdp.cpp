@@ -35,10 +35,14 @@ u64 group_bytes(const TensorGroup& g, u64 n, Dtype d) {
   return bytes_for(g.storage.value_or(d), n);
 }
 
+// The FSDP unit a flat parameter belongs to: every layer's own, or the root's.
+enum class FlatUnit : std::uint8_t { layer, root };
+
 // FSDP1: the flat parameters of one unit are padded to a multiple of the ranks: a rank holds
 // ceil(n / ranks) elements of each (FlatParamHandle._get_shard).
 void add_flat(FsdpShards& s, const Flat& f, u64 copies, u64 W, Dtype stored, Dtype gathered,
-              bool layer) {
+              FlatUnit unit) {
+  const bool layer = unit == FlatUnit::layer;
   if (f.stored == 0) return;
   const u64 ws = width(stored), wg = width(gathered);
   const u64 shard_elems = ceil_div(ceil_div(f.stored, ws), W);
@@ -70,8 +74,8 @@ FsdpShards flat_shards(const Inventory& inv, u64 L, u64 W, Dtype stored, Dtype g
     if (g.trainable && !g.quant_state) f.trainable += n;
   }
   FsdpShards s;
-  for (const Flat& f : layer) add_flat(s, f, layers, W, stored, gathered, true);
-  for (const Flat& f : root) add_flat(s, f, 1, W, stored, gathered, false);
+  for (const Flat& f : layer) add_flat(s, f, layers, W, stored, gathered, FlatUnit::layer);
+  for (const Flat& f : root) add_flat(s, f, 1, W, stored, gathered, FlatUnit::root);
   return s;
 }
 

@@ -400,7 +400,13 @@ TensorGroup split_group(TensorGroup g, const Share& s) {
         break;
     }
   }
-  if (g.role == Role::expert) g.count /= r.expert;
+  // Expert parallelism: each rank holds E / ep of every MoE layer's routed experts (one tensor
+  // per expert, or one [E, ...] tensor per layer whose rows are the experts).
+  if (g.role == Role::expert && a.fused_experts) {
+    g.rows /= r.expert;
+  } else if (g.role == Role::expert) {
+    g.count /= r.expert;
+  }
   return g;
 }
 
@@ -434,8 +440,9 @@ Inventory rank_inventory(const Inventory& inv, const Share& s) {
   }
   const auto& a = *s.arch;
   if (a.tied_embeddings && a.lm_head && r.stages > 1 && r.head) {
-    TensorGroup head = make_group("output_layer.weight (tied copy)", Role::head, s.vocab / r.tensor,
-                                  a.embedding_dim ? a.embedding_dim : a.hidden_size, 1, true);
+    TensorGroup head =
+        make_group("output_layer.weight (tied copy)", Role::head, s.vocab / r.tensor,
+                   a.embedding_dim ? a.embedding_dim : a.hidden_size, 1, {.matmul = true});
     head.kind = "lm_head";
     out.groups.push_back(std::move(head));
   }

@@ -1,4 +1,5 @@
 #include "model/adapters.hpp"
+#include "parallel/layout.hpp"
 
 #include <memest/activation.hpp>
 #include <memest/check.hpp>
@@ -499,9 +500,20 @@ std::vector<SweepRow> sweep(const RunSpec& run, const SweepGrid& grid,
   return rows;
 }
 
+void check_sweep(const RunSpec& run, const SweepGrid& grid) {
+  sweep_size(grid);
+  if (!run.parallel.splits_model()) return;
+  RunSpec point = run;
+  for (const std::uint64_t s : grid.seq_lens) {
+    if (s == 0 || s == run.training.seq_len) continue;
+    point.training.seq_len = s;
+    check_layout(point);
+  }
+}
+
 void sweep(const RunSpec& run, const SweepGrid& grid, const std::optional<Budget>& budget,
            const std::function<void(const SweepRow&)>& emit) {
-  sweep_size(grid);
+  check_sweep(run, grid);
   const auto batches =
       grid.micro_batches.empty() ? std::vector{run.training.micro_batch} : grid.micro_batches;
   const auto seqs = grid.seq_lens.empty() ? std::vector{run.training.seq_len} : grid.seq_lens;

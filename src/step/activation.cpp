@@ -29,7 +29,9 @@ ActFn parse_act(std::string_view name, bool& known) {
 
 // The architecture's dimensions and switches, as the layer graph reads them.
 void read_shape(const Architecture& arch, ActivationInputs& in) {
-  in.graph = detail::layer_graph(arch);
+  const bool rms = arch.rms_norm;
+  in.graph =
+      detail::family_of(arch.model_type).graph.value_or(rms ? LayerGraph::llama : LayerGraph::gpt2);
   in.V = arch.vocab_size;
   in.h = arch.hidden_size;
   in.L = arch.num_layers + arch.num_decoder_layers;

@@ -118,18 +118,24 @@ std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x) {
 }
 
 // Each moment of a walk at the point `bytes` was taken at, straight from its entries: what one
-// estimate needs, without compiling the moments first.
+// estimate needs, without compiling the moments first. With `states`, also each moment's bytes
+// of the optimizer states (Step::states_tensor).
 std::vector<Moment> moments_at(const Step& step, const std::vector<MomentSpec>& walk,
-                               const detail::TensorBytes& bytes) {
+                               const detail::TensorBytes& bytes,
+                               std::vector<u64>* states = nullptr) {
   std::vector<Moment> out;
   out.reserve(walk.size());
-  for (const MomentSpec& spec : walk) {
+  if (states) states->assign(walk.size(), 0);
+  for (std::size_t k = 0; k < walk.size(); ++k) {
+    const MomentSpec& spec = walk[k];
     Moment& m = out.emplace_back(moment_of(spec.id, spec.layer));
     for (std::uint32_t i = spec.begin; i < spec.end; ++i) {
       const Entry& e = step.entries[i];
       if (!bytes.exists(e.tensor)) continue;
       u64& part = m.parts[idx(bytes.part(e.tensor))];
-      part = checked_add(part, bytes.entry(e));
+      const u64 v = bytes.entry(e);
+      part = checked_add(part, v);
+      if (states && e.tensor == step.states_tensor) (*states)[k] += v;
     }
     sum_parts(m);
   }
@@ -149,21 +155,14 @@ struct FirstPeak {
   }
 };
 
-// The first step's largest moment from the steady moments (alternatives not reduced): no
-// optimizer states before the optimizer creates them, in its optimizer phase.
-FirstPeak first_step_peak(const Step& step, const std::vector<Moment>& steady,
-                          const detail::TensorBytes& bytes) {
+// The first step's largest moment from the steady moments (alternatives not reduced) and each
+// one's optimizer states (moments_at): no optimizer states before the optimizer creates them,
+// in its optimizer phase.
+FirstPeak first_step_peak(const std::vector<Moment>& steady, const std::vector<u64>& states) {
   FirstPeak out;
   for (std::size_t k = 0; k < steady.size(); ++k) {
     const Moment& m = steady[k];
-    u64 v = m.bytes;
-    if (!states_exist(phase_of(m.id.kind))) {
-      for (std::uint32_t i = step.steady[k].begin; i < step.steady[k].end; ++i) {
-        const Entry& e = step.entries[i];
-        if (e.tensor == step.states_tensor) v -= bytes.entry(e);
-      }
-    }
-    out.take(m, v);
+    out.take(m, states_exist(phase_of(m.id.kind)) ? m.bytes : m.bytes - states[k]);
   }
   return out;
 }
@@ -289,11 +288,16 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
       build_step(run, in, {.first_step = options.first_step, .timeline = options.timeline});
   const Basis x = basis_at(in.b, in.s, token_split(in));
   const detail::TensorBytes bytes(step, x);
-  std::vector<Moment> steady = moments_at(step, step.steady, bytes);
+  // The first step from the steady one needs each steady moment's optimizer states.
+  const bool from_steady = options.first_step && step.first.empty();
+  std::vector<u64> states;
+  std::vector<Moment> steady =
+      moments_at(step, step.steady, bytes, from_steady ? &states : nullptr);
   FirstPeak first;
-  if (options.first_step) {
-    first = step.first.empty() ? first_step_peak(step, steady, bytes)
-                               : largest(moments_at(step, step.first, bytes));
+  if (from_steady) {
+    first = first_step_peak(steady, states);
+  } else if (options.first_step) {
+    first = largest(moments_at(step, step.first, bytes));
   }
   StepEstimate r;
   r.activations = detail::saved_bytes(step, in, x, bytes,

@@ -234,6 +234,7 @@ class Walker {
 // are released; the first layer lacks those kept only for its input's gradient.
 template <typename Freed>
 void Walker::layers(u64 first, u64 count, Freed&& freed) {
+  if (count == 0) return;  // the layers below the first: none
   for (const std::uint32_t i : layer_tensors_) {
     const bool skip = step_.tensors[i].skips_first && first == 0 && count > 0;
     if (!freed(step_.tensors[i].slot)) writer_.add(i, count - (skip ? 1 : 0));

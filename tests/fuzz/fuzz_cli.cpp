@@ -28,8 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (code < 0 || code > 2) std::abort();
   // The short path for plain `--name value` estimates answers as CLI11 does.
   std::ostringstream out11, err11;
-  const int code11 =
-      memest::cli::run(static_cast<int>(argv.size()), argv.data(), out11, err11, false);
+  const int code11 = memest::cli::run(static_cast<int>(argv.size()), argv.data(), out11, err11,
+                                      memest::cli::Parser::cli11_only);
   if (code11 != code || out11.str() != out.str() || err11.str() != err.str()) std::abort();
   // Every line on stderr is memest's; exit 2 is explained there, or per file by `check`.
   std::istringstream lines(err.str());
