@@ -128,21 +128,34 @@ double step_x(std::size_t i, std::size_t n) {
   return kLeft + (static_cast<double>(i) + 0.5) * kPlotW / static_cast<double>(n);
 }
 
-// Background bands for the phases of the timeline, each labelled below the axis.
+// Phase labels run at -30 degrees: two of them are a font's height apart (12 px, the SVG's
+// font-size) when their anchors are 12 / sin(30 deg) = 24 px apart.
+constexpr double kPhaseLabelGap = 24;
+
+// Background bands for the phases of the timeline, each labelled below the axis; a label too
+// close to the one before moves right, with a leader line to its band.
 std::string phase_bands(const std::vector<Moment>& tl) {
   std::string out;
   const double slot = kPlotW / static_cast<double>(tl.size());
+  double last_label = -kPhaseLabelGap;
   for (std::size_t i = 0, band = 0; i < tl.size(); ++band) {
     std::size_t j = i;
     while (j < tl.size() && phase_of(tl[j].id.kind) == phase_of(tl[i].id.kind)) ++j;
     const double x0 = kLeft + static_cast<double>(i) * slot;
     const double x1 = kLeft + static_cast<double>(j) * slot;
     const double mid = (x0 + x1) / 2, base = kTop + kPlotH + 16;
+    const double x = std::max(mid, last_label + kPhaseLabelGap);
+    last_label = x;
     out += fmt::format(
         "<rect class=\"phase\" x=\"{0:.2f}\" y=\"{1}\" width=\"{2:.2f}\" height=\"{3}\" "
-        "fill=\"{4}\"/><text x=\"{5:.2f}\" y=\"{6}\" text-anchor=\"end\" "
-        "transform=\"rotate(-30 {5:.2f} {6})\">{7}</text>\n",
-        x0, kTop, x1 - x0, kPlotH, band % 2 ? "#f4f4f4" : "#fafafa", mid, base, esc(tl[i].phase));
+        "fill=\"{4}\"/><text class=\"phase-label\" x=\"{5:.2f}\" y=\"{6}\" "
+        "text-anchor=\"end\" transform=\"rotate(-30 {5:.2f} {6})\">{7}</text>\n",
+        x0, kTop, x1 - x0, kPlotH, band % 2 ? "#f4f4f4" : "#fafafa", x, base, esc(tl[i].phase));
+    if (x != mid) {
+      out +=
+          fmt::format("<line x1=\"{:.2f}\" y1=\"{}\" x2=\"{:.2f}\" y2=\"{}\" stroke=\"#999\"/>\n",
+                      mid, kTop + kPlotH, x, base - 10);
+    }
     i = j;
   }
   return out;

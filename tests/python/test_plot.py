@@ -140,6 +140,23 @@ def test_step_picture_walks_every_layer(tmp_path):
     assert len(totals) >= 12 + 2 + 2 * 12 + 3
 
 
+def test_phase_labels_never_overlap(tmp_path):
+    # Issue 23: the step's last phases (grad_copy, optimizer, master_copy, zero_grad) are narrow
+    # bands whose labels, at -30 degrees and 11 px apart, overlapped. Two parallel labels at
+    # -30 degrees are dx * sin(30 deg) apart across their baselines: at least the font's size.
+    for args in (["--model", "llama-3.2-1b", "--batch", "8", "--seq", "2048", "--precision",
+                  "mixed-bf16", "--attention", "flash", "--gpu", "a100-80gb"],
+                 ["--model", "gpt2", "--batch", "1", "--seq", "512"]):
+        r, path = run(args, tmp_path)
+        assert r.returncode == 0, r.stderr
+        pic = Picture(path)
+        font = float(pic.root.get("font-size"))
+        xs = [float(t.get("x")) for t in pic.all("text", "phase-label")]
+        assert len(xs) >= 4
+        for left, right in zip(xs, xs[1:]):
+            assert (right - left) * 0.5 >= font - TOLERANCE, (args, xs)
+
+
 def test_sweep_picture_draws_each_policy_against_the_batch(tmp_path):
     args = ["sweep", "--model", "llama-2-7b", "--seq", "2048", "--batches", "1,2,4,8,16",
             "--policies", "fp32,mixed-bf16,bf16", "--gpu", "h100-80gb", "--format", "jsonl"]
