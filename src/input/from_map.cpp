@@ -58,7 +58,8 @@ void FromMapper::not_modelled(const FromValue& from, std::string_view why) {
 RunOptions FromMapper::finish(std::span<const KeyPattern> ignored,
                               std::span<const KeyPattern> known) {
   for (const auto& v : tree_.values) {
-    if (std::find(read_.begin(), read_.end(), v.path) != read_.end()) continue;
+    // A key left empty (YAML null) keeps the framework's default: nothing to model.
+    if (v.null || std::find(read_.begin(), read_.end(), v.path) != read_.end()) continue;
     const auto matches = [&](const KeyPattern& p) { return key_matches(v.path, p.pattern); };
     if (std::any_of(ignored.begin(), ignored.end(), matches)) continue;
     const auto it = std::find_if(known.begin(), known.end(), matches);
