@@ -254,3 +254,45 @@ TEST_CASE("bad --from files: one line naming the file, the key and the problem, 
   CHECK(memest::test::run_cli({"--from", "missing.yaml"}).err ==
         "memest: error: missing.yaml: cannot open file: No such file or directory\n");
 }
+
+TEST_CASE("a DeepSpeed config and a TrainingArguments JSON: ZeRO, offload, precision, optim",
+          "[from]") {
+  const RunOptions ds = from_text(R"({
+    "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": "auto",
+    "bf16": {"enabled": true}, "gradient_clipping": 1.0,
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                          "offload_param": {"device": "none"}, "overlap_comm": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}})",
+                                  "ds.json");
+  CHECK(said(ds.batch) == "4 (ds.json: train_micro_batch_size_per_gpu)");
+  CHECK_FALSE(ds.grad_accum);  // "auto": the Trainer's own
+  CHECK(said(ds.zero_stage) == "3 (ds.json: zero_optimization.stage)");
+  CHECK(said(ds.offload) == "optimizer (ds.json: zero_optimization.offload_optimizer.device)");
+  CHECK(ds.precision->value == "mixed-bf16");
+  CHECK(ds.optimizer->value == "adamw");
+  CHECK_FALSE(ds.stack);  // the engine runs on its own or under the Trainer
+  REQUIRE(ds.from->not_modelled.size() == 1);
+  CHECK(ds.from->not_modelled[0] ==
+        "ds.json: zero_optimization.overlap_comm = true: communication buckets overlapped with "
+        "compute");
+  const RunOptions ta = from_text(R"({"output_dir": "out", "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 2, "learning_rate": 5e-05, "bf16": true, "fp16": false,
+    "gradient_checkpointing": true, "optim": "paged_adamw_8bit",
+    "fsdp": ["full_shard", "auto_wrap"], "fsdp_config": {"min_num_params": 0},
+    "deepspeed": null, "seed": 42})",
+                                  "args.json");
+  CHECK(ta.batch->value == "8");
+  CHECK(ta.grad_accum->value == "2");
+  CHECK(said(ta.precision) == "amp-bf16 (args.json: bf16)");
+  CHECK(ta.recompute->value == "full");
+  CHECK(ta.optimizer->value == "adam8bit");
+  CHECK(ta.paged_optimizer->value);
+  CHECK(said(ta.fsdp) == "full (args.json: fsdp)");
+  CHECK(ta.stack->value == "hf");
+  REQUIRE(ta.from->not_modelled.size() == 1);
+  CHECK(ta.from->not_modelled[0].starts_with("args.json: fsdp_config.min_num_params = 0: "));
+  CHECK_THROWS_WITH(from_text(R"({"lr": 1})", "x.json"),
+                    Catch::Matchers::StartsWith("x.json: not a config memest can read"));
+  CHECK_THROWS_WITH(from_text("{", "x.json"),
+                    Catch::Matchers::StartsWith("x.json: invalid JSON: "));
+}

@@ -69,7 +69,23 @@ void apply_override(FromTree& tree, FromFormat format, const std::string& o) {
   tree.set(key, o.substr(eq + 1), where);
 }
 
+FromFormat json_format(const FromTree& tree) {
+  for (const std::string_view key :
+       {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size"})
+    if (tree.has_under(key)) return FromFormat::deepspeed;
+  if (tree.has_under("per_device_train_batch_size")) return FromFormat::training_args;
+  throw Error(fmt::format(
+      "{}: not a config memest can read: expected a DeepSpeed config (zero_optimization, "
+      "train_micro_batch_size_per_gpu) or a TrainingArguments JSON (per_device_train_batch_size)",
+      tree.source));
+}
+
 FromTree read_tree(std::string_view text, const std::string& source, FromFormat& format) {
+  if (has_extension(source, {".json"})) {
+    FromTree tree = read_json_tree(text, source);
+    format = json_format(tree);
+    return tree;
+  }
   if (has_extension(source, {".toml"})) {
     format = FromFormat::torchtitan;
     return read_toml_tree(text, source);
@@ -112,6 +128,10 @@ RunOptions parse_from_text(std::string_view text, const std::string& source,
       return map_litgpt(tree, flags);
     case FromFormat::torchtitan:
       return map_torchtitan(tree, flags);
+    case FromFormat::deepspeed:
+      return map_deepspeed(tree, flags);
+    case FromFormat::training_args:
+      return map_training_args(tree, flags);
     case FromFormat::megatron:
       break;
   }

@@ -22,6 +22,12 @@ RunOptions map_torchtitan(const FromTree& tree, const RunOptions& flags);
 /// A Megatron-LM command line (its arguments as leaves "num-layers", "bf16").
 RunOptions map_megatron(const FromTree& tree, const RunOptions& flags);
 
+/// A DeepSpeed config (ds_config.json: zero_optimization, bf16, train_micro_batch_size_per_gpu).
+RunOptions map_deepspeed(const FromTree& tree, const RunOptions& flags);
+
+/// A TrainingArguments JSON (to_json_string()): the Hugging Face Trainer's keys.
+RunOptions map_training_args(const FromTree& tree, const RunOptions& flags);
+
 /// The run's `from` report with only the keys whose options kept the file's value (a flag
 /// given beside --from replaces it); nullopt for a run not given by --from.
 std::optional<FromReport> from_in_effect(const RunOptions& options);

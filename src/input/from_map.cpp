@@ -67,7 +67,7 @@ RunOptions FromMapper::finish(std::span<const KeyPattern> ignored,
                                       : "not a key memest knows for this framework; it may "
                                         "change memory");
   }
-  if (!options_.stack) {
+  if (!options_.stack && !from_format_stack(format_).empty()) {
     options_.stack = Setting<std::string>{std::string(from_format_stack(format_)),
                                           fmt::format("--from {}", tree_.source)};
   }

@@ -36,18 +36,23 @@ struct FromTree {
 };
 
 /// The file's format, by what it holds.
-enum class FromFormat { torchtune, litgpt, torchtitan, megatron };
+enum class FromFormat { torchtune, litgpt, torchtitan, megatron, deepspeed, training_args };
 
 /// The format's name as docs/from.md and the JSON `from` object write it ("torchtune").
 std::string_view from_format_name(FromFormat f);
 
-/// The stack (--stack) a format implies ("torchtune").
+/// The stack (--stack) a format implies ("torchtune"; "hf" for TrainingArguments); empty for a
+/// DeepSpeed config, which the engine reads on its own or under the Trainer.
 std::string_view from_format_stack(FromFormat f);
 
 /// YAML text (torchtune, LitGPT, Megatron-LM's model_config.yaml) flattened; a parse error is
 /// one line naming `source`, the line and column. Throws Error when memest was built without
 /// MEMEST_FROM.
 FromTree read_yaml_tree(std::string_view text, const std::string& source);
+
+/// JSON text (a DeepSpeed config, a TrainingArguments JSON) flattened, as read_yaml_tree; read
+/// by json_access, so its errors are those of every JSON file memest reads.
+FromTree read_json_tree(std::string_view text, const std::string& source);
 
 /// TOML text (torchtitan) flattened, as read_yaml_tree.
 FromTree read_toml_tree(std::string_view text, const std::string& source);

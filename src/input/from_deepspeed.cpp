@@ -1,0 +1,316 @@
+// memest --from: JSON files of the Hugging Face stack: a DeepSpeed config (deepspeed/runtime/
+// config.py's keys) and a TrainingArguments JSON (its to_json_string(), transformers
+// training_args.py). Neither names the model: give --model.
+#include "input/from_formats.hpp"
+#include "input/from_map.hpp"
+
+#include <memest/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+namespace memest {
+namespace {
+
+// DeepSpeed writes "auto" where the Trainer fills the value in from its own arguments.
+const FromValue* ds_given(FromMapper& m, std::string_view key) {
+  const FromValue* v = m.get(key);
+  return v && v->text != "auto" ? v : nullptr;
+}
+
+bool ds_on(FromMapper& m, std::string_view key) {
+  const FromValue* v = ds_given(m, key);
+  return v && from_bool(v->text, v->where);
+}
+
+void ds_zero(FromMapper& m) {
+  if (const FromValue* s = ds_given(m, "zero_optimization.stage")) m.set("--zero", s->text, *s);
+  std::vector<std::string_view> offload;
+  const FromValue* where = nullptr;
+  for (const auto& [key, item] : {std::pair<std::string_view, std::string_view>{
+                                      "zero_optimization.offload_optimizer.device", "optimizer"},
+                                  {"zero_optimization.offload_param.device", "params"}}) {
+    const FromValue* d = m.get(key);
+    if (d && (d->text == "cpu" || d->text == "nvme")) {
+      offload.push_back(item);
+      where = d;
+    }
+  }
+  if (where) m.set("--offload", fmt::format("{}", fmt::join(offload, ",")), *where);
+}
+
+void ds_precision(FromMapper& m) {
+  if (ds_on(m, "bf16.enabled"))
+    m.set("--precision", std::string("mixed-bf16"), *m.get("bf16.enabled"));
+  if (ds_on(m, "fp16.enabled")) m.set("--precision", std::string("mixed"), *m.get("fp16.enabled"));
+  if (const FromValue* t = ds_given(m, "optimizer.type")) {
+    const std::string& name = t->text;
+    // deepspeed/ops/adam/fused_adam.py: Adam and AdamW are FusedAdam, adam_w_mode on for AdamW.
+    if (name == "Adam" || name == "AdamW" || name == "adam" || name == "adamw")
+      m.set("--optimizer", std::string("adamw"), *t);
+    else
+      m.not_modelled(*t, "an optimizer memest does not model (AdamW's states are assumed)");
+  }
+}
+
+void ds_sizes(FromMapper& m) {
+  const FromValue* micro = ds_given(m, "train_micro_batch_size_per_gpu");
+  if (micro) m.set("--batch", micro->text, *micro);
+  if (const FromValue* g = ds_given(m, "gradient_accumulation_steps"))
+    m.set("--grad-accum", g->text, *g);
+  (void)m.get("train_batch_size");  // micro x accumulation x ranks: the ranks are the launcher's
+}
+
+constexpr std::array<KeyPattern, 14> kDeepspeedIgnored = {{
+    {"steps_per_print", ""},
+    {"wall_clock_breakdown", ""},
+    {"gradient_clipping", ""},
+    {"scheduler", ""},
+    {"optimizer.params", ""},
+    {"zero_optimization.contiguous_gradients", ""},
+    {"zero_optimization.round_robin_gradients", ""},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", ""},
+    {"zero_optimization.offload_optimizer.pin_memory", ""},
+    {"zero_optimization.offload_param.pin_memory", ""},
+    {"fp16", ""},
+    {"zero_allow_untested_optimizer", ""},
+    {"tensorboard", ""},
+    {"comms_logger", ""},
+}};
+
+constexpr std::array<KeyPattern, 7> kDeepspeedKnown = {{
+    {"zero_optimization.overlap_comm", "communication buckets overlapped with compute"},
+    {"zero_optimization.reduce_bucket_size", "the gradient reduction buckets"},
+    {"zero_optimization.allgather_bucket_size", "the parameter all-gather buckets"},
+    {"zero_optimization.stage3_prefetch_bucket_size", "ZeRO-3's prefetched parameters"},
+    {"zero_optimization.stage3_max_live_parameters", "ZeRO-3's parameters kept gathered"},
+    {"zero_optimization.stage3_param_persistence_threshold", "small parameters kept whole"},
+    {"activation_checkpointing", "DeepSpeed's own activation checkpointing"},
+}};
+
+// TrainingArguments' optim names (transformers training_args.py OptimizerNames) and memest's:
+// {optim, optimizer, impl, paged}.
+struct HfOptim {
+  std::string_view optim, optimizer, impl;
+  bool paged;
+};
+constexpr std::array<HfOptim, 11> kHfOptims = {{
+    {"adamw_torch", "adamw", "foreach", false},
+    {"adamw_torch_fused", "adamw", "fused", false},
+    {"adamw_hf", "adamw", "single", false},
+    {"adafactor", "adafactor", "", false},
+    {"adamw_bnb_8bit", "adam8bit", "", false},
+    {"adamw_8bit", "adam8bit", "", false},
+    {"paged_adamw_8bit", "adam8bit", "", true},
+    {"paged_adamw_32bit", "adamw", "", true},
+    {"sgd", "sgd", "", false},
+    {"adagrad", "adagrad", "", false},
+    {"rmsprop", "rmsprop", "", false},
+}};
+
+void hf_optim(FromMapper& m) {
+  if (const FromValue* a = m.get("adafactor"); a && from_bool(a->text, a->where)) {
+    m.set("--optimizer", std::string("adafactor"), *a);  // the older flag for optim adafactor
+    return;
+  }
+  const FromValue* o = m.get("optim");
+  if (!o) return;
+  const auto it = std::find_if(kHfOptims.begin(), kHfOptims.end(),
+                               [&](const HfOptim& h) { return h.optim == o->text; });
+  if (it == kHfOptims.end()) {
+    m.not_modelled(*o, "an optimizer memest does not model (AdamW's states are assumed)");
+    return;
+  }
+  m.set("--optimizer", std::string(it->optimizer), *o);
+  if (!it->impl.empty()) m.set("--optimizer-impl", std::string(it->impl), *o);
+  if (it->paged) m.set("--paged-optimizer", true, *o);
+}
+
+// fsdp: "full_shard auto_wrap offload" as the Trainer takes it.
+void hf_fsdp(FromMapper& m) {
+  const FromValue* f = m.get("fsdp");
+  // to_json_string() writes the options as a list, a config file as one string.
+  const std::string words = !f        ? ""
+                            : f->list ? fmt::format("{}", fmt::join(f->items, " "))
+                                      : f->text;
+  if (words.empty()) {
+    m.read_under("fsdp_config");  // its defaults, with FSDP off
+    return;
+  }
+  const auto has = [&](std::string_view w) { return words.find(w) != std::string::npos; };
+  if (has("full_shard"))
+    m.set("--fsdp", std::string("full"), *f);
+  else if (has("shard_grad_op"))
+    m.set("--fsdp", std::string("grad-op"), *f);
+  else if (has("hybrid_shard"))
+    m.set("--fsdp", std::string("hybrid"), *f);
+  else if (has("no_shard"))
+    m.set("--fsdp", std::string("no-shard"), *f);
+  if (has("offload")) m.set("--offload", std::string("optimizer,params"), *f);
+}
+
+void hf_training(FromMapper& m) {
+  if (const FromValue* b = m.get("per_device_train_batch_size")) m.set("--batch", b->text, *b);
+  if (const FromValue* g = m.get("gradient_accumulation_steps")) m.set("--grad-accum", g->text, *g);
+  for (const std::string_view key : {"max_seq_length", "max_length"})
+    if (const FromValue* s = m.get(key)) m.set("--seq", s->text, *s);
+  // bf16/fp16: torch.autocast over the model as loaded (fp32 unless loaded in another dtype).
+  if (const FromValue* b = m.get("bf16"); b && from_bool(b->text, b->where))
+    m.set("--precision", std::string("amp-bf16"), *b);
+  if (const FromValue* h = m.get("fp16"); h && from_bool(h->text, h->where))
+    m.set("--precision", std::string("amp"), *h);
+  if (const FromValue* c = m.get("gradient_checkpointing"))
+    m.set("--recompute", std::string(from_bool(c->text, c->where) ? "full" : "none"), *c);
+  if (const FromValue* c = m.get("torch_compile"))
+    m.set("--compile", from_bool(c->text, c->where), *c);
+  if (const FromValue* d = m.get("deepspeed"); d && !d->text.empty())
+    m.not_modelled(*d, "a DeepSpeed config: give it to --from on its own");
+}
+
+constexpr std::array<KeyPattern, 113> kHfIgnored = {{
+    {"output_dir", ""},
+    {"overwrite_output_dir", ""},
+    {"do_train", ""},
+    {"do_eval", ""},
+    {"do_predict", ""},
+    {"eval_strategy", ""},
+    {"evaluation_strategy", ""},
+    {"per_device_eval_batch_size", ""},
+    {"per_gpu_train_batch_size", ""},
+    {"per_gpu_eval_batch_size", ""},
+    {"learning_rate", ""},
+    {"weight_decay", ""},
+    {"adam_beta1", ""},
+    {"adam_beta2", ""},
+    {"adam_epsilon", ""},
+    {"max_grad_norm", ""},
+    {"num_train_epochs", ""},
+    {"max_steps", ""},
+    {"lr_scheduler_type", ""},
+    {"lr_scheduler_kwargs", ""},
+    {"warmup_ratio", ""},
+    {"warmup_steps", ""},
+    {"log_level", ""},
+    {"log_level_replica", ""},
+    {"log_on_each_node", ""},
+    {"logging_dir", ""},
+    {"logging_strategy", ""},
+    {"logging_first_step", ""},
+    {"logging_steps", ""},
+    {"logging_nan_inf_filter", ""},
+    {"save_strategy", ""},
+    {"save_steps", ""},
+    {"save_total_limit", ""},
+    {"save_safetensors", ""},
+    {"save_on_each_node", ""},
+    {"save_only_model", ""},
+    {"restore_callback_states_from_checkpoint", ""},
+    {"seed", ""},
+    {"data_seed", ""},
+    {"report_to", ""},
+    {"run_name", ""},
+    {"push_to_hub", ""},
+    {"hub_model_id", ""},
+    {"hub_strategy", ""},
+    {"hub_token", ""},
+    {"hub_private_repo", ""},
+    {"hub_always_push", ""},
+    {"push_to_hub_model_id", ""},
+    {"push_to_hub_organization", ""},
+    {"push_to_hub_token", ""},
+    {"eval_steps", ""},
+    {"eval_delay", ""},
+    {"eval_on_start", ""},
+    {"eval_accumulation_steps", ""},
+    {"eval_do_concat_batches", ""},
+    {"eval_use_gather_object", ""},
+    {"prediction_loss_only", ""},
+    {"dataloader_num_workers", ""},
+    {"dataloader_drop_last", ""},
+    {"dataloader_pin_memory", ""},
+    {"dataloader_persistent_workers", ""},
+    {"dataloader_prefetch_factor", ""},
+    {"remove_unused_columns", ""},
+    {"label_names", ""},
+    {"label_smoothing_factor", ""},
+    {"load_best_model_at_end", ""},
+    {"metric_for_best_model", ""},
+    {"greater_is_better", ""},
+    {"ignore_data_skip", ""},
+    {"resume_from_checkpoint", ""},
+    {"disable_tqdm", ""},
+    {"local_rank", ""},
+    {"past_index", ""},
+    {"ddp_timeout", ""},
+    {"ddp_backend", ""},
+    {"ddp_find_unused_parameters", ""},
+    {"ddp_broadcast_buffers", ""},
+    {"no_cuda", ""},
+    {"use_cpu", ""},
+    {"use_mps_device", ""},
+    {"jit_mode_eval", ""},
+    {"use_ipex", ""},
+    {"bf16_full_eval", ""},
+    {"fp16_full_eval", ""},
+    {"tf32", ""},
+    {"fp16_opt_level", ""},
+    {"fp16_backend", ""},
+    {"half_precision_backend", ""},
+    {"tpu_num_cores", ""},
+    {"tpu_metrics_debug", ""},
+    {"debug", ""},
+    {"skip_memory_metrics", ""},
+    {"use_legacy_prediction_loop", ""},
+    {"group_by_length", ""},
+    {"length_column_name", ""},
+    {"full_determinism", ""},
+    {"torchdynamo", ""},
+    {"ray_scope", ""},
+    {"include_inputs_for_metrics", ""},
+    {"include_for_metrics", ""},
+    {"include_num_input_tokens_seen", ""},
+    {"include_tokens_per_second", ""},
+    {"batch_eval_metrics", ""},
+    {"average_tokens_across_devices", ""},
+    {"mp_parameters", ""},
+    {"torch_compile_backend", ""},
+    {"torch_compile_mode", ""},
+    {"dispatch_batches", ""},
+    {"split_batches", ""},
+    {"optim_args", ""},
+    {"neftune_noise_alpha", ""},
+    {"fsdp_min_num_params", ""},
+    {"fsdp_transformer_layer_cls_to_wrap", ""},
+}};
+
+constexpr std::array<KeyPattern, 7> kHfKnown = {{
+    {"ddp_bucket_cap_mb", "DDP's gradient buckets"},
+    {"use_liger_kernel", "Liger's fused kernels"},
+    {"auto_find_batch_size", "a batch halved until it fits"},
+    {"accelerator_config", "accelerate's options"},
+    {"fsdp_config", "FSDP's options beyond the sharding (give the FSDP flags)"},
+    {"gradient_checkpointing_kwargs", "how checkpointing is done"},
+    {"torch_empty_cache_steps", "the cache emptied every n steps"},
+}};
+
+}  // namespace
+
+RunOptions map_deepspeed(const FromTree& tree, const RunOptions& flags) {
+  FromMapper m(tree, FromFormat::deepspeed, flags);
+  ds_sizes(m);
+  ds_zero(m);
+  ds_precision(m);
+  return m.finish(kDeepspeedIgnored, kDeepspeedKnown);
+}
+
+RunOptions map_training_args(const FromTree& tree, const RunOptions& flags) {
+  FromMapper m(tree, FromFormat::training_args, flags);
+  hf_training(m);
+  hf_optim(m);
+  hf_fsdp(m);
+  return m.finish(kHfIgnored, kHfKnown);
+}
+
+}  // namespace memest
