@@ -45,7 +45,7 @@ PARTS = {
     "from_yaml": "from",           # ... YAML read with yaml-cpp
     "from_toml": "from",           # ... TOML read with toml++
     "from_json": "from",           # ... JSON read with json_access
-    "from_deepspeed": "from",      # ... DeepSpeed and TrainingArguments JSON
+    "from_hf": "from",             # ... DeepSpeed, TrainingArguments and axolotl
     "from_map": "from",            # ... keys to run options, each key accounted for
     "from_torchtune": "from",      # ... each framework's keys
     "from_litgpt": "from",

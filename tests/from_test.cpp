@@ -296,3 +296,23 @@ TEST_CASE("a DeepSpeed config and a TrainingArguments JSON: ZeRO, offload, preci
   CHECK_THROWS_WITH(from_text("{", "x.json"),
                     Catch::Matchers::StartsWith("x.json: invalid JSON: "));
 }
+
+TEST_CASE("an axolotl config: base_model, QLoRA, all linear layers, packing, attention", "[from]") {
+  // axolotl examples/llama-2/qlora.yml @067b021c8, unchanged (tests/data/from/SOURCES.md).
+  const std::string path = memest::test::data_path("data/from/axolotl-067b021c8-llama-2-qlora.yml");
+  const RunOptions o = memest::load_from_file(path, {}, {});
+  CHECK(o.model->value == "NousResearch/Llama-2-7b-hf");
+  CHECK(o.qlora->value);
+  CHECK(o.lora_rank->value == "32");
+  CHECK(o.lora_targets->value == "all-linear");
+  CHECK(o.seq->value == "4096");
+  CHECK(o.batch->value == "2");
+  CHECK(o.grad_accum->value == "4");
+  CHECK(o.precision->value == "bf16");  // bf16: auto
+  CHECK(o.recompute->value == "full");
+  CHECK(o.attention->value == "flash");  // attn_implementation: flash_attention_2
+  CHECK(o.optimizer->value == "adamw");
+  CHECK(o.paged_optimizer->value);  // paged_adamw_32bit
+  CHECK(o.stack->value == "hf");
+  CHECK(o.from->not_modelled.empty());
+}

@@ -36,7 +36,15 @@ struct FromTree {
 };
 
 /// The file's format, by what it holds.
-enum class FromFormat { torchtune, litgpt, torchtitan, megatron, deepspeed, training_args };
+enum class FromFormat {
+  torchtune,
+  litgpt,
+  torchtitan,
+  megatron,
+  deepspeed,
+  training_args,
+  axolotl
+};
 
 /// The format's name as docs/from.md and the JSON `from` object write it ("torchtune").
 std::string_view from_format_name(FromFormat f);

@@ -70,7 +70,7 @@ def main():
         "run_config": ["configs/examples/*.json", "tests/data/runs/*.json",
                        "tests/data/bad/*.json", "tests/data/bad/hostile/*.json"],
         # memest --from: the frameworks' files of the GPU runs and the small ones of tests/data/from
-        "from_yaml": ["tests/data/gpu/from/*.yaml", "tests/data/from/*.yaml"],
+        "from_yaml": ["tests/data/gpu/from/*.yaml", "tests/data/from/*.yaml", "tests/data/from/*.yml"],
         "from_toml": ["tests/data/gpu/from/*.toml", "tests/data/from/*.toml"],
         "from_args": ["tests/data/gpu/from/*.args", "tests/data/from/*.args"],
         "from_json": ["tests/data/from/*.json"],

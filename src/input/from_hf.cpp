@@ -1,6 +1,7 @@
-// memest --from: JSON files of the Hugging Face stack: a DeepSpeed config (deepspeed/runtime/
-// config.py's keys) and a TrainingArguments JSON (its to_json_string(), transformers
-// training_args.py). Neither names the model: give --model.
+// memest --from: the files of the Hugging Face stack: a DeepSpeed config (deepspeed/runtime/
+// config.py's keys), a TrainingArguments JSON (its to_json_string(), transformers
+// training_args.py; neither names the model: give --model) and an axolotl YAML (its
+// base_model, adapter and training keys; axolotl runs the Trainer with PEFT).
 #include "input/from_formats.hpp"
 #include "input/from_map.hpp"
 
@@ -110,12 +111,12 @@ constexpr std::array<HfOptim, 11> kHfOptims = {{
     {"rmsprop", "rmsprop", "", false},
 }};
 
-void hf_optim(FromMapper& m) {
+void hf_optim(FromMapper& m, std::string_view key) {
   if (const FromValue* a = m.get("adafactor"); a && from_bool(a->text, a->where)) {
     m.set("--optimizer", std::string("adafactor"), *a);  // the older flag for optim adafactor
     return;
   }
-  const FromValue* o = m.get("optim");
+  const FromValue* o = m.get(key);
   if (!o) return;
   const auto it = std::find_if(kHfOptims.begin(), kHfOptims.end(),
                                [&](const HfOptim& h) { return h.optim == o->text; });
@@ -295,7 +296,133 @@ constexpr std::array<KeyPattern, 7> kHfKnown = {{
     {"torch_empty_cache_steps", "the cache emptied every n steps"},
 }};
 
+// lora_target_modules: transformers' module names as memest's targets.
+void axolotl_lora(FromMapper& m) {
+  if (const FromValue* r = m.get("lora_r")) m.set("--lora-rank", r->text, *r);
+  if (const FromValue* d = m.get("lora_dropout")) m.set("--lora-dropout", d->text, *d);
+  if (const FromValue* a = m.get("adapter"); a && a->text == "qlora") m.set("--qlora", true, *a);
+  if (const FromValue* q = m.get("load_in_4bit"); q && from_bool(q->text, q->where))
+    m.set("--qlora", true, *q);
+  if (const FromValue* l = m.get("load_in_8bit"); l && from_bool(l->text, l->where))
+    m.not_modelled(*l, "8-bit base weights (bitsandbytes LLM.int8)");
+  if (const FromValue* all = m.get("lora_target_linear"); all && from_bool(all->text, all->where)) {
+    m.set("--lora-targets", std::string("all-linear"), *all);
+    return;
+  }
+  const FromValue* modules = m.get("lora_target_modules");
+  if (!modules) return;
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 7> kModules = {
+      {{"q_proj", "q"},
+       {"k_proj", "k"},
+       {"v_proj", "v"},
+       {"o_proj", "o"},
+       {"gate_proj", "gate"},
+       {"up_proj", "up"},
+       {"down_proj", "down"}}};
+  std::vector<std::string_view> targets;
+  for (const auto& [module, target] : kModules)
+    if (std::find(modules->items.begin(), modules->items.end(), module) != modules->items.end())
+      targets.push_back(target);
+  if (targets.size() != modules->items.size())
+    m.not_modelled(*modules, "LoRA on modules other than q, k, v, o, gate, up and down_proj");
+  if (!targets.empty())
+    m.set("--lora-targets", fmt::format("{}", fmt::join(targets, ",")), *modules);
+}
+
+// axolotl loads the model in bf16 or fp16 when asked (torch_dtype), and the Trainer autocasts.
+void axolotl_training(FromMapper& m) {
+  if (const FromValue* b = m.get("base_model")) {
+    if (!flags_name_model(m.flags())) m.set("--model", b->text, *b);
+  }
+  if (const FromValue* s = m.get("sequence_len")) m.set("--seq", s->text, *s);
+  if (const FromValue* b = m.get("micro_batch_size")) m.set("--batch", b->text, *b);
+  if (const FromValue* g = m.get("gradient_accumulation_steps")) m.set("--grad-accum", g->text, *g);
+  const FromValue* bf16 = m.get("bf16");
+  if (bf16 && (bf16->text == "auto" || from_bool(bf16->text, bf16->where)))
+    m.set("--precision", std::string("bf16"), *bf16);
+  if (const FromValue* h = m.get("fp16"); h && from_bool(h->text, h->where))
+    m.set("--precision", std::string("fp16"), *h);
+  if (const FromValue* c = m.get("gradient_checkpointing"))
+    m.set("--recompute", std::string(from_bool(c->text, c->where) ? "full" : "none"), *c);
+  if (const FromValue* a = m.get("attn_implementation")) {  // axolotl's newer spelling
+    const std::string& k = a->text;
+    if (k == "eager" || k == "sdpa")
+      m.set("--attention", k, *a);
+    else if (k == "flash_attention_2" || k == "flash_attention_3" || k == "flex_attention")
+      m.set("--attention", std::string("flash"), *a);
+    else
+      m.not_modelled(*a, "an attention kernel memest does not know");
+  }
+  if (const FromValue* f = m.get("flash_attention"); f && from_bool(f->text, f->where))
+    m.set("--attention", std::string("flash"), *f);
+  if (const FromValue* f = m.get("sdp_attention"); f && from_bool(f->text, f->where))
+    m.set("--attention", std::string("sdpa"), *f);
+  if (const FromValue* c = m.get("torch_compile"))
+    m.set("--compile", from_bool(c->text, c->where), *c);
+  if (const FromValue* d = m.get("deepspeed"))
+    m.not_modelled(*d, "a DeepSpeed config: give it to --from on its own");
+}
+
+constexpr std::array<KeyPattern, 41> kAxolotlIgnored = {{
+    {"base_model_config", ""},
+    {"model_type", ""},
+    {"tokenizer_type", ""},
+    {"tokenizer_config", ""},
+    {"trust_remote_code", ""},
+    {"strict", ""},
+    {"datasets", ""},
+    {"dataset_prepared_path", ""},
+    {"val_set_size", ""},
+    {"output_dir", ""},
+    {"lora_alpha", ""},
+    {"lora_fan_in_fan_out", ""},
+    {"wandb_project", ""},
+    {"wandb_entity", ""},
+    {"wandb_watch", ""},
+    {"wandb_name", ""},
+    {"wandb_log_model", ""},
+    {"num_epochs", ""},
+    {"learning_rate", ""},
+    {"lr_scheduler", ""},
+    {"warmup_steps", ""},
+    {"warmup_ratio", ""},
+    {"evals_per_epoch", ""},
+    {"saves_per_epoch", ""},
+    {"logging_steps", ""},
+    {"weight_decay", ""},
+    {"special_tokens", ""},
+    {"chat_template", ""},
+    {"train_on_inputs", ""},
+    {"group_by_length", ""},
+    {"seed", ""},
+    {"hub_model_id", ""},
+    {"resume_from_checkpoint", ""},
+    {"early_stopping_patience", ""},
+    {"local_rank", ""},
+    {"debug", ""},
+    {"tf32", ""},
+    {"max_grad_norm", ""},
+    {"sample_packing", ""},
+    {"pad_to_sequence_len", ""},
+    {"lora_model_dir", ""},
+}};
+
+constexpr std::array<KeyPattern, 4> kAxolotlKnown = {{
+    {"fsdp", "FSDP (give --fsdp and --dp)"},
+    {"fsdp_config", "FSDP's options"},
+    {"xformers_attention", "xformers' attention kernel"},
+    {"lora_modules_to_save", "modules trained in full beside the adapters"},
+}};
+
 }  // namespace
+
+RunOptions map_axolotl(const FromTree& tree, const RunOptions& flags) {
+  FromMapper m(tree, FromFormat::axolotl, flags);
+  axolotl_training(m);
+  axolotl_lora(m);
+  hf_optim(m, "optimizer");
+  return m.finish(kAxolotlIgnored, kAxolotlKnown);
+}
 
 RunOptions map_deepspeed(const FromTree& tree, const RunOptions& flags) {
   FromMapper m(tree, FromFormat::deepspeed, flags);
@@ -308,7 +435,7 @@ RunOptions map_deepspeed(const FromTree& tree, const RunOptions& flags) {
 RunOptions map_training_args(const FromTree& tree, const RunOptions& flags) {
   FromMapper m(tree, FromFormat::training_args, flags);
   hf_training(m);
-  hf_optim(m);
+  hf_optim(m, "optim");
   hf_fsdp(m);
   return m.finish(kHfIgnored, kHfKnown);
 }
