@@ -133,22 +133,22 @@ void hf_optim(FromMapper& m, std::string_view key) {
 void hf_fsdp(FromMapper& m) {
   const FromValue* f = m.get("fsdp");
   // to_json_string() writes the options as a list, a config file as one string.
-  const std::string words = !f        ? ""
-                            : f->list ? fmt::format("{}", fmt::join(f->items, " "))
-                                      : f->text;
-  if (words.empty()) {
+  const std::string words =
+      !f ? "" : (f->list ? fmt::format("{}", fmt::join(f->items, " ")) : f->text);
+  if (!f || words.empty()) {
     m.read_under("fsdp_config");  // its defaults, with FSDP off
     return;
   }
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kModes = {{
+      {"full_shard", "full"},
+      {"shard_grad_op", "grad-op"},
+      {"hybrid_shard", "hybrid"},
+      {"no_shard", "no-shard"},
+  }};
   const auto has = [&](std::string_view w) { return words.find(w) != std::string::npos; };
-  if (has("full_shard"))
-    m.set("--fsdp", std::string("full"), *f);
-  else if (has("shard_grad_op"))
-    m.set("--fsdp", std::string("grad-op"), *f);
-  else if (has("hybrid_shard"))
-    m.set("--fsdp", std::string("hybrid"), *f);
-  else if (has("no_shard"))
-    m.set("--fsdp", std::string("no-shard"), *f);
+  const auto mode =
+      std::find_if(kModes.begin(), kModes.end(), [&](const auto& k) { return has(k.first); });
+  if (mode != kModes.end()) m.set("--fsdp", std::string(mode->second), *f);
   if (has("offload")) m.set("--offload", std::string("optimizer,params"), *f);
 }
 
