@@ -230,6 +230,14 @@ TEST_CASE("bad --from files: one line naming the file, the key and the problem, 
   CHECK_THROWS_WITH(from_text("[training\nbatch_size = 2", "bad.toml"),
                     Catch::Matchers::StartsWith("bad.toml: invalid TOML: ") &&
                         Catch::Matchers::Contains("at line 1"));
+  // fuzz_from_toml's finding: toml++ 3.3 reaches undefined behaviour on U+FCFF outside a string.
+  CHECK_THROWS_WITH(from_text("a = 1\n\xEF\xB3\xBF", "u.toml"),
+                    "u.toml: invalid TOML: a non-ASCII character outside a string or comment (or "
+                    "one toml++ cannot read in a multi-line string) at line 2");
+  CHECK(from_text("[training] # \xC3\xA9\nbatch_size = 2 # \xEF\xB3\xBF\n[job]\ndescription = "
+                  "\"\xC3\xA9t\xC3\xA9\"\n",
+                  "ok.toml")
+            .batch->value == "2");
   CHECK_THROWS_WITH(from_text("just: text", "x.yaml"),
                     Catch::Matchers::StartsWith("x.yaml: not a config memest can read"));
   CHECK_THROWS_WITH(from_text(kRecipe, "r.yaml", {"enable_activation_checkpointing=maybe"}),
