@@ -234,6 +234,8 @@ TEST_CASE("bad --from files: one line naming the file, the key and the problem, 
   CHECK_THROWS_WITH(from_text("a = 1\n\xEF\xB3\xBF", "u.toml"),
                     "u.toml: invalid TOML: a non-ASCII character outside a string or comment (or "
                     "one toml++ cannot read in a multi-line string) at line 2");
+  CHECK_THROWS_WITH(from_text("mode =4's\xC8\x9F'", "q.toml"),  // a quote in a bare value
+                    Catch::Matchers::StartsWith("q.toml: invalid TOML: a non-ASCII character"));
   CHECK(from_text("[training] # \xC3\xA9\nbatch_size = 2 # \xEF\xB3\xBF\n[job]\ndescription = "
                   "\"\xC3\xA9t\xC3\xA9\"\n",
                   "ok.toml")

@@ -60,6 +60,14 @@ std::size_t toml_string_end(std::string_view text, std::size_t i) {
   return text.size();
 }
 
+// Whether a quote at `i` opens a string: after a space, `=`, `[`, `{`, `,`, `.` or a line's
+// start; one inside a bare value (4's) does not, and toml++ reads on through it.
+bool toml_string_opens(std::string_view text, std::size_t i) {
+  if (i == 0) return true;
+  const char before = text[i - 1];
+  return std::string_view(" \t\r\n=[{,.").find(before) != std::string_view::npos;
+}
+
 // The line of the first character toml++ 3.3 cannot read safely; 0 when there is none.
 std::size_t toml_unsafe_line(std::string_view text) {
   std::size_t line = 1;
@@ -68,7 +76,7 @@ std::size_t toml_unsafe_line(std::string_view text) {
     const char c = text[i];
     if (c == '#') {
       while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
-    } else if (c == '"' || c == '\'') {
+    } else if ((c == '"' || c == '\'') && toml_string_opens(text, i)) {
       const std::size_t end = toml_string_end(text, i);
       const bool basic_multi = text.substr(i, 3) == "\"\"\"";
       for (std::size_t k = i; k < end && k < text.size(); ++k) {
