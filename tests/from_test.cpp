@@ -326,3 +326,18 @@ TEST_CASE("an axolotl config: base_model, QLoRA, all linear layers, packing, att
   CHECK(o.stack->value == "hf");
   CHECK(o.from->not_modelled.empty());
 }
+
+TEST_CASE("an accelerate config: processes, mixed precision and the FSDP plugin", "[from]") {
+  const std::vector<std::string> overrides = {"num_processes=4"};
+  const RunOptions o = memest::load_from_file(
+      memest::test::data_path("data/from/accelerate-fsdp.yaml"), overrides, {});
+  CHECK(said(o.data_parallel) == "4 (override num_processes=4)");
+  CHECK(o.precision->value == "amp-bf16");
+  CHECK(said(o.fsdp) == "full (" + memest::test::data_path("data/from/accelerate-fsdp.yaml") +
+                            ": fsdp_config.fsdp_sharding_strategy)");
+  CHECK(o.fsdp_orig_params->value);
+  CHECK(o.fsdp_sync_module_states->value);
+  CHECK_FALSE(o.offload);                   // fsdp_offload_params: false
+  CHECK_FALSE(o.stack);                     // accelerate launches any training loop
+  CHECK(o.from->not_modelled.size() == 4);  // wrap policy, both prefetches, RAM-efficient loading
+}

@@ -114,9 +114,9 @@ void add_output_flags(CLI::App& app, OutputFlags& f) {
       ->group("Run config");
   app.add_option(
          "--from", f.from,
-         "A training framework's config file (torchtune recipe YAML, LitGPT YAML, "
-         "torchtitan TOML, Megatron-LM arguments, DeepSpeed or TrainingArguments JSON), then its "
-         "overrides as KEY=VALUE; flags override it (docs/from.md)")
+         "A training framework's config file (torchtune, LitGPT, axolotl or accelerate YAML, "
+         "torchtitan TOML, Megatron-LM arguments, DeepSpeed or TrainingArguments JSON), then "
+         "its overrides as KEY=VALUE; flags override it (docs/from.md)")
       ->type_name("FILE [KEY=VALUE ...]")
       ->expected(1, CLI::detail::expected_max_vector_size)
       ->group("Run config");

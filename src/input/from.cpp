@@ -43,12 +43,14 @@ FromFormat yaml_format(const FromTree& tree) {
   if (tree.has_under("MODEL_ARGS")) return FromFormat::megatron;
   if (any_component(tree)) return FromFormat::torchtune;
   if (tree.has_under("base_model")) return FromFormat::axolotl;
+  if (tree.has_under("compute_environment") || tree.has_under("distributed_type"))
+    return FromFormat::accelerate;
   if (tree.has_under("checkpoint_dir") || tree.has_under("train") || tree.has_under("precision"))
     return FromFormat::litgpt;
   throw Error(fmt::format(
       "{}: not a config memest can read: expected a torchtune recipe (keys with _component_), a "
-      "LitGPT config (checkpoint_dir, train), an axolotl config (base_model) or Megatron-LM's "
-      "model_config.yaml (MODEL_ARGS)",
+      "LitGPT config (checkpoint_dir, train), an axolotl config (base_model), an accelerate config "
+      "(compute_environment) or Megatron-LM's model_config.yaml (MODEL_ARGS)",
       tree.source));
 }
 
@@ -136,6 +138,8 @@ RunOptions parse_from_text(std::string_view text, const std::string& source,
       return map_training_args(tree, flags);
     case FromFormat::axolotl:
       return map_axolotl(tree, flags);
+    case FromFormat::accelerate:
+      return map_accelerate(tree, flags);
     case FromFormat::megatron:
       break;
   }

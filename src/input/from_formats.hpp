@@ -31,6 +31,9 @@ RunOptions map_training_args(const FromTree& tree, const RunOptions& flags);
 /// An axolotl YAML (base_model, adapter, lora_*, sequence_len, micro_batch_size, ...).
 RunOptions map_axolotl(const FromTree& tree, const RunOptions& flags);
 
+/// An accelerate config YAML (num_processes, mixed_precision, the FSDP or DeepSpeed plugin).
+RunOptions map_accelerate(const FromTree& tree, const RunOptions& flags);
+
 /// The run's `from` report with only the keys whose options kept the file's value (a flag
 /// given beside --from replaces it); nullopt for a run not given by --from.
 std::optional<FromReport> from_in_effect(const RunOptions& options);

@@ -414,7 +414,101 @@ constexpr std::array<KeyPattern, 4> kAxolotlKnown = {{
     {"lora_modules_to_save", "modules trained in full beside the adapters"},
 }};
 
+// accelerate's config YAML (accelerate config): the processes, mixed precision and the FSDP or
+// DeepSpeed plugin (accelerate/commands/config/cluster.py's keys).
+void accelerate_fsdp(FromMapper& m) {
+  const FromValue* strategy = m.get("fsdp_config.fsdp_sharding_strategy");
+  if (!strategy) return;
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 8> kStrategies = {
+      {{"FULL_SHARD", "full"},
+       {"1", "full"},
+       {"SHARD_GRAD_OP", "grad-op"},
+       {"2", "grad-op"},
+       {"NO_SHARD", "no-shard"},
+       {"3", "no-shard"},
+       {"HYBRID_SHARD", "hybrid"},
+       {"4", "hybrid"}}};
+  const auto it = std::find_if(kStrategies.begin(), kStrategies.end(),
+                               [&](const auto& k) { return k.first == strategy->text; });
+  if (it == kStrategies.end())
+    throw Error(
+        fmt::format("{}: unknown sharding strategy \"{}\" (expected FULL_SHARD, "
+                    "SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD)",
+                    strategy->where, strategy->text));
+  m.set("--fsdp", std::string(it->second), *strategy);
+  if (const FromValue* v = m.get("fsdp_config.fsdp_version")) m.set("--fsdp-version", v->text, *v);
+  if (const FromValue* o = m.get("fsdp_config.fsdp_offload_params"))
+    if (from_bool(o->text, o->where)) m.set("--offload", std::string("optimizer,params"), *o);
+  if (const FromValue* u = m.get("fsdp_config.fsdp_use_orig_params"))
+    m.set("--fsdp-orig-params", from_bool(u->text, u->where), *u);
+  if (const FromValue* c = m.get("fsdp_config.fsdp_activation_checkpointing"))
+    if (from_bool(c->text, c->where)) m.set("--recompute", std::string("full"), *c);
+  if (const FromValue* y = m.get("fsdp_config.fsdp_sync_module_states"))
+    if (from_bool(y->text, y->where)) m.set("--fsdp-sync-module-states", true, *y);
+}
+
+void accelerate_plugins(FromMapper& m) {
+  if (const FromValue* n = m.get("num_processes")) m.set("--dp", n->text, *n);
+  if (const FromValue* p = m.get("mixed_precision"); p && p->text != "no") {
+    if (p->text != "bf16" && p->text != "fp16")
+      throw Error(fmt::format("{}: unknown mixed precision \"{}\" (expected no, fp16 or bf16)",
+                              p->where, p->text));
+    m.set("--precision", std::string(p->text == "bf16" ? "amp-bf16" : "amp"), *p);
+  }
+  accelerate_fsdp(m);
+  if (const FromValue* z = m.get("deepspeed_config.zero_stage")) m.set("--zero", z->text, *z);
+  std::vector<std::string_view> offload;
+  const FromValue* where = nullptr;
+  for (const auto& [key, item] : {std::pair<std::string_view, std::string_view>{
+                                      "deepspeed_config.offload_optimizer_device", "optimizer"},
+                                  {"deepspeed_config.offload_param_device", "params"}}) {
+    const FromValue* d = m.get(key);
+    if (d && (d->text == "cpu" || d->text == "nvme")) {
+      offload.push_back(item);
+      where = d;
+    }
+  }
+  if (where) m.set("--offload", fmt::format("{}", fmt::join(offload, ",")), *where);
+  if (const FromValue* g = m.get("deepspeed_config.gradient_accumulation_steps"))
+    m.set("--grad-accum", g->text, *g);
+}
+
+constexpr std::array<KeyPattern, 14> kAccelerateIgnored = {{
+    {"compute_environment", ""},
+    {"distributed_type", ""},
+    {"downcast_bf16", ""},
+    {"machine_rank", ""},
+    {"main_training_function", ""},
+    {"num_machines", ""},
+    {"rdzv_backend", ""},
+    {"same_network", ""},
+    {"tpu_env", ""},
+    {"tpu_use_cluster", ""},
+    {"tpu_use_sudo", ""},
+    {"use_cpu", ""},
+    {"debug", ""},
+    {"gpu_ids", ""},
+}};
+
+constexpr std::array<KeyPattern, 6> kAccelerateKnown = {{
+    {"fsdp_config.fsdp_auto_wrap_policy", "how the model is wrapped into FSDP units"},
+    {"fsdp_config.fsdp_backward_prefetch", "the next unit's parameters gathered early"},
+    {"fsdp_config.fsdp_forward_prefetch", "the next unit's parameters gathered early"},
+    {"fsdp_config.fsdp_cpu_ram_efficient_loading", "how the model is loaded"},
+    {"fsdp_config.fsdp_reshard_after_forward", "parameters kept gathered after forward"},
+    {"deepspeed_config.zero3_init_flag", "how ZeRO-3 builds the model"},
+}};
+
 }  // namespace
+
+RunOptions map_accelerate(const FromTree& tree, const RunOptions& flags) {
+  FromMapper m(tree, FromFormat::accelerate, flags);
+  accelerate_plugins(m);
+  m.read_under("fsdp_config.fsdp_state_dict_type");
+  m.read_under("fsdp_config.fsdp_transformer_layer_cls_to_wrap");
+  m.read_under("deepspeed_config.deepspeed_multinode_launcher");
+  return m.finish(kAccelerateIgnored, kAccelerateKnown);
+}
 
 RunOptions map_axolotl(const FromTree& tree, const RunOptions& flags) {
   FromMapper m(tree, FromFormat::axolotl, flags);

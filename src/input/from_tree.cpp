@@ -54,13 +54,15 @@ bool FromTree::remove(std::string_view path) {
 }
 
 std::string_view from_format_name(FromFormat f) {
-  static constexpr std::array<std::string_view, 7> kNames = {
-      "torchtune", "litgpt", "torchtitan", "megatron", "deepspeed", "training_args", "axolotl"};
+  static constexpr std::array<std::string_view, 8> kNames = {
+      "torchtune", "litgpt",        "torchtitan", "megatron",
+      "deepspeed", "training_args", "axolotl",    "accelerate"};
   return kNames[static_cast<std::size_t>(f)];
 }
 
 std::string_view from_format_stack(FromFormat f) {
   if (f == FromFormat::deepspeed) return "";
+  if (f == FromFormat::accelerate) return "";  // the launcher of any loop
   const bool trainer = f == FromFormat::training_args || f == FromFormat::axolotl;
   return trainer ? "hf" : from_format_name(f);
 }

@@ -43,7 +43,8 @@ enum class FromFormat {
   megatron,
   deepspeed,
   training_args,
-  axolotl
+  axolotl,
+  accelerate
 };
 
 /// The format's name as docs/from.md and the JSON `from` object write it ("torchtune").
