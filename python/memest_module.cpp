@@ -39,6 +39,9 @@ struct Extra {
 // The output options every command takes.
 const std::vector<Extra> kOutputExtras = {
     {"file", "--file", "A run config (a path); the other keywords override its settings"},
+    {"from_file", "--from",
+     "A training framework's config file (a path), or a list: the path, then its KEY=VALUE "
+     "overrides (docs/from.md); the other keywords override it"},
 };
 const std::vector<Extra> kEstimateExtras = {
     {"plot", "--plot", "Also write live memory over the step as an SVG picture to this path"},
@@ -93,6 +96,14 @@ std::string list_of(const std::string& keyword, py::handle v) {
   return out;
 }
 
+/// from_file=: a path, or a list of the path and its overrides, each an argument of --from.
+std::vector<std::string> from_values(const std::string& keyword, py::handle v) {
+  if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) return {text_of(keyword, v)};
+  std::vector<std::string> out;
+  for (const py::handle item : v) out.push_back(text_of(keyword, item));
+  return out;
+}
+
 /// The arguments of one CLI run.
 class Args {
  public:
@@ -110,6 +121,11 @@ class Args {
     }
   }
   void flag(const std::string& flag) { argv_.push_back(flag); }
+  // --from FILE KEY=VALUE ...: one flag, several values.
+  void values(const std::string& flag, const std::vector<std::string>& values) {
+    argv_.push_back(flag);
+    argv_.insert(argv_.end(), values.begin(), values.end());
+  }
   const std::vector<std::string>& argv() const { return argv_; }
 
  private:
@@ -171,6 +187,10 @@ Args arguments(const std::string& command, const std::string& format, const py::
     const auto extra =
         std::find_if(all.begin(), all.end(), [&](const Extra& e) { return e.keyword == key; });
     if (extra == all.end()) unknown_keyword(command, key, all);
+    if (key == "from_file") {
+      args.values(extra->flag, from_values(key, v));
+      continue;
+    }
     args.option(extra->flag, list_of(key, v));
   }
   return args;

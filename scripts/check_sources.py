@@ -40,6 +40,17 @@ PARTS = {
     "model_loading": "config",     # --model-loading and its spellings, resolved
     "serve_render": "serve_command",  # memest serve's table and JSON
     "serve_gguf": "serve_llama_cpp",  # GGUF weights: llama.cpp's per-tensor types
+    "from_formats": "from",        # memest --from: the frameworks' readings, declared
+    "from_tree": "from",           # memest --from: the flat form, and the argument-list reader
+    "from_yaml": "from",           # ... YAML read with yaml-cpp
+    "from_toml": "from",           # ... TOML read with toml++
+    "from_json": "from",           # ... JSON read with json_access
+    "from_hf": "from",             # ... DeepSpeed, TrainingArguments and axolotl
+    "from_map": "from",            # ... keys to run options, each key accounted for
+    "from_torchtune": "from",      # ... each framework's keys
+    "from_litgpt": "from",
+    "from_torchtitan": "from",
+    "from_megatron": "from",
 }
 # Every file of src/step/rules/ is a part of the module "rules" (rules.hpp).
 RULES_DIR = os.path.join("src", "step", "rules")

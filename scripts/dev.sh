@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ clang-format clang-tidy git libcli11-dev nlohmann-json3-dev libfmt-dev
+          libyaml-cpp-dev libtomlplusplus-dev
           catch2 libbenchmark-dev python3 python3-jsonschema clang libclang-rt-dev
           python3-dev pybind11-dev python3-pybind11 python3-pytest)
 

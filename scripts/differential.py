@@ -136,6 +136,10 @@ VALUES = {
     "--file": lambda r: os.path.join(ROOT, "configs/examples",
                                      r.choice(sorted(os.listdir(
                                          os.path.join(ROOT, "configs/examples"))))),
+    # memest --from: a framework's file of tests/data (its overrides are not drawn).
+    "--from": lambda r: r.choice(sorted(
+        os.path.join(ROOT, d, f) for d in ("tests/data/gpu/from", "tests/data/from")
+        for f in os.listdir(os.path.join(ROOT, d)) if not f.endswith(".md"))),
 }
 # Options that make more runs valid when drawn together.
 GROUPS = [["--dp", "--zero"], ["--dp", "--fsdp"], ["--lora-rank", "--qlora"],

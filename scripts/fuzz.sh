@@ -4,6 +4,7 @@
 # GGUF headers. What a run finds is kept: new inputs in build/fuzz/corpus/<target>, a crash as
 # build/fuzz/artifacts/<target>-crash-<hash> (replay: build/fuzz/tests/fuzz/fuzz_<target> FILE).
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]   targets: hf_config run_config units cli gguf
+#                                                from_yaml from_toml from_args from_json
 # MEMEST_FUZZ_PRESET=asan takes the targets of the asan build instead (a debug build, slower per
 # input; the test command's smoke run uses it so that one sanitized build serves both), and
 # keeps what it finds under build/asan/.
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-600}"
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(hf_config run_config units cli gguf)
+[ ${#targets[@]} -eq 0 ] && targets=(hf_config run_config units cli gguf from_yaml from_toml from_args from_json)
 
 preset="${MEMEST_FUZZ_PRESET:-fuzz}"
 out="build/$preset"
@@ -28,6 +29,7 @@ for t in "${targets[@]}"; do
     units) max_len=256 dict=() ;;
     cli) max_len=2048 dict=() ;;
     gguf) max_len=65536 dict=() ;;
+    from_*) max_len=16384 dict=() ;;
     *) max_len=65536 dict=(-dict=tests/fuzz/json.dict) ;;
   esac
   mkdir -p "$out/corpus/$t"

@@ -4,6 +4,8 @@
 // Schema, the Python keywords, the web form, the JSON echo). Stacks (src/input/stacks.cpp) and
 // resolve() (config.hpp) both read it; it reads neither.
 
+#include <memest/from_report.hpp>
+
 #include <optional>
 #include <span>
 #include <string>
@@ -60,6 +62,8 @@ struct RunOptions {
       fsdp_sync_module_states, fsdp_no_sync, load_full;
   // hardware
   TextSetting gpu, budget, reserve;
+  /// Set by memest --from: what the framework's file said (not an option of the table).
+  std::optional<FromReport> from;
 };
 
 /// The form of an option's value: what its flag takes, what JSON types its run-config key takes

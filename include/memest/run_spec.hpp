@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memest/allocator_replay.hpp>
+#include <memest/from_report.hpp>
 #include <memest/hardware.hpp>
 #include <memest/model.hpp>
 #include <memest/optimizer.hpp>
@@ -177,6 +178,9 @@ struct RunSpec {
   /// then that device's share. Default: one device holds the whole model.
   RankSpec rank;
   std::optional<Budget> budget;  ///< the device memory to check against, when given
+  /// memest --from: the file, the keys that set the run's options and those memest does not
+  /// model (docs/from.md); absent for a run given by flags and run configs.
+  std::optional<FromReport> from;
 };
 
 }  // namespace memest

@@ -3,6 +3,7 @@
 #include <memest/check.hpp>
 #include <memest/config.hpp>
 #include <memest/error.hpp>
+#include <memest/from.hpp>
 #include <memest/gpu_support.hpp>
 #include <memest/report.hpp>
 #include <memest/run_config.hpp>
@@ -98,6 +99,7 @@ struct OutputFlags {
   bool color = false;  ///< set by run(): the output is a terminal and NO_COLOR is unset
   bool explain = false;
   std::string file;
+  std::vector<std::string> from;  ///< --from FILE [KEY=VALUE ...]
   std::string units = "GB";
   std::string format = "table";
   std::string plot;  ///< --plot FILE.svg
@@ -109,6 +111,14 @@ void add_output_flags(CLI::App& app, OutputFlags& f) {
       ->group("Output");
   app.add_option("--file", f.file, "A run config (JSON); flags override its settings")
       ->type_name("PATH")
+      ->group("Run config");
+  app.add_option(
+         "--from", f.from,
+         "A training framework's config file (torchtune, LitGPT, axolotl or accelerate YAML, "
+         "torchtitan TOML, Megatron-LM arguments, DeepSpeed or TrainingArguments JSON), then "
+         "its overrides as KEY=VALUE; flags override it (docs/from.md)")
+      ->type_name("FILE [KEY=VALUE ...]")
+      ->expected(1, CLI::detail::expected_max_vector_size)
       ->group("Run config");
   app.add_option("--units", f.units,
                  "Units of the table: " + joined(unit_names()) + " (default GB)")
@@ -157,10 +167,16 @@ std::string as_markdown(const OutputFlags& flags, std::string text) {
   return flags.format == "markdown" ? "```text\n" + text + "```\n" : std::move(text);
 }
 
-// A run config (--file) with the flags laid over it.
+// A run config (--file) or a framework's config (--from) with the flags laid over it.
 RunOptions with_file(const RunOptions& flag_options, const OutputFlags& flags) {
   RunOptions options;
+  if (!flags.file.empty() && !flags.from.empty())
+    throw Error("--from: not used with --file (give one file)");
   if (!flags.file.empty()) options = load_run_config(flags.file);
+  if (!flags.from.empty()) {
+    const std::span<const std::string> overrides(flags.from.begin() + 1, flags.from.end());
+    options = load_from_file(flags.from.front(), overrides, flag_options);
+  }
   merge(options, flag_options);
   return options;
 }
@@ -355,6 +371,7 @@ int run_check(const std::vector<std::string>& files, const RunOptions& overrides
               const OutputFlags& flags, std::ostream& out) {
   const auto report = report_options(flags, kReportFormats);
   if (!flags.file.empty()) throw Error("--file: not used by check (pass the files as arguments)");
+  if (!flags.from.empty()) throw Error("--from: not used by check (it checks run config files)");
   std::vector<CheckResult> results;
   results.reserve(files.size());
   for (const auto& f : files) results.push_back(check_run_file(f, overrides));

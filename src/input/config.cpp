@@ -1,4 +1,5 @@
 #include "base/numbers.hpp"
+#include "input/from_formats.hpp"
 #include "input/model_loading.hpp"
 #include "input/stacks.hpp"
 #include "model/adapters.hpp"
@@ -635,6 +636,7 @@ RunSpec resolve(const RunOptions& given) {
     run.precision.state = Dtype::fp32;
   check_layout_where(run, options);
   run.training.stack_assumptions = stack_assumptions(given);
+  run.from = from_in_effect(given);
   return run;
 }
 

@@ -586,6 +586,18 @@ ordered_json resolved_run_json(const RunSpec& run) {
   return r;
 }
 
+// memest --from: the file, each key that set an option with where it came from, and the keys
+// that change memory in ways memest does not model.
+ordered_json from_json(const FromReport& from) {
+  ordered_json used = ordered_json::array();
+  for (const auto& k : from.used)
+    used.push_back({{"key", k.key}, {"value", k.value}, {"option", k.flag}, {"where", k.where}});
+  return {{"file", from.file},
+          {"format", from.format},
+          {"used", used},
+          {"not_modelled", from.not_modelled}};
+}
+
 }  // namespace
 
 std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptions& options,
@@ -594,6 +606,7 @@ std::string render_json(const RunSpec& run, const Estimate& e, const ReportOptio
   j["schema_version"] = kJsonSchemaVersion;
   j["memest_version"] = version();
   j["inputs"] = ordered_json::parse(run_config);
+  if (run.from) j["from"] = from_json(*run.from);
   j["run"] = resolved_run_json(run);
   j["parameters"] = {{"total", e.params},
                      {"trainable", e.trainable},

@@ -538,6 +538,10 @@ Estimate estimate(const RunSpec& run, const EstimateOptions& options) {
   Estimate out = estimate_stages(run, options);
   const auto& stack = run.training.stack_assumptions;  // --stack's version rules, first
   out.assumptions.insert(out.assumptions.begin(), stack.begin(), stack.end());
+  if (run.from) {  // memest --from: the file's keys that change memory in ways not modelled
+    for (const auto& key : run.from->not_modelled)
+      out.notes.push_back(fmt::format("not modelled: {}", key));
+  }
   return out;
 }
 

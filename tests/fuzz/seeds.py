@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets (tests/fuzz/) under OUT_DIR, one folder per
 target: config.json files for hf_config, run configs for run_config, sizes and counts for units,
-small GGUF headers (written here) for gguf, and every memest command of the README and of the --help examples (one argument per line) for cli.
+small GGUF headers (written here) for gguf, frameworks' config files for from_yaml, from_toml,
+from_args and from_json, and every memest command of the README and of the --help examples (one argument per line) for cli.
 
 usage: seeds.py OUT_DIR   (run from the repository root)
 """
@@ -68,6 +69,11 @@ def main():
         "hf_config": ["configs/models/*.json", "tests/data/models/*.json"],
         "run_config": ["configs/examples/*.json", "tests/data/runs/*.json",
                        "tests/data/bad/*.json", "tests/data/bad/hostile/*.json"],
+        # memest --from: the frameworks' files of the GPU runs and the small ones of tests/data/from
+        "from_yaml": ["tests/data/gpu/from/*.yaml", "tests/data/from/*.yaml", "tests/data/from/*.yml"],
+        "from_toml": ["tests/data/gpu/from/*.toml", "tests/data/from/*.toml"],
+        "from_args": ["tests/data/gpu/from/*.args", "tests/data/from/*.args"],
+        "from_json": ["tests/data/from/*.json"],
     }.items():
         for path in sorted(p for pattern in patterns for p in glob.glob(pattern)):
             with open(path, "rb") as f:

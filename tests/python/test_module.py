@@ -22,7 +22,7 @@ OPTIONS = memest.options()
 BY_FLAG = {o["flag"]: o for o in OPTIONS}
 COMMANDS = {"estimate": memest.estimate, "fit": memest.fit, "compare": memest.compare}
 # Keywords of the subcommands beyond the run options (python/memest_module.cpp).
-EXTRA_FLAGS = {"--file": "file", "--for": "target", "--gpus": "gpus",
+EXTRA_FLAGS = {"--file": "file", "--from": "from_file", "--for": "target", "--gpus": "gpus",
                "--max": "max", "--policies": "policies", "--batches": "batches",
                "--seqs": "seqs", "--optimizers": "optimizers"}
 BOOLEAN_EXTRAS = set()
@@ -270,3 +270,12 @@ def test_plot_keyword_writes_the_cli_picture(tmp_path):
     assert (tmp_path / "m.svg").read_text() == (tmp_path / "c.svg").read_text()
     list(memest.sweep(model="gpt2", seq=512, batches=[1, 2, 4], plot=str(tmp_path / "s.svg")))
     assert (tmp_path / "s.svg").read_text().startswith("<svg")
+
+
+def test_from_file_takes_a_path_and_its_overrides_as_a_list():
+    path = str(ROOT / "tests/data/gpu/from/torchtune-1814feb17-llama3_2-3B_lora_single_device.yaml")
+    overrides = ["batch_size=2", "tokenizer.max_seq_len=4096"]
+    doc = memest.estimate(from_file=[path, *overrides], gpu="a100-80gb")
+    assert doc == json.loads(cli_json("estimate", ["--from", path, *overrides, "--gpu", "a100-80gb"]))
+    assert doc["from"]["format"] == "torchtune"
+    assert memest.estimate(from_file=path, batch=2, seq=512)["inputs"]["training"]["micro_batch"] == 2
