@@ -115,6 +115,16 @@ std::string level(std::string_view cls, u64 bytes, const Axis& axis, std::string
       cls, bytes, kLeft, y, kLeft + kPlotW, dash, y - 5, esc(label));
 }
 
+// The budget's usable bytes as a dashed level, when the run has a budget.
+std::string budget_level(const RunSpec& run, const Axis& axis, Unit unit) {
+  if (!run.budget) return "";
+  const u64 usable = run.budget->usable();
+  return level(
+      "budget", usable, axis,
+      fmt::format("{}: {} usable", budget_label(*run.budget, unit), format_bytes(usable, unit)),
+      "6 4");
+}
+
 std::string legend_row(std::size_t row, std::string_view color, std::string_view label) {
   const double y = kTop + 10 + 20 * static_cast<double>(row);
   const double x = kLeft + kPlotW + 16;
@@ -280,14 +290,7 @@ std::string render_schedule_svg(const RunSpec& run, const Estimate& est,
           i, color,
           fmt::format("stage {}: at most {}", st.stage, format_bytes(most, options.unit)));
   }
-  if (run.budget) {
-    const u64 usable = run.budget->usable();
-    svg += level("budget", usable, axis,
-                 fmt::format("{}: {} usable", budget_label(*run.budget, options.unit),
-                             format_bytes(usable, options.unit)),
-                 "6 4");
-  }
-  return svg + "</svg>\n";
+  return svg + budget_level(run, axis, options.unit) + "</svg>\n";
 }
 
 }  // namespace
@@ -308,12 +311,7 @@ std::string render_step_svg(const RunSpec& run, const Estimate& est, const Repor
   std::string svg = header(fmt::format("{}: live memory over one training step", run.model.name),
                            run_subtitle(run, est), axis);
   svg += phase_bands(tl) + y_ticks(axis, options.unit) + stacks(tl, axis);
-  if (run.budget) {
-    svg += level("budget", usable, axis,
-                 fmt::format("{}: {} usable", budget_label(*run.budget, options.unit),
-                             format_bytes(usable, options.unit)),
-                 "6 4");
-  }
+  svg += budget_level(run, axis, options.unit);
   if (pk.needed != top.bytes) {
     svg += level(
         "needed", pk.needed, axis,
@@ -464,14 +462,7 @@ std::string render_sweep_svg(const RunSpec& run, const std::vector<SweepRow>& ro
     svg += series_svg(series[i], color, xa, axis);
     if (i < 20) svg += legend_row(i, color, series[i].label);
   }
-  if (run.budget) {
-    const u64 usable = run.budget->usable();
-    svg += level("budget", usable, axis,
-                 fmt::format("{}: {} usable", budget_label(*run.budget, options.unit),
-                             format_bytes(usable, options.unit)),
-                 "6 4");
-  }
-  return svg + "</svg>\n";
+  return svg + budget_level(run, axis, options.unit) + "</svg>\n";
 }
 
 }  // namespace memest
