@@ -157,10 +157,10 @@ TEST_CASE("fit with the replayed allocator finds a size that fits above one that
   // The issue's case: Llama-3.2-1B, mixed bf16, SGD with momentum, eager attention, 512 tokens,
   // a 20 GB budget. Micro-batch 1 packs its 2-8 MiB tensors into shared 20 MiB segments that
   // stay split, and needs more than micro-batch 2; fit used to stop at 1 and say nothing fits.
-  const std::vector<std::string> base = {
-      "--model",     "llama-3.2-1b", "--precision", "mixed-bf16", "--optimizer", "sgd-momentum",
-      "--attention", "eager",        "--allocator", "cuda",       "--seq",       "512",
-      "--budget",    "20GB"};
+  const std::vector<std::string> base = {"--model",     "llama-3.2-1b", "--precision", "mixed-bf16",
+                                         "--optimizer", "sgd-momentum", "--attention", "eager",
+                                         "--allocator", "cuda",         "--seq",       "512",
+                                         "--budget",    "20GB"};
   std::vector<std::string> fit = {"fit"};
   fit.insert(fit.end(), base.begin(), base.end());
   const auto j = run_json_answer(fit);
