@@ -35,7 +35,8 @@ std::uint64_t expert_elements(const char* preset, std::uint64_t t, std::uint64_t
   run.parallel.expert = ep;
   run.parallel.data_parallel = 4;
   std::uint64_t n = 0;
-  for (const TensorGroup& g : stage_runs(run).front().model.inventory.groups) {
+  const auto stages = stage_runs(run);
+  for (const TensorGroup& g : stages.front().model.inventory.groups) {
     if (g.role == Role::expert) n += g.elements();
   }
   return n;
