@@ -174,7 +174,8 @@ RunOptions with_file(const RunOptions& flag_options, const OutputFlags& flags) {
     throw Error("--from: not used with --file (give one file)");
   if (!flags.file.empty()) options = load_run_config(flags.file);
   if (!flags.from.empty()) {
-    const std::span<const std::string> overrides(flags.from.begin() + 1, flags.from.end());
+    // A pointer and a count: the web page's libc++ has no span from two iterators.
+    const std::span<const std::string> overrides(flags.from.data() + 1, flags.from.size() - 1);
     options = load_from_file(flags.from.front(), overrides, flag_options);
   }
   merge(options, flag_options);
