@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #if MEMEST_FROM
+#include <cctype>
 #include <sstream>
 #include <toml++/toml.h>
 #endif
@@ -68,6 +69,21 @@ bool toml_string_opens(std::string_view text, std::size_t i) {
   return std::string_view(" \t\r\n=[{,.").find(before) != std::string_view::npos;
 }
 
+// toml++ 3.3 asserts (an assumption in a release build) that a table header's key starts with a
+// bare-key character or a quote (parser.inl, parse_key from parse_table_header; `[.o` found by
+// fuzz_from_toml): whether the `[` at `i`, first on its line, opens such a header.
+bool toml_bad_header(std::string_view text, std::size_t i) {
+  const std::size_t start = text.rfind('\n', i);
+  const std::size_t from = start == std::string_view::npos ? 0 : start + 1;
+  if (text.substr(from, i - from).find_first_not_of(" \t") != std::string_view::npos) return false;
+  std::size_t k = i + 1;
+  if (k < text.size() && text[k] == '[') ++k;
+  while (k < text.size() && (text[k] == ' ' || text[k] == '\t')) ++k;
+  if (k >= text.size()) return false;
+  const auto c = static_cast<unsigned char>(text[k]);
+  return !(std::isalnum(c) || c == '_' || c == '-' || c == '"' || c == '\'' || c >= 0x80);
+}
+
 // The line of the first character toml++ 3.3 cannot read safely; 0 when there is none.
 std::size_t toml_unsafe_line(std::string_view text) {
   std::size_t line = 1;
@@ -88,6 +104,8 @@ std::size_t toml_unsafe_line(std::string_view text) {
       i = end;
     } else if (c == '\n') {
       ++line;
+    } else if (c == '[' && toml_bad_header(text, i)) {
+      return line;
     } else if (static_cast<unsigned char>(c) >= 0x80) {
       return line;
     }
