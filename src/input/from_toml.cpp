@@ -104,9 +104,7 @@ std::size_t toml_unsafe_line(std::string_view text) {
       i = end;
     } else if (c == '\n') {
       ++line;
-    } else if (c == '[' && toml_bad_header(text, i)) {
-      return line;
-    } else if (static_cast<unsigned char>(c) >= 0x80) {
+    } else if ((c == '[' && toml_bad_header(text, i)) || static_cast<unsigned char>(c) >= 0x80) {
       return line;
     }
   }
