@@ -108,7 +108,7 @@ TEST_CASE("bad input: one line naming the flag, the value and what is accepted, 
        "gate, up, down, all-linear)"},
       {{"--model", "llama-2-7b", "--freeze", "embeddings"},
        "memest: error: --freeze: unknown role \"embeddings\" (expected one of: embedding, "
-       "position, attention, mlp, norm, head, router, expert, adapter, other)"},
+       "position, attention, mlp, norm, head, router, expert, adapter, vision, other)"},
       {{"--model", "gpt2", "--freeze", "embedding,position,attention,mlp,norm"},
        "memest: error: --freeze: \"embedding,position,attention,mlp,norm\" freezes every "
        "parameter of the model, so nothing trains (expected at least one trainable role, or "

@@ -13,7 +13,19 @@ namespace memest {
 
 /// What a parameter tensor does; used to group the inventory, to freeze parts, and to decide
 /// which tensors autocast copies.
-enum class Role { embedding, position, attention, mlp, norm, head, router, expert, adapter, other };
+enum class Role {
+  embedding,
+  position,
+  attention,
+  mlp,
+  norm,
+  head,
+  router,
+  expert,
+  adapter,
+  vision,
+  other
+};
 
 /// Config/flag spelling of a role: "embedding", "attention", ...
 std::string_view role_name(Role role);
@@ -82,6 +94,23 @@ std::uint64_t matmul_weight_count(const Inventory& inventory, bool trainable_onl
 /// Bytes the stored parameters take: each group in its `storage` dtype, else `default_dtype`,
 /// quant_state groups included; 4-bit tensors round up to a whole byte per tensor.
 std::uint64_t parameter_bytes(const Inventory& inventory, Dtype default_dtype);
+
+/// A vision encoder that a multimodal checkpoint holds beside its language model: Gemma 3's
+/// SigLIP tower (transformers models/siglip, SiglipVisionModel) and the projector into the text
+/// width (models/gemma3, Gemma3MultiModalProjector). Text-only steps never run it, so its
+/// parameters are held, frozen, with no gradient and no optimizer state. layers == 0: none.
+struct VisionTower {
+  std::uint64_t layers = 0;         ///< num_hidden_layers of vision_config
+  std::uint64_t hidden = 0;         ///< hidden_size
+  std::uint64_t intermediate = 0;   ///< intermediate_size (fc1's width)
+  std::uint64_t image = 0;          ///< image_size: the side of an image, in pixels
+  std::uint64_t patch = 0;          ///< patch_size: the side of a patch
+  std::uint64_t channels = 3;       ///< num_channels
+  bool pooling_head = false;        ///< SigLIP's attention-pooling head (vision_use_head)
+  std::uint64_t projector_out = 0;  ///< the text width the projector maps into; 0: no projector
+
+  bool operator==(const VisionTower&) const = default;
+};
 
 /// The architecture facts that decide parameter shapes and activations. Read from a Hugging
 /// Face config.json (hf_config.hpp) or given inline; absent for a bare parameter count. The
@@ -167,6 +196,9 @@ struct Architecture {
   std::uint64_t num_decoder_layers = 0;          ///< 0 for decoder-only and encoder-only models
   std::uint64_t relative_attention_buckets = 0;  ///< T5 relative bias (buckets x heads), first
                                                  ///< layer of the encoder and of the decoder
+
+  /// A vision encoder held beside the language model (Gemma 3's multimodal checkpoints).
+  VisionTower vision;
 
   bool operator==(const Architecture&) const = default;
 };

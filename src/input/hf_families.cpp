@@ -16,6 +16,7 @@
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace memest::detail {
 namespace {
@@ -350,6 +351,47 @@ void read_gemma3(const JsonObject& r, Architecture& a) {
   a.qk_norm = true;
 }
 
+// Gemma 3's multimodal checkpoints (model_type gemma3: Gemma3Config for
+// Gemma3ForConditionalGeneration, models/gemma3/configuration_gemma3.py read at 008f5c8c29be):
+// the language model is text_config, whose absent keys take Gemma3TextConfig's defaults
+// (google/gemma-3-4b-it's config.json names only four of them), and a SigLIP tower is
+// vision_config, absent keys at SiglipVisionConfig's defaults (models/siglip; the attention-
+// pooling head unless vision_use_head is false). The text layers are Gemma 3 text's.
+Json sub_config(const JsonObject& r, std::string_view key) {
+  const auto v = r.find({key});
+  return v ? JsonObject(*v).json() : Json::object();
+}
+
+void read_gemma3_multimodal(const JsonObject& r, Architecture& a) {
+  constexpr std::array<std::pair<std::string_view, std::uint64_t>, 7> kTextDefaults = {{
+      {"vocab_size", 262208},
+      {"hidden_size", 2304},
+      {"intermediate_size", 9216},
+      {"num_hidden_layers", 26},
+      {"num_attention_heads", 8},
+      {"num_key_value_heads", 4},
+      {"head_dim", 256},
+  }};
+  Json text = sub_config(r, "text_config");
+  for (const auto& [key, value] : kTextDefaults) {
+    if (!text.contains(key) || text.at(key).is_null()) text[std::string(key)] = value;
+  }
+  read_gemma3(JsonObject(JsonValue(text, r.source(), "/text_config")), a);
+  a.model_type = "gemma3_text";
+  const Json vision = sub_config(r, "vision_config");
+  const JsonObject v(JsonValue(vision, r.source(), "/vision_config"));
+  VisionTower& t = a.vision;
+  t.hidden = v.uint({"hidden_size"}, 768);
+  t.intermediate = v.uint({"intermediate_size"}, 3072);
+  t.layers = v.uint({"num_hidden_layers"}, 12);
+  t.channels = v.uint({"num_channels"}, 3);
+  t.image = v.uint({"image_size"}, 224);
+  t.patch = v.uint({"patch_size"}, 16);
+  if (t.patch > t.image) v.fail("patch_size", "is larger than image_size");
+  t.pooling_head = v.boolean({"vision_use_head"}, true);
+  t.projector_out = a.hidden_size;
+}
+
 // OLMo-2 (models/olmo2): RMSNorms after attention and after the MLP (post_attention_layernorm,
 // post_feedforward_layernorm) and q/k RMSNorms over all heads. OLMoE (models/olmoe): pre-norm,
 // the same full-width q/k norms, every layer a MoE of intermediate_size experts, no shared one.
@@ -556,7 +598,7 @@ void read_falcon_rw(const JsonObject& r, Architecture& a) { read_falcon(r, a, fa
 
 // Every supported model_type and its reader, sorted by type: the same types as the model
 // family rows of src/model/families.cpp (tests/hf_config_test.cpp checks it).
-constexpr std::array<FamilyReader, 39> kReaders = {{
+constexpr std::array<FamilyReader, 40> kReaders = {{
     {"bert", read_bert},
     {"bloom", read_bloom},
     {"chatglm", read_chatglm},
@@ -566,6 +608,7 @@ constexpr std::array<FamilyReader, 39> kReaders = {{
     {"falcon", read_falcon_rw},
     {"gemma", read_llama_like},
     {"gemma2", read_llama_like},
+    {"gemma3", read_gemma3_multimodal},
     {"gemma3_text", read_gemma3},
     {"glm", read_glm},
     {"glm4", read_glm},

@@ -84,6 +84,8 @@ class JsonObject {
       : JsonObject(JsonValue(root, std::move(source), "")) {}
 
   const Json& json() const { return value_.json(); }
+  /// The document's name in messages.
+  const std::string& source() const { return value_.source(); }
   /// The member `key`, which must exist.
   JsonValue at(std::string_view key) const;
   [[noreturn]] void fail(std::string_view key, std::string_view problem) const;

@@ -45,7 +45,7 @@ constexpr std::string_view kAlibi =
     "; ALiBi's position bias is left out and rotary's cos/sin counted instead";
 constexpr std::string_view kFullWidthK = "; its k norm is taken as spanning all query heads";
 
-constexpr std::array<ModelFamily, 39> kFamilies = {{
+constexpr std::array<ModelFamily, 40> kFamilies = {{
     {.type = "bert", .names = kEncoderNames, .graph = LayerGraph::gpt2},
     {.type = "bloom",
      .names = with_embed_norm(kFusedTransformerNames, "transformer.word_embeddings_layernorm"),
@@ -71,6 +71,9 @@ constexpr std::array<ModelFamily, 39> kFamilies = {{
      .graph = LayerGraph::gpt2},
     {.type = "gemma"},
     {.type = "gemma2"},
+    // Gemma 3's multimodal checkpoints: their text_config is read as gemma3_text, whose row
+    // the estimate then uses; the vision tower's tensors are src/model/model.cpp's.
+    {.type = "gemma3", .approximation = kFullWidthK},
     {.type = "gemma3_text", .approximation = kFullWidthK},
     {.type = "glm"},
     {.type = "glm4",

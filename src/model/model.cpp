@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,9 +20,9 @@
 namespace memest {
 namespace {
 
-constexpr std::array<std::string_view, 10> kRoleNames = {
-    "embedding", "position", "attention", "mlp",     "norm",
-    "head",      "router",   "expert",    "adapter", "other"};
+constexpr std::array<std::string_view, 11> kRoleNames = {
+    "embedding", "position", "attention", "mlp",    "norm", "head",
+    "router",    "expert",   "adapter",   "vision", "other"};
 
 template <typename Pred, typename Value>
 std::uint64_t sum_groups(const Inventory& inv, Pred pred, Value value) {
@@ -418,6 +419,100 @@ void build_decoder_only(const Architecture& a, Builder& b) {
 
 }  // namespace
 
+namespace {
+
+// A vision encoder held beside the language model: Gemma 3's SigLIP tower and its projector,
+// as transformers builds them (models/siglip/modeling_siglip.py SiglipVisionTransformer,
+// models/gemma3/modeling_gemma3.py Gemma3MultiModalProjector, read at 008f5c8c29be). A
+// text-only step never calls the tower: no input reaches it, so autograd gives its parameters
+// no gradient and the optimizer skips them (no state).
+
+class TowerGroups {
+ public:
+  void add(std::string name, u64 rows, u64 cols, u64 count = 1) {
+    out_.push_back(make_group(std::move(name), Role::vision, rows, cols, count,
+                              {.matmul = false, .trainable = false}));
+  }
+  // nn.Linear(in, out) with its bias.
+  void linear(const std::string& name, u64 out, u64 in, u64 count = 1) {
+    add(name + ".weight", out, in, count);
+    add(name + ".bias", 1, out, count);
+  }
+  // nn.LayerNorm(dim): weight and bias.
+  void layer_norm(const std::string& name, u64 dim, u64 count = 1) {
+    add(name + ".weight", 1, dim, count);
+    add(name + ".bias", 1, dim, count);
+  }
+  std::vector<TensorGroup> take() { return std::move(out_); }
+
+ private:
+  std::vector<TensorGroup> out_;
+};
+
+// SiglipEncoderLayer, once per layer: attention (k, v, q, out with biases), two LayerNorms and
+// the MLP (fc1, fc2 with biases). No '*' in the names: the tower is not one of the text layers.
+void encoder_layers(const VisionTower& v, TowerGroups& t) {
+  const std::string layer =
+      "vision_tower.vision_model.encoder.layers.0.." + std::to_string(v.layers - 1) + ".";
+  for (const char* proj : {"k_proj", "v_proj", "q_proj", "out_proj"}) {
+    t.linear(layer + "self_attn." + proj, v.hidden, v.hidden, v.layers);
+  }
+  t.layer_norm(layer + "layer_norm1", v.hidden, v.layers);
+  t.linear(layer + "mlp.fc1", v.intermediate, v.hidden, v.layers);
+  t.linear(layer + "mlp.fc2", v.hidden, v.intermediate, v.layers);
+  t.layer_norm(layer + "layer_norm2", v.hidden, v.layers);
+}
+
+// SiglipMultiheadAttentionPoolingHead (vision_use_head): a probe, nn.MultiheadAttention (its
+// packed in_proj and out_proj), a LayerNorm and an MLP.
+void pooling_head(const VisionTower& v, TowerGroups& t) {
+  const std::string head = "vision_tower.vision_model.head.";
+  t.add(head + "probe", 1, v.hidden);
+  t.add(head + "attention.in_proj_weight", checked_mul(3, v.hidden), v.hidden);
+  t.add(head + "attention.in_proj_bias", 1, checked_mul(3, v.hidden));
+  t.linear(head + "attention.out_proj", v.hidden, v.hidden);
+  t.layer_norm(head + "layernorm", v.hidden);
+  t.linear(head + "mlp.fc1", v.intermediate, v.hidden);
+  t.linear(head + "mlp.fc2", v.hidden, v.intermediate);
+}
+
+// The tower's and its projector's tensors in parameters() order, every one frozen and fed to no
+// matmul of a text-only step (no autocast copy, no LoRA target); empty when there is no tower.
+std::vector<TensorGroup> vision_tower_groups(const VisionTower& v) {
+  if (v.layers == 0) return {};
+  TowerGroups t;
+  const std::string embeddings = "vision_tower.vision_model.embeddings.";
+  // Conv2d(channels, hidden, kernel = stride = patch): hidden x channels x patch x patch.
+  t.add(embeddings + "patch_embedding.weight", v.hidden,
+        checked_mul(v.channels, checked_mul(v.patch, v.patch)));
+  t.add(embeddings + "patch_embedding.bias", 1, v.hidden);
+  const u64 side = v.image / v.patch;
+  t.add(embeddings + "position_embedding.weight", checked_mul(side, side), v.hidden);
+  encoder_layers(v, t);
+  t.layer_norm("vision_tower.vision_model.post_layernorm", v.hidden);
+  if (v.pooling_head) pooling_head(v, t);
+  if (v.projector_out > 0) {
+    // mm_input_projection_weight (vision width x text width) and mm_soft_emb_norm, an RMSNorm
+    // of the vision width.
+    t.add("multi_modal_projector.mm_input_projection_weight", v.hidden, v.projector_out);
+    t.add("multi_modal_projector.mm_soft_emb_norm.weight", 1, v.hidden);
+  }
+  return t.take();
+}
+
+// A multimodal checkpoint's vision tower comes first in parameters(), before the language model
+// (Gemma3ForConditionalGeneration: vision_tower, multi_modal_projector, language_model).
+Inventory with_vision_tower(const VisionTower& v, Inventory text) {
+  std::vector<TensorGroup> groups = vision_tower_groups(v);
+  if (groups.empty()) return text;
+  groups.insert(groups.end(), std::make_move_iterator(text.groups.begin()),
+                std::make_move_iterator(text.groups.end()));
+  text.groups = std::move(groups);
+  return text;
+}
+
+}  // namespace
+
 Inventory build_inventory(const Architecture& arch) {
   const Architecture a = with_defaults(arch);
   Builder b(a);
@@ -437,7 +532,7 @@ Inventory build_inventory(const Architecture& arch) {
       b.add(cat(head, ".bias"), Role::head, 1, a.vocab_size, 1);
     }
   }
-  return b.take();
+  return with_vision_tower(a.vision, b.take());
 }
 
 std::uint64_t active_parameter_count(const Architecture& arch, const Inventory& inv) {

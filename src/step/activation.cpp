@@ -218,6 +218,18 @@ void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_a
         "activation function \"{}\": taken as saving its input and output, as gelu does",
         arch.activation));
   }
+  if (arch.vision.layers > 0 && notes == Notes::written) {
+    const auto& groups = run.model.inventory.groups;
+    std::uint64_t tower = 0;
+    for (const TensorGroup& g : groups) tower += g.role == Role::vision ? g.elements() : 0;
+    const bool nf4 = std::any_of(groups.begin(), groups.end(),
+                                 [](const TensorGroup& g) { return g.storage == Dtype::nf4; });
+    in.notes.push_back(fmt::format(
+        "{}: its vision tower and projector ({} parameters) are held but not run: a text-only "
+        "step gives them no gradient and no optimizer state (image inputs are not modelled{})",
+        run.model.name, format_count(tower),
+        nf4 ? "; 4-bit loading is taken to leave them unquantised" : ""));
+  }
 }
 
 // One device of a split run: its model chunk's layers, its part of the sequence, and the
