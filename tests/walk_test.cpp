@@ -127,6 +127,43 @@ TEST_CASE("forward_end and backward_start hold the loss's tensors, sized by hand
   CHECK(bwd.count("loss target (int64 labels)") == 0);  // released by NllLossBackward0
 }
 
+TEST_CASE("torchtune's chunked lm_head backward holds two weight gradients, sized by hand",
+          "[walk]") {
+  // b = 2, s = 8: N = 16 tokens, V = 100, h = 64, bf16; 4 chunks of 16 x 25 logits. Every chunk's
+  // loss runs backward before any chunk's linear; at the second linear the weight's
+  // AccumulateGrad buffer and that chunk's weight gradient (2 x 100 x 64 x 2 B), the logits
+  // gradients of 3 chunks (3 x 16 x 25 x 2 B) and two chunks of the lm_head input's gradient
+  // (2 x 16 x 16 x 2 B) are live, and none of the logits the loss saved.
+  RunSpec run = tiny_llama("bf16", 2, 8);
+  run.training.loss = Loss::chunked;
+  run.training.loss_chunk = 4;
+  run.training.compile = true;
+  const Step step = step_of(run);
+  std::vector<const MomentSpec*> at;
+  for (const MomentSpec& m : step.steady)
+    if (m.id.kind == MomentKind::backward_start) at.push_back(&m);
+  REQUIRE(at.size() == 2);
+  const auto start = live(step, *at[0], 2, 8);
+  const auto head = live(step, *at[1], 2, 8);
+  CHECK(start.at("each chunk's logits, kept by the compiled loss (all chunks: N x V)") ==
+        2 * 16 * 100);
+  CHECK(head.at("lm_head weight gradient: AccumulateGrad's buffer and this chunk's") ==
+        2 * 2 * 100 * 64);
+  CHECK(head.at("logits gradients of the chunks whose lm_head backward has not run") ==
+        3 * 16 * 25 * 2);
+  CHECK(head.at("gradients of the lm_head input: this chunk's and the last's") == 2 * 16 * 16 * 2);
+  CHECK(head.count("each chunk's logits, kept by the compiled loss (all chunks: N x V)") == 0);
+  CHECK(head.count("gradient of one chunk's logits (compiled loss)") == 0);
+  CHECK(head.count("log-sum-exp of each row (fp32, compiled loss)") == 0);
+  CHECK(head.at("lm_head input (final norm output)") == 2 * 16 * 64);
+  // One chunk: a single linear, whose weight gradient goes straight to AccumulateGrad.
+  run.training.loss_chunk = 1;
+  const Step one = step_of(run);
+  CHECK(std::count_if(one.steady.begin(), one.steady.end(), [](const MomentSpec& m) {
+          return m.id.kind == MomentKind::backward_start;
+        }) == 1);
+}
+
 TEST_CASE("a layer's backward holds the layers below it and not those above", "[walk]") {
   // Llama-2-style layer, fp32, b = 1, s = 8: the first layer's MLP backward holds no saved
   // layer below it; the last layer's (layer 1) holds layer 0 whole and itself.

@@ -114,12 +114,16 @@ void Walker::baseline(AllGrads grads) {
 }
 
 // The rules' tensors live at the moment being written, at `anchor`: one tensor for its whole
-// life, or a new one at each moment.
-void Walker::enter_lived_now(Anchor anchor) {
+// life, or a new one at each moment. Without `loss_backward`, not those that live at the loss's
+// backward only (its gradients, gone once the loss's nodes have run).
+void Walker::enter_lived_now(Anchor anchor, bool loss_backward) {
   const MomentKind kind = writer_.current().kind;
   for (std::size_t i = 0; i < lived_.size(); ++i) {
     const Lived& l = lived_[i];
     if (l.anchor != anchor || !l.life.live_at(kind, step_of_)) continue;
+    if (!loss_backward && l.life.from == MomentKind::backward_start &&
+        l.life.to == MomentKind::backward_start)
+      continue;
     if (l.identity == Identity::one) {
       writer_.add(lived_ids_[i]);
       continue;
@@ -227,19 +231,63 @@ void Walker::backward_start() {
   begin(MomentKind::backward_start);
   baseline(AllGrads::when_kept);
   enter_saved_except(Slot::target);
-  u64 casts = 0;
-  if (in_.amp) {
-    const u64 lm_head = in_.lm_head ? in_.ew * in_.V * in_.h : 0;
-    casts = checkpointed_layers() ? lm_head
-                                  : in_.ew * sums_.autocast_weights + (in_.tied ? lm_head : 0);
-  }
-  writer_.add(constant("autocast weight copies saved for backward", Part::param_casts, casts));
+  writer_.add(
+      constant("autocast weight copies saved for backward", Part::param_casts, saved_casts()));
   enter_lived(Anchor::loss);
   writer_.add(scalars_.loss);
   writer_.add(scalars_.backward_seed);
   writer_.add(scalars_.rng_states);
   writer_.end();
+  head_backward();
   head_step_in_backward();
+}
+
+// The autocast weight copies backward reads: the lm_head's, or every layer's without recompute.
+u64 Walker::saved_casts() const {
+  if (!in_.amp) return 0;
+  const u64 lm_head = in_.lm_head ? in_.ew * in_.V * in_.h : 0;
+  return checkpointed_layers() ? lm_head
+                               : in_.ew * sums_.autocast_weights + (in_.tied ? lm_head : 0);
+}
+
+// The lm_head's backward under torchtune's chunked output, an instant of the loss's backward
+// (docs/activations.md, "The lm_head's backward in chunks"). TransformerDecoder.chunked_output
+// makes one F.linear per chunk before the loss makes any chunk's cross-entropy
+// (torchtune/modules/transformer.py @1814feb17), and autograd runs the ready node with the
+// highest sequence number first (torch/csrc/autograd/engine.cpp, CompareNodeTaskTime), so every
+// chunk's loss runs backward first (releasing the logits it saved, leaving its chunk's logits
+// gradient) and then the linears, the last chunk's first. Each linear's weight gradient is added
+// into the weight's AccumulateGrad input buffer (torch/csrc/autograd/input_buffer.cpp,
+// accumulate), which holds the sum until every chunk's has come: at the second chunk's linear,
+// the buffer, that chunk's new weight gradient and the logits gradients of the C-1 chunks whose
+// linear has not finished are live.
+void Walker::head_backward() {
+  const bool weight_grad = in_.tied ? tied_grad() : in_.grads.head;
+  const u64 c = in_.loss_chunk;
+  if (in_.loss != Loss::chunked || c < 2 || !in_.lm_head || !weight_grad) return;
+  begin(MomentKind::backward_start);
+  baseline(AllGrads::when_kept);
+  writer_.saved_tensors([&] {
+    for (const Entry& e : step_.saved) {
+      const Slot s = step_.tensors[e.tensor].slot;
+      if (s != Slot::target && s != Slot::log_probs) writer_.add(e.tensor, e.count);
+    }
+  });
+  stash();
+  writer_.add(
+      constant("autocast weight copies saved for backward", Part::param_casts, saved_casts()));
+  enter_lived_now(Anchor::loss, false);
+  writer_.add(temp("lm_head weight gradient: AccumulateGrad's buffer and this chunk's", Part::grads,
+                   in_.amp ? in_.ex : flight_grad_width(), shape({dim("2", 2), dims_.V, dims_.h})));
+  writer_.add(temp("logits gradients of the chunks whose lm_head backward has not run", Part::other,
+                   in_.ec,
+                   shape({dim("chunks-1", c - 1), tokens_, dim("V/chunks", ceil_div(in_.V, c))})));
+  writer_.add(temp("gradients of the lm_head input: this chunk's and the last's", Part::other,
+                   in_.ex, shape({dim("2", 2), tokens_, dim("h/chunks", ceil_div(in_.h, c))})));
+  writer_.add(scalars_.loss);
+  writer_.add(scalars_.backward_seed);
+  writer_.add(scalars_.rng_states);
+  writer_.end();
 }
 
 // The embedding's backward, when every gradient exists.

@@ -133,7 +133,7 @@ class Walker {
     if (lived_kinds_[static_cast<std::size_t>(anchor)] & bit(writer_.current().kind))
       enter_lived_now(anchor);
   }
-  void enter_lived_now(Anchor anchor);
+  void enter_lived_now(Anchor anchor, bool loss_backward = true);
   void enter_saved();
   void enter_saved_except(Slot slot);
   void stash();
@@ -146,6 +146,8 @@ class Walker {
   void layer_copies_but_down();
   void forward_end();
   void backward_start();
+  u64 saved_casts() const;
+  void head_backward();
   void backward_end();
   void after_backward();
   void grad_copy();

@@ -93,7 +93,7 @@ constexpr std::array<LossRow, 22> kLossRows = {{
     // torchtune upcasts one chunk at a time and deletes the chunks' logits before backward; its
     // compiled loss recomputes the upcast and log-softmax from the chunks it keeps.
     {Loss::chunked, LossLife::saved, "log-sum-exp of each row (fp32, compiled loss)",
-     LossWidth::fp32, LossShape::tokens, LossWhen::compiled},
+     LossWidth::fp32, LossShape::tokens, LossWhen::compiled, Slot::log_probs},
     {Loss::chunked, LossLife::saved,
      "log_softmax of each chunk's fp32 upcast (all chunks: fp32 N x V)", LossWidth::fp32,
      LossShape::tokens_vocab, LossWhen::eager, Slot::log_probs},
