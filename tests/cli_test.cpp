@@ -211,6 +211,22 @@ TEST_CASE("every example run config passes memest check", "[cli][check]") {
   REQUIRE_THAT(r.out, Catch::Contains(fmt::format("{} fit, 0 over, 0 invalid", args.size() - 1)));
 }
 
+// --from takes a file and its KEY=VALUE overrides, so before check's files it takes them too:
+// either order gets the same line, and check without files says what it needs.
+TEST_CASE("check refuses --from in either order, and asks for files", "[cli][check]") {
+  const std::string from = "tests/data/gpu/from/torchtitan-9dec370-llama3_8b.toml";
+  const std::string file = "configs/examples/gpt2-amp-t4.json";
+  for (const auto& args : {std::vector<std::string>{"check", "--from", from, file},
+                           std::vector<std::string>{"check", file, "--from", from}}) {
+    const auto r = run_cli(args);
+    CHECK(r.code == 2);
+    CHECK(r.err == "memest: error: --from: not used by check (it checks run config files)\n");
+  }
+  const auto none = run_cli({"check"});
+  CHECK(none.code == 2);
+  CHECK(none.err == "memest: error: check: give one or more run config files (JSON)\n");
+}
+
 TEST_CASE("check: exit 1 when some are over, 2 when some are invalid, and JSON", "[cli][check]") {
   auto over = run_cli({"check", "configs/examples/tinyllama-1.1b-h100.json", "--gpu", "t4"});
   REQUIRE(over.code == 1);
