@@ -10,6 +10,7 @@
 #include <string>
 
 using namespace memest;
+using memest::test::run_of;
 
 namespace {
 
@@ -17,7 +18,7 @@ namespace {
 std::map<std::string, std::string> kinds_legend_svg(const std::string& svg) {
   std::map<std::string, std::string> out;
   static const std::regex row(
-      R"re(<rect x="[0-9.]+" y="[0-9.]+" width="12" height="12" fill="(#[0-9a-f]{6})"/><text [^>]*>([^<]+?) [0-9.<]+ GB</text>)re");
+      R"re(<rect x="[0-9.]+" y="[0-9.]+" width="12" height="12" fill="(#[0-9a-f]{6})"/><text [^>]*>([^<]+?) (?:&lt; )?[0-9.]+ GB</text>)re");
   for (std::sregex_iterator it(svg.begin(), svg.end(), row), end; it != end; ++it) {
     out[(*it)[2]] = (*it)[1];
   }
@@ -28,7 +29,7 @@ std::map<std::string, std::string> kinds_legend_svg(const std::string& svg) {
 std::map<std::string, std::string> kinds_legend_bar(const std::string& bar) {
   std::map<std::string, std::string> out;
   static const std::regex key(
-      "\x1b\\[38;2;([0-9]+);([0-9]+);([0-9]+)m█\x1b\\[0m ([a-z ,]+?) [0-9.<]+ GB");
+      "\x1b\\[38;2;([0-9]+);([0-9]+);([0-9]+)m█\x1b\\[0m ([a-z ,]+?) (?:< )?[0-9.]+ GB");
   for (std::sregex_iterator it(bar.begin(), bar.end(), key), end; it != end; ++it) {
     out[(*it)[4]] = fmt::format("#{:02x}{:02x}{:02x}", std::stoi((*it)[1]), std::stoi((*it)[2]),
                                 std::stoi((*it)[3]));
@@ -43,7 +44,7 @@ TEST_CASE("memory kinds: the bar, the picture and the table use one word and one
   // Mixed precision with AdamW: parameters, master weights, gradients, optimizer states and
   // activations all live at the peak.
   const RunSpec run = run_of("gpt2", "mixed", 2, 256);
-  const Estimate e = estimate(run);
+  const Estimate e = estimate(run, EstimateOptions{.timeline = true});
   ReportOptions colour;
   colour.color = true;
   const auto svg = kinds_legend_svg(render_step_svg(run, e, colour));
