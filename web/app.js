@@ -185,8 +185,10 @@ function shellWord(w) {
 
 // ---- Rendering: reads the JSON, computes nothing but the unit conversion ----
 
+// As the command line writes a size: two decimals, and "< 0.01" for a few bytes that are there.
 function size(bytes, units) {
-  return `${(bytes / UNITS[units]).toFixed(2)} ${units}`;
+  const v = bytes / UNITS[units];
+  return bytes > 0 && v < 0.005 ? `< 0.01 ${units}` : `${v.toFixed(2)} ${units}`;
 }
 
 // A table's cell, as the command line's table writes it: "-" for a row that is not estimated
