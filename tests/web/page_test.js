@@ -391,7 +391,7 @@ async function polishPictures(browser, pictures, check) {
         if (overlaps(boxes[i].corners, boxes[j].corners)) hits.push(`"${boxes[i].text}" and "${boxes[j].text}"`);
       }
     }
-    check(`${label}: the timeline's labels do not overlap`, () => assert.deepStrictEqual(hits, []));
+    check(`${label}: the picture's labels do not overlap`, () => assert.deepStrictEqual(hits, []));
   }
 }
 
@@ -481,6 +481,10 @@ async function main() {
         assert.strictEqual(want.code, 2, `native memest exit ${want.code}`);
         assert.strictEqual(got.error, want.err.replace(/\n$/, ''));
       });
+    }
+    // The committed pictures (README's, docs/parallelism.md's) too.
+    for (const f of fs.readdirSync(path.join(root, 'docs')).filter((n) => n.endsWith('.svg'))) {
+      pictures.push([`docs/${f}`, read(`docs/${f}`)]);
     }
     await polish(browser, page, pictures, check);
   } finally {
