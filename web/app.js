@@ -20,6 +20,9 @@ const UNITS = {GB: 1e9, GiB: 2 ** 30};
 
 let memest = null;  // the WebAssembly module
 let options = [];   // the run options, from the schema
+// How every output names and colours a kind of memory (src/step/memory_kinds.cpp, read from the
+// module): by the peak's part names and by the rows' keys.
+const kinds = {part: new Map(), row: new Map()};
 
 // Runs `memest ...args`: {code, out, err} as the command line would exit and print.
 function cli(args) {
@@ -182,8 +185,28 @@ function shellWord(w) {
 
 // ---- Rendering: reads the JSON, computes nothing but the unit conversion ----
 
+// As the command line writes a size: two decimals, and "< 0.01" for a few bytes that are there.
 function size(bytes, units) {
-  return `${(bytes / UNITS[units]).toFixed(2)} ${units}`;
+  const v = bytes / UNITS[units];
+  return bytes > 0 && v < 0.005 ? `< 0.01 ${units}` : `${v.toFixed(2)} ${units}`;
+}
+
+// A table's cell, as the command line's table writes it: "-" for a row that is not estimated
+// (null in the JSON) or holds nothing.
+function cell(bytes, units) {
+  return bytes ? size(bytes, units) : '-';
+}
+
+// A part's or a row's words and colour; a key the table lacks keeps its own name.
+function kindOf(map, key) {
+  return map.get(key) || {label: key.replace(/_/g, ' '), colour: kinds.row.get('').colour};
+}
+
+function readKinds() {
+  for (const k of JSON.parse(memest.ccall('memest_kinds', 'string', [], []))) {
+    if (k.part) kinds.part.set(k.part, k);
+    if (k.category || !k.part) kinds.row.set(k.category, k);
+  }
 }
 
 // A table; `bytes[i]`, when given, is row i's integer bytes (data-bytes, for the browser test).
@@ -201,28 +224,28 @@ function table(t, head, rows, bytes = []) {
 // The breakdown as stacked bars on one scale, against the GPU's memory when one is given: the
 // categories (device memory) and, for a whole run, what is live at the peak.
 function drawBar(est, units) {
-  const rows = [['categories', Object.values(est.categories)
-                                   .filter((c) => c.location === 'device' && c.bytes > 0)
-                                   .map((c) => [c.label, c.bytes])]];
+  const rows = [['categories', Object.entries(est.categories)
+                                   .filter(([, c]) => c.location === 'device' && c.bytes > 0)
+                                   .map(([key, c]) => [key, c.label, kindOf(kinds.row, key).colour, c.bytes])]];
   if (est.peak) {
-    rows.push(['peak', Object.entries(est.peak.composition).filter(([, b]) => b > 0)
-                           .map(([part, b]) => [part.replace(/_/g, ' '), b])]);
+    rows.push(['peak', Object.entries(est.peak.composition).filter(([, b]) => b > 0).map(([part, b]) => {
+      const k = kindOf(kinds.part, part);
+      return [part, k.label, k.colour, b];
+    })]);
   }
   const budget = est.budget;
   const scale = Math.max(est.total.bytes, est.peak ? est.peak.bytes : 0,
                          budget ? budget.capacity_bytes : 0) || 1;
-  const colours = new Map();
-  const colour = (label) => {
-    if (!colours.has(label)) colours.set(label, `c${colours.size % 10}`);
-    return colours.get(label);
-  };
+  const colours = new Map();  // the legend: each label once, with its colour
   const out = [];
   for (const [row, parts] of rows) {
     const bar = el('div', {class: 'stack'});
-    for (const [label, bytes] of parts) {
-      const seg = el('div', {class: `seg ${colour(label)}`, title: `${label}: ${size(bytes, units)}`,
-                             'data-row': row, 'data-bytes': String(bytes)});
+    for (const [kind, label, colour, bytes] of parts) {
+      if (!colours.has(label)) colours.set(label, colour);
+      const seg = el('div', {class: 'seg', title: `${label}: ${size(bytes, units)}`,
+                             'data-row': row, 'data-kind': kind, 'data-bytes': String(bytes)});
       seg.style.width = `${(100 * bytes) / scale}%`;
+      seg.style.background = colour;
       bar.append(seg);
     }
     const box = el('div', {class: 'bar'}, bar);
@@ -236,7 +259,11 @@ function drawBar(est, units) {
     out.push(el('div', {class: 'barrow'}, el('span', {class: 'barname', text: row}), box));
   }
   const legend = el('ul', {class: 'legend'});
-  for (const [label, c] of colours) legend.append(el('li', {}, el('span', {class: `swatch ${c}`}), label));
+  for (const [label, c] of colours) {
+    const swatch = el('span', {class: 'swatch'});
+    swatch.style.background = c;
+    legend.append(el('li', {}, swatch, label));
+  }
   if (budget) {
     legend.append(el('li', {}, el('span', {class: 'swatch limit-key'}),
                      `${budget.source}: ${size(budget.capacity_bytes, units)} (dashed: usable ` +
@@ -276,21 +303,27 @@ function drawSummary(est, units) {
 function drawCompare(cmp, units) {
   const runs = cmp.runs;
   const keys = Object.keys(runs[0].categories_bytes);
-  const rows = keys.map((k) => [k.replace(/_/g, ' '), ...runs.map((r) => size(r.categories_bytes[k], units))]);
+  const rows = keys.map((k) => [kindOf(kinds.row, k).label, ...runs.map((r) => cell(r.categories_bytes[k], units))]);
   rows.push(['sum of categories', ...runs.map((r) => size(r.total_bytes, units))]);
-  rows.push(['peak', ...runs.map((r) => size(r.peak_bytes, units))]);
+  const peaks = runs.every((r) => r.peak_bytes !== null);
+  if (peaks) rows.push(['peak over a step', ...runs.map((r) => size(r.peak_bytes, units))]);
   const t = el('table', {id: 'compare-table'});
   table(t, ['', ...runs.map((r) => r.precision.name)], rows);
-  const max = Math.max(...runs.map((r) => r.peak_bytes)) || 1;
+  // Each policy's need, as compare weighs them: the peak, or without a batch and a sequence the
+  // sum of the rows.
+  const need = (r) => (peaks ? r.peak_bytes : r.total_bytes);
+  const max = Math.max(...runs.map(need)) || 1;
   const bars = el('div', {class: 'policy-bars'});
   for (const r of runs) {
-    const b = el('div', {class: 'pbar', 'data-bytes': String(r.peak_bytes),
+    const b = el('div', {class: 'pbar', 'data-bytes': String(need(r)),
                          'data-policy': r.precision.name});
-    b.style.width = `${(100 * r.peak_bytes) / max}%`;
+    b.style.width = `${(100 * need(r)) / max}%`;
     bars.append(el('div', {class: 'prow'}, el('span', {class: 'pname', text: r.precision.name}),
-                   el('div', {class: 'ptrack'}, b), el('span', {text: size(r.peak_bytes, units)})));
+                   el('div', {class: 'ptrack'}, b), el('span', {text: size(need(r), units)})));
   }
-  document.getElementById('compare').replaceChildren(bars, t);
+  const what = el('p', {class: 'note', text: peaks ? 'Bars: the peak over a step.'
+      : 'Bars: the sum of the rows (no peak without a batch and a sequence).'});
+  document.getElementById('compare').replaceChildren(what, bars, t);
 }
 
 function showError(text) {
@@ -325,10 +358,11 @@ function run() {
   drawBar(e, units);
   const live = e.peak ? e.peak.live : [];
   table(document.getElementById('live'), ['tensor', 'part', 'count', units],
-        live.map((t) => [t.name, t.part, t.count, size(t.bytes, units)]), live.map((t) => t.bytes));
-  table(document.getElementById('categories'), ['category', 'dtype', 'bytes/element', units, 'basis'],
-        Object.values(e.categories).map((c) => [c.label, c.dtype || '', c.bytes_per_element,
-                                                 size(c.bytes, units), c.basis]),
+        live.map((t) => [t.name, kindOf(kinds.part, t.part).label, t.count, size(t.bytes, units)]),
+        live.map((t) => t.bytes));
+  // The command line's table: "-" where there is no dtype or no bytes.
+  table(document.getElementById('categories'), ['category', 'dtype', units, 'basis'],
+        Object.values(e.categories).map((c) => [c.label, c.dtype || '-', cell(c.bytes, units), c.basis]),
         Object.values(e.categories).map((c) => c.bytes));
   if (withPlot === est) {
     const svg = memest.FS.readFile(PLOT, {encoding: 'utf8'});
@@ -336,7 +370,10 @@ function run() {
                            src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(svg)}`});
     document.getElementById('timeline').replaceChildren(img);
   } else {
-    const why = el('p', {class: 'note', id: 'timeline-error', text: withPlot.err.replace(/\n$/, '')});
+    // The page asked for the picture, not the user: say why there is none in the form's terms.
+    const text = e.peak ? withPlot.err.replace(/\n$/, '')
+                        : 'The step is drawn for a whole run: fill in a micro-batch and a sequence length.';
+    const why = el('p', {class: 'note', id: 'timeline-error', text});
     document.getElementById('timeline').replaceChildren(why);
   }
   // compare takes the policies to set side by side instead of one precision.
@@ -367,6 +404,7 @@ function restore() {
 
 createMemest().then((m) => {
   memest = m;
+  readKinds();
   const schema = cli(['schema']);
   buildForm(JSON.parse(schema.out));
   const form = document.getElementById('run');

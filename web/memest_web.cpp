@@ -4,6 +4,9 @@
 // back {"code": exit code, "out": what the CLI printed, "err": its error lines}.
 #include "cli/cli.hpp"
 
+#include <memest/step.hpp>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <emscripten/emscripten.h>
@@ -40,4 +43,21 @@ extern "C" EMSCRIPTEN_KEEPALIVE const char* memest_run(const char* args_json) {
     result = bug.dump(-1, ' ', false, Json::error_handler_t::replace);
   }
   return result.c_str();
+}
+
+/// How memest names and colours each kind of memory (src/step/memory_kinds.cpp), so the page's
+/// bars and tables use the words and colours of the table, the terminal bar and the pictures:
+/// a JSON array of {"part", "category", "label", "colour": "#rrggbb"}.
+extern "C" EMSCRIPTEN_KEEPALIVE const char* memest_kinds() {
+  static const std::string kinds = [] {
+    Json out = Json::array();
+    for (const memest::MemoryKind& k : memest::memory_kinds()) {
+      out.push_back({{"part", k.part},
+                     {"category", k.category},
+                     {"label", k.label},
+                     {"colour", fmt::format("#{:06x}", k.colour)}});
+    }
+    return out.dump();
+  }();
+  return kinds.c_str();
 }

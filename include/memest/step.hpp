@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -27,8 +28,25 @@ enum class Part {
 inline constexpr std::size_t kPartCount = 11;
 /// JSON spelling of a part: "params", "optimizer_state", ...
 std::string_view part_name(Part part);
-/// For people: "master params", "temporaries and other", ...
+/// For people, in the table's words: "parameters", "master weights", "temporaries and other"...
 std::string_view part_label(Part part);
+
+/// How every output names and colours one kind of memory: a part of the step, a row of the
+/// estimate (Category::key), or both (src/step/memory_kinds.cpp holds the one table).
+struct MemoryKind {
+  std::string_view part;      ///< the Part's JSON name; empty for a row that is no part
+  std::string_view category;  ///< the Category's key; empty for a part that is no row
+  std::string_view label;     ///< for people: the words of the table's rows
+  std::uint32_t colour;       ///< 0xRRGGBB, the same in the bar, the pictures and the web page
+};
+/// Every kind: the parts in Part's order, then the rows that are no part, then the allocator's
+/// rounding and context.
+std::span<const MemoryKind> memory_kinds();
+const MemoryKind& part_kind(Part part);
+/// The row `key`'s kind (Category::key); an unknown key gets the allocator's neutral colour.
+const MemoryKind& category_kind(std::string_view key);
+/// What the device needs beyond the live tensors (the caching allocator's rounding, the context).
+const MemoryKind& allocator_slack_kind();
 
 /// Where a tensor sits in the step: what the walker selects it by.
 enum class Scope : std::uint8_t {

@@ -136,6 +136,13 @@ ModelSpec load_named_model(std::string_view name, const std::string& hub_cache) 
       return m;
     }
   }
+#ifdef __EMSCRIPTEN__
+  // The web page (web/): no Hugging Face cache and no network, only what the page offers.
+  throw Error(fmt::format(
+      "model \"{}\": no preset has this Hub id{}; this page knows only memest's presets (the "
+      "list of the model field) and a model's config.json pasted into the config field",
+      name, closest_presets(name)));
+#else
   throw Error(fmt::format(
       "model \"{}\": no preset has this Hub id{} and the local Hugging Face cache ({}) has no "
       "{}/snapshots/*/config.json; fetch it with `huggingface-cli download {} config.json` and "
@@ -143,6 +150,7 @@ ModelSpec load_named_model(std::string_view name, const std::string& hub_cache) 
       name, closest_presets(name),
       hub_cache.empty() ? "not found: HF_HUB_CACHE, HF_HOME and HOME are unset" : hub_cache, folder,
       name));
+#endif
 }
 
 }  // namespace memest

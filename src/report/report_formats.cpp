@@ -4,6 +4,7 @@
 #include <memest/check.hpp>
 #include <memest/peak.hpp>
 #include <memest/report.hpp>
+#include <memest/step.hpp>
 
 #include <fmt/format.h>
 
@@ -16,16 +17,21 @@ namespace {
 
 constexpr int kBarWidth = 60;
 
-// One glyph and one colour per category, in the order they appear.
+// Without colour, one glyph per segment in the order they appear; with colour, each kind's own
+// (src/step/memory_kinds.cpp, as the pictures and the web page draw it) in 24-bit escapes.
 constexpr std::array<std::string_view, 6> kGlyphs = {"█", "▓", "▒", "░", "▚", "▞"};
-constexpr std::array<std::string_view, 6> kColors = {"\x1b[34m", "\x1b[36m", "\x1b[32m",
-                                                     "\x1b[33m", "\x1b[35m", "\x1b[31m"};
 constexpr std::string_view kReset = "\x1b[0m";
 
 struct Segment {
-  std::string label;
+  const MemoryKind* kind;
+  std::string_view label;
   std::uint64_t bytes;
 };
+
+std::string colour_cell(const MemoryKind& k) {
+  return fmt::format("\x1b[38;2;{};{};{}m█{}", k.colour >> 16, (k.colour >> 8) & 0xff,
+                     k.colour & 0xff, kReset);
+}
 
 // What is live at the peak when it is modelled, else the device categories.
 std::vector<Segment> segments(const Estimate& est) {
@@ -35,15 +41,18 @@ std::vector<Segment> segments(const Estimate& est) {
     for (std::size_t i = 0; i < kPartCount; ++i) {
       // Parts under 0.1% (input ids, buffers) would not show; the table lists them exactly.
       if (m.parts[i] * 1000 < m.bytes) continue;
-      out.push_back({std::string(part_label(static_cast<Part>(i))), m.parts[i]});
+      const MemoryKind& k = part_kind(static_cast<Part>(i));
+      out.push_back({&k, k.label, m.parts[i]});
     }
     if (est.peak->needed > m.bytes) {
-      out.push_back({"allocator rounding and context", est.peak->needed - m.bytes});
+      const MemoryKind& k = allocator_slack_kind();
+      out.push_back({&k, k.label, est.peak->needed - m.bytes});
     }
     return out;
   }
   for (const auto& c : est.categories) {
-    if (c.on_device && c.bytes && *c.bytes > 0) out.push_back({c.label, *c.bytes});
+    if (c.on_device && c.bytes && *c.bytes > 0)
+      out.push_back({&category_kind(c.key), c.label, *c.bytes});
   }
   return out;
 }
@@ -64,10 +73,9 @@ std::string render_bar(const Estimate& est, const std::optional<Budget>& budget,
   std::vector<std::string> cells;
   std::string legend;
   for (std::size_t i = 0; i < segs.size(); ++i) {
-    const auto k = i % kGlyphs.size();
     const int n = std::max(1, columns(segs[i].bytes));
     const std::string cell =
-        options.color ? fmt::format("{}█{}", kColors[k], kReset) : std::string(kGlyphs[k]);
+        options.color ? colour_cell(*segs[i].kind) : std::string(kGlyphs[i % kGlyphs.size()]);
     for (int c = 0; c < n; ++c) cells.push_back(cell);
     legend += fmt::format("{}{} {} {}", legend.empty() ? "" : "  ", cell, segs[i].label,
                           format_bytes(segs[i].bytes, options.unit));

@@ -5,6 +5,7 @@
 #include <memest/error.hpp>
 #include <memest/peak.hpp>
 #include <memest/report.hpp>
+#include <memest/step.hpp>
 #include <memest/units.hpp>
 
 #include <fmt/format.h>
@@ -21,10 +22,10 @@ constexpr double kWidth = 960, kHeight = 520;
 constexpr double kLeft = 80, kRight = 270, kTop = 64, kBottom = 90;  // margins of the plot area
 constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = kHeight - kTop - kBottom;
 
-// One colour per part (include/memest/step.hpp order), and per sweep series.
-constexpr std::array<std::string_view, kPartCount> kPartColors = {
-    "#4e79a7", "#a0cbe8", "#f28e2b", "#59a14f", "#8cd17d", "#b6992d",
-    "#e15759", "#76b7b2", "#9c755f", "#bab0ac", "#b07aa1"};
+// A part's colour as every output draws it (src/step/memory_kinds.cpp); one per sweep series.
+std::string part_colour(std::size_t part) {
+  return fmt::format("#{:06x}", part_kind(static_cast<Part>(part)).colour);
+}
 constexpr std::array<std::string_view, 10> kSeriesColors = {
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
     "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
@@ -104,15 +105,21 @@ std::string y_ticks(const Axis& axis, Unit unit) {
   return out;
 }
 
-// A horizontal line across the plot at `bytes`, labelled at its right end.
+// A text box's height with a margin: a 12 px font's box is about 1.2 em (ascent and descent).
+constexpr double kTextBox = 16;
+
+// Where a level's label sits, its baseline: above its line, 5 px up.
+double level_label_y(u64 bytes, const Axis& axis) { return axis.y(bytes) - 5; }
+
+// A horizontal line across the plot at `bytes`, labelled at its right end (baseline `label_y`).
 std::string level(std::string_view cls, u64 bytes, const Axis& axis, std::string_view label,
-                  std::string_view dash) {
+                  std::string_view dash, double label_y) {
   const double y = axis.y(bytes);
   return fmt::format(
       "<line class=\"{0}\" data-bytes=\"{1}\" x1=\"{2}\" y1=\"{3:.2f}\" x2=\"{4}\" "
       "y2=\"{3:.2f}\" stroke=\"#c00\" stroke-width=\"1.5\" stroke-dasharray=\"{5}\"/>"
       "<text x=\"{4}\" y=\"{6:.2f}\" text-anchor=\"end\" fill=\"#c00\">{7}</text>\n",
-      cls, bytes, kLeft, y, kLeft + kPlotW, dash, y - 5, esc(label));
+      cls, bytes, kLeft, y, kLeft + kPlotW, dash, label_y, esc(label));
 }
 
 // The budget's usable bytes as a dashed level, when the run has a budget.
@@ -122,7 +129,7 @@ std::string budget_level(const RunSpec& run, const Axis& axis, Unit unit) {
   return level(
       "budget", usable, axis,
       fmt::format("{}: {} usable", budget_label(*run.budget, unit), format_bytes(usable, unit)),
-      "6 4");
+      "6 4", level_label_y(usable, axis));
 }
 
 std::string legend_row(std::size_t row, std::string_view color, std::string_view label) {
@@ -138,9 +145,10 @@ double step_x(std::size_t i, std::size_t n) {
   return kLeft + (static_cast<double>(i) + 0.5) * kPlotW / static_cast<double>(n);
 }
 
-// Phase labels run at -30 degrees: two of them are a font's height apart (12 px, the SVG's
-// font-size) when their anchors are 12 / sin(30 deg) = 24 px apart.
-constexpr double kPhaseLabelGap = 24;
+// Phase labels run at -30 degrees: two of them clear each other's text boxes when their anchors
+// are a box's height apart across the slant: a 12 px font's box is about 1.2 em (ascent and
+// descent, 14.4 px) tall, so 14.4 / sin(30 deg) = 28.8 px apart; 30 leaves a margin.
+constexpr double kPhaseLabelGap = 30;
 
 // Background bands for the phases of the timeline, each labelled below the axis; a label too
 // close to the one before moves right, with a leader line to its band.
@@ -190,7 +198,7 @@ std::string stacks(const std::vector<Moment>& tl, const Axis& axis) {
     out += fmt::format(
         "<polygon class=\"part\" data-part=\"{}\" data-bytes=\"{}\" fill=\"{}\" "
         "points=\"{}{}\"/>\n",
-        part_name(static_cast<Part>(p)), bytes, kPartColors[p], top, bottom);
+        part_name(static_cast<Part>(p)), bytes, part_colour(p), top, bottom);
   }
   std::string points, bytes;
   for (std::size_t i = 0; i < n; ++i) {
@@ -207,15 +215,29 @@ std::string moment_label(const Moment& m) {
   return m.layer >= 0 ? fmt::format("{}, layer {}", m.name, m.layer) : std::string(m.name);
 }
 
-std::string peak_marker(const std::vector<Moment>& tl, std::size_t k, const Axis& axis, Unit unit) {
+// The first of `candidates` (baselines) a text box's height from every label in `taken`.
+double clear_of(std::initializer_list<double> candidates, const std::vector<double>& taken) {
+  for (const double y : candidates) {
+    if (std::all_of(taken.begin(), taken.end(),
+                    [&](double t) { return std::abs(t - y) >= kTextBox; }))
+      return y;
+  }
+  return *candidates.begin();
+}
+
+// The peak's dot and its label: above the dot, or below it where a level's label (`taken`, their
+// baselines) would be within a text box's height.
+std::string peak_marker(const std::vector<Moment>& tl, std::size_t k, const Axis& axis, Unit unit,
+                        const std::vector<double>& taken) {
   const double x = step_x(k, tl.size()), y = axis.y(tl[k].bytes);
   const bool right = x < kLeft + kPlotW / 2;
+  const double label_y = clear_of({y - 8, y + 20, y - 8 - kTextBox, y + 20 + kTextBox}, taken);
   return fmt::format(
       "<circle class=\"peak\" data-bytes=\"{0}\" data-index=\"{1}\" cx=\"{2:.2f}\" "
       "cy=\"{3:.2f}\" r=\"5\" fill=\"#c00\" stroke=\"white\"/>"
       "<text x=\"{4:.2f}\" y=\"{5:.2f}\" text-anchor=\"{6}\" font-weight=\"bold\">"
       "peak {7} at {8}</text>\n",
-      tl[k].bytes, k, x, y, right ? x + 8 : x - 8, y - 8, right ? "start" : "end",
+      tl[k].bytes, k, x, y, right ? x + 8 : x - 8, label_y, right ? "start" : "end",
       esc(format_bytes(tl[k].bytes, unit)), esc(moment_label(tl[k])));
 }
 
@@ -312,18 +334,24 @@ std::string render_step_svg(const RunSpec& run, const Estimate& est, const Repor
                            run_subtitle(run, est), axis);
   svg += phase_bands(tl) + y_ticks(axis, options.unit) + stacks(tl, axis);
   svg += budget_level(run, axis, options.unit);
+  // The levels' labels at the plot's right end: the device's need below its line where the
+  // budget's label is within a text box's height; the peak's label clear of both.
+  std::vector<double> taken;
+  if (run.budget) taken.push_back(level_label_y(run.budget->usable(), axis));
   if (pk.needed != top.bytes) {
+    const double above = level_label_y(pk.needed, axis);
+    taken.push_back(clear_of({above, axis.y(pk.needed) + 14}, taken));
     svg += level(
         "needed", pk.needed, axis,
         fmt::format("device needs {} (allocator, context)", format_bytes(pk.needed, options.unit)),
-        "2 3");
+        "2 3", taken.back());
   }
-  svg += peak_marker(tl, pk.timeline_peak, axis, options.unit);
+  svg += peak_marker(tl, pk.timeline_peak, axis, options.unit, taken);
   std::size_t row = 0;
   for (std::size_t p = kPartCount; p-- > 0;) {  // the legend in stacking order, top first
     if (std::none_of(tl.begin(), tl.end(), [&](const Moment& m) { return m.parts[p] > 0; }))
       continue;
-    svg += legend_row(row++, kPartColors[p],
+    svg += legend_row(row++, part_colour(p),
                       fmt::format("{} {}", part_label(static_cast<Part>(p)),
                                   format_bytes(top.parts[p], options.unit)));
   }

@@ -22,9 +22,16 @@ std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
                                  format_count(elements), what);
 }
 
-Category dtype_category(std::string key, std::string label, std::optional<Dtype> dtype,
-                        std::uint64_t elements, std::string_view what) {
-  Category c{std::move(key), std::move(label), dtype, elements, 0, ""};
+// A row named in the words of the one table of kinds (src/step/memory_kinds.cpp).
+Category kind_row(std::string_view key, std::optional<Dtype> dtype, std::uint64_t elements,
+                  std::optional<std::uint64_t> bytes) {
+  return Category{
+      std::string(key), std::string(category_kind(key).label), dtype, elements, bytes, ""};
+}
+
+Category dtype_category(std::string_view key, std::optional<Dtype> dtype, std::uint64_t elements,
+                        std::string_view what) {
+  Category c = kind_row(key, dtype, elements, 0);
   if (dtype && elements > 0) {
     c.bytes = bytes_for(*dtype, elements);
     c.basis = basis(*dtype, elements, what);
@@ -40,7 +47,7 @@ Category dtype_category(std::string key, std::string label, std::optional<Dtype>
 // Parameters in the policy's dtype, except groups stored otherwise (QLoRA's nf4 base and its
 // quantization constants), which the basis lists apart.
 Category params_category(const Inventory& inv, Dtype dtype, std::uint64_t params) {
-  Category c = dtype_category("params", "parameters", dtype, params, "params");
+  Category c = dtype_category("params", dtype, params, "params");
   // Sum elements per (stored dtype, quantization constant or not), in first-seen order.
   struct Part {
     Dtype dtype;
@@ -77,7 +84,7 @@ Category params_category(const Inventory& inv, Dtype dtype, std::uint64_t params
 }
 
 Category optimizer_states(const OptimizerBytes& ob, std::uint64_t trainable, Dtype state_dtype) {
-  Category c{"optimizer_states", "optimizer states", state_dtype, trainable, ob.state_bytes, ""};
+  Category c = kind_row("optimizer_states", state_dtype, trainable, ob.state_bytes);
   if (ob.states.empty()) {
     c.basis = "no state";
     c.dtype.reset();
@@ -110,7 +117,7 @@ Category optimizer_states(const OptimizerBytes& ob, std::uint64_t trainable, Dty
 
 Category step_counters(const OptimizerBytes& ob, const OptimizerSpec& spec,
                        std::optional<std::uint64_t> tensors) {
-  Category c{"optimizer_step", "optimizer step counters", Dtype::fp32, 0, ob.step_bytes, ""};
+  Category c = kind_row("optimizer_step", Dtype::fp32, 0, ob.step_bytes);
   c.on_device = spec.impl == OptimizerImpl::fused;
   c.per_param = false;
   if (!ob.step_counted) {
@@ -210,15 +217,15 @@ void paged_category(const RunSpec& run, std::vector<Category>& cats) {
   states->bytes = total - std::min(total, paged);
   states->basis +=
       fmt::format(", less {} in unified memory (the row below)", format_bytes(paged, Unit::bytes));
-  Category row{"optimizer_states_paged", "optimizer states, paged", std::nullopt, 0, paged, ""};
-  row.on_device = false;
-  row.unified = true;
-  row.per_param = false;
-  row.basis = fmt::format(
+  Category paged_row = kind_row("optimizer_states_paged", std::nullopt, 0, paged);
+  paged_row.on_device = false;
+  paged_row.unified = true;
+  paged_row.per_param = false;
+  paged_row.basis = fmt::format(
       "state1 + state2 of the tensors of {} elements or more, in CUDA unified memory "
       "(cudaMallocManaged): outside the allocator's statistics and the peak",
       format_count(kPagedMinElements));
-  cats.insert(states + 1, row);
+  cats.insert(states + 1, paged_row);
 }
 
 // The rows the techniques of docs/techniques.md change: paged optimizer states live in CUDA
@@ -255,7 +262,7 @@ void technique_categories(const RunSpec& run, std::vector<Category>& cats, Estim
 // given.
 Category activations_and_peak(const RunSpec& run, const EstimateOptions& options, Estimate& e) {
   const auto& p = run.precision;
-  Category act{"activations", "activations", p.activation, 0, std::nullopt, ""};
+  Category act = kind_row("activations", p.activation, 0, std::nullopt);
   const auto in = activation_inputs(run);
   if (in) {
     StepEstimate se = estimate_step(run, *in, {.with_terms = true, .timeline = options.timeline});
@@ -396,13 +403,10 @@ void model_state_categories(const RunSpec& run, Estimate& e) {
   auto& cats = e.categories;
   cats.reserve(16);  // the model state's, the activations', the techniques' rows
   cats.push_back(params_category(inv, p.param, e.params));
-  cats.push_back(dtype_category("working_copies", "autocast weight copies", p.working, matmul,
-                                "matmul weights"));
-  cats.push_back(dtype_category("master_weights", "master weights", p.master, e.trainable,
-                                "trainable params"));
-  cats.push_back(dtype_category("grads", "gradients", p.grad, e.trainable, "trainable params"));
-  cats.push_back(dtype_category("grad_accum", "grad accumulation buffer", p.grad_accum, e.trainable,
-                                "trainable params"));
+  cats.push_back(dtype_category("working_copies", p.working, matmul, "matmul weights"));
+  cats.push_back(dtype_category("master_weights", p.master, e.trainable, "trainable params"));
+  cats.push_back(dtype_category("grads", p.grad, e.trainable, "trainable params"));
+  cats.push_back(dtype_category("grad_accum", p.grad_accum, e.trainable, "trainable params"));
   const OptimizerBytes ob = optimizer_bytes(run.optimizer, inv, p.state);
   cats.push_back(optimizer_states(ob, e.trainable, p.state));
   cats.push_back(

@@ -1,20 +1,12 @@
-// The names of the step's enums (include/memest/step.hpp): parts, scopes, phases and moments as
-// the report and the JSON spell them, and the step's time order.
+// The names of the step's enums (include/memest/step.hpp): scopes, phases and moments as the
+// report and the JSON spell them, and the step's time order (the parts' names and labels are in
+// memory_kinds.cpp).
 #include <memest/step.hpp>
 
 #include <array>
 
 namespace memest {
 namespace {
-
-constexpr std::array<std::string_view, kPartCount> kPartNames = {
-    "params",      "master_params", "optimizer_state", "grads",   "master_grads", "grad_accum",
-    "activations", "param_casts",   "inputs",          "buffers", "other"};
-
-constexpr std::array<std::string_view, kPartCount> kPartLabels = {
-    "params",       "master params",     "optimizer states",     "grads",
-    "master grads", "grad accumulation", "activations",          "weight copies",
-    "inputs",       "buffers",           "temporaries and other"};
 
 constexpr std::array<std::string_view, kScopeCount> kScopeNames = {
     "layer",  "dense_mlp", "moe_mlp", "checkpoint", "core",
@@ -55,9 +47,6 @@ constexpr std::size_t kInLayer = index(MomentKind::post_backward) - kFirstInLaye
 }  // namespace
 
 std::string_view scope_name(Scope scope) { return kScopeNames[static_cast<std::size_t>(scope)]; }
-
-std::string_view part_name(Part part) { return kPartNames[static_cast<std::size_t>(part)]; }
-std::string_view part_label(Part part) { return kPartLabels[static_cast<std::size_t>(part)]; }
 
 std::string_view phase_name(Phase phase) { return kPhaseNames[static_cast<std::size_t>(phase)]; }
 
