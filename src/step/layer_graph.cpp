@@ -549,8 +549,10 @@ Shape routed_rows(const ActivationInputs& in, Sym per_row, const char* capacity_
   return shape({sym::N, rows, per_row});
 }
 
-void size_tensor(Tensor& t) {
-  t.bytes = Poly{};
+namespace {
+
+// Sizes a tensor whose bytes are still zero (a new Tensor's).
+void size_new_tensor(Tensor& t) {
   if (const Monomial m = single_monomial(t.shape); m.index >= 0) {  // most tensors
     const auto i = static_cast<std::size_t>(m.index);
     t.bytes.c[i] = checked_mul(m.coef, t.width);
@@ -565,6 +567,13 @@ void size_tensor(Tensor& t) {
     ++nonzero;
   }
   if (nonzero != 1) t.mono = -1;
+}
+
+}  // namespace
+
+void size_tensor(Tensor& t) {
+  t.bytes = Poly{};
+  size_new_tensor(t);
 }
 
 Tensor make_tensor(const Tensor& proto) {
@@ -594,7 +603,7 @@ std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope sco
   t.width = width;
   t.shape = shape;
   t.batch = batch;
-  size_tensor(t);
+  size_new_tensor(t);  // emplace_back() made its bytes zero
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
 }
 

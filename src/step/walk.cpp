@@ -150,8 +150,18 @@ void Walker::stash() {
   for (const Entry& e : stash_) writer_.add(e.tensor, e.count);
 }
 
+// The saved tensors of layers [first, first + count). Each moment of a layer holds those of the
+// layers below it and of its own: while every entry is whole on the device, each is written
+// once, then copied.
 void Walker::layers(u64 first, u64 count) {
-  layers(first, count, [](Slot) { return false; });
+  const auto all = [](Slot) { return false; };
+  if (!residency_.everything_whole()) return layers(first, count, all);
+  LayersBlock& b = layers_blocks_[first == 0 ? 0 : 1];
+  if (b.end > b.begin && b.first == first && b.count == count)
+    return writer_.repeat(b.begin, b.end);
+  const std::uint32_t begin = writer_.size();
+  layers(first, count, all);
+  b = {first, count, begin, writer_.size()};
 }
 
 void Walker::scoped(Scope s, u64 count) {

@@ -211,10 +211,20 @@ class Walker {
   StepScalars scalars_;
   AttentionTemporaries attention_;
   // The saved tensors grouped by scope (those of scope s at [scope_start_[s],
-  // scope_start_[s + 1])), and those of a walk layer (its scope and its MLP's), in step order.
+  // scope_start_[s + 1])), then those of a walk layer (its scope and its MLP's), in step order.
   std::vector<std::uint32_t> by_scope_;
   std::array<std::uint32_t, kScopeCount + 1> scope_start_{};
-  std::vector<std::uint32_t> layer_tensors_;
+  std::span<const std::uint32_t> layer_tensors() const {
+    return std::span(by_scope_).subspan(scope_start_[kScopeCount]);
+  }
+  // The entries layers(first, count) wrote last, to copy when it is asked again in another
+  // moment, while every entry is whole on the device: [0] the layers below the current one
+  // (first 0), [1] the current one.
+  struct LayersBlock {
+    u64 first = 0, count = 0;
+    std::uint32_t begin = 0, end = 0;
+  };
+  std::array<LayersBlock, 2> layers_blocks_{};
   bool has_norm1_ = false;  // a layer keeps tensors of its first norm (not a parallel block)
   std::span<const std::uint32_t> by_scope(Scope s) const {
     const auto i = static_cast<std::size_t>(s);
@@ -235,7 +245,7 @@ class Walker {
 template <typename Freed>
 void Walker::layers(u64 first, u64 count, Freed&& freed) {
   if (count == 0) return;  // the layers below the first: none
-  for (const std::uint32_t i : layer_tensors_) {
+  for (const std::uint32_t i : layer_tensors()) {
     const bool skip = step_.tensors[i].skips_first && first == 0 && count > 0;
     if (!freed(step_.tensors[i].slot)) writer_.add(i, count - (skip ? 1 : 0));
   }

@@ -34,27 +34,30 @@ void Walker::create_tensors(const Inventory& inventory) {
 }
 
 // The saved tensors by scope (counted, then placed), and those of a walk layer (its scope and
-// its MLP's).
+// its MLP's) after them, in one list.
 void Walker::index_saved() {
   const auto saved = [&](const Tensor& t) { return t.part == Part::activations; };
+  const auto in_layer = [&](const Tensor& t) {
+    return t.scope == Scope::layer || t.scope == step_.walk_mlp;
+  };
   std::array<std::uint32_t, kScopeCount> count{};
-  std::size_t layer = 0;
+  std::uint32_t layer = 0;
   for (const Tensor& t : step_.tensors) {
     if (!saved(t)) continue;
     ++count[static_cast<std::size_t>(t.scope)];
-    if (t.scope == Scope::layer || t.scope == step_.walk_mlp) ++layer;
+    if (in_layer(t)) ++layer;
   }
   for (std::size_t s = 0; s < kScopeCount; ++s) scope_start_[s + 1] = scope_start_[s] + count[s];
-  by_scope_.resize(scope_start_[kScopeCount]);
-  layer_tensors_.reserve(layer);
+  by_scope_.resize(scope_start_[kScopeCount] + layer);
   std::array<std::uint32_t, kScopeCount> next{};
+  std::uint32_t next_layer = scope_start_[kScopeCount];
   for (std::uint32_t i = 0; i < step_.tensors.size(); ++i) {
     const Tensor& t = step_.tensors[i];
     if (!saved(t)) continue;
     const auto s = static_cast<std::size_t>(t.scope);
     by_scope_[scope_start_[s] + next[s]++] = i;
-    if (t.scope != Scope::layer && t.scope != step_.walk_mlp) continue;
-    layer_tensors_.push_back(i);
+    if (!in_layer(t)) continue;
+    by_scope_[next_layer++] = i;
     has_norm1_ = has_norm1_ || t.slot == Slot::norm1;
   }
 }
