@@ -718,24 +718,21 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   }
   r.full_layer += r.mlp;
   if (!full) r.per_layer = r.full_layer;
-  for (const Entry& e : step.saved) {
+  const bool listed = terms == Terms::listed;
+  if (listed) r.terms.reserve(step.saved.size() + n_recomputed);
+  for (const Entry& e : step.saved) {  // summed, and listed in the same pass
     const Tensor& t = step.tensors[e.tensor];
     if (!t.exists_at(x)) continue;
-    const u64 v = checked_mul(bytes[e.tensor], e.count);
+    const u64 each = bytes[e.tensor];
     u64& sum = t.scope == Scope::shared  ? r.shared
                : t.scope == Scope::embed ? r.embed
                : t.scope == Scope::head  ? r.head
                                          : r.layers;
-    sum = checked_add(sum, v);
+    sum = checked_add(sum, checked_mul(each, e.count));
+    if (listed) r.terms.push_back({t.scope, t.name, each, e.count, t.width, t.shape});
   }
   r.total = checked_add(checked_add(r.layers, r.shared), checked_add(r.embed, r.head));
-  if (terms == Terms::sums_only) return r;
-  r.terms.reserve(step.saved.size() + n_recomputed);
-  for (const Entry& e : step.saved) {
-    const Tensor& t = step.tensors[e.tensor];
-    if (!t.exists_at(x)) continue;
-    r.terms.push_back({t.scope, t.name, bytes[e.tensor], e.count, t.width, t.shape});
-  }
+  if (!listed) return r;
   for (std::uint32_t i = 0; i < step.tensors.size() && n_recomputed > 0; ++i) {  // not stored
     const Tensor& t = step.tensors[i];
     if (t.part == Part::activations && recomputed(t) && t.exists_at(x))

@@ -97,20 +97,22 @@ void Walker::begin(MomentKind kind, u64 j) {
 // gradients as `grads` says.
 void Walker::baseline(AllGrads grads) {
   enter_lived(Anchor::state);
-  writer_.add(state_.params);
-  writer_.add(state_.master);
   // Phase's order: optimizer, master_copy and zero_grad come last.
   const bool states =
       step_of_ == StepOf::steady || phase_of(writer_.current().kind) >= Phase::optimizer;
-  if (states) writer_.add_kept(state_.optimizer_states);
-  writer_.add(state_.grad_accum);
-  writer_.add(state_.input_ids);
-  writer_.add(state_.buffers);
-  writer_.add(state_.ddp_buckets);
   const bool all = grads == AllGrads::when_kept         ? grads_live()
                    : grads == AllGrads::at_backward_end ? !in_backward_.on()
                                                         : false;
-  if (all) writer_.add(state_.grads);
+  block(baseline_blocks_[(states ? 2U : 0U) + (all ? 1U : 0U)], 0, 0, [&] {
+    writer_.add(state_.params);
+    writer_.add(state_.master);
+    if (states) writer_.add_kept(state_.optimizer_states);
+    writer_.add(state_.grad_accum);
+    writer_.add(state_.input_ids);
+    writer_.add(state_.buffers);
+    writer_.add(state_.ddp_buckets);
+    if (all) writer_.add(state_.grads);
+  });
 }
 
 // The rules' tensors live at the moment being written, at `anchor`: one tensor for its whole
@@ -154,14 +156,8 @@ void Walker::stash() {
 // layers below it and of its own: while every entry is whole on the device, each is written
 // once, then copied.
 void Walker::layers(u64 first, u64 count) {
-  const auto all = [](Slot) { return false; };
-  if (!residency_.everything_whole()) return layers(first, count, all);
-  LayersBlock& b = layers_blocks_[first == 0 ? 0 : 1];
-  if (b.end > b.begin && b.first == first && b.count == count)
-    return writer_.repeat(b.begin, b.end);
-  const std::uint32_t begin = writer_.size();
-  layers(first, count, all);
-  b = {first, count, begin, writer_.size()};
+  block(layers_blocks_[first == 0 ? 0 : 1], first, count,
+        [&] { layers(first, count, [](Slot) { return false; }); });
 }
 
 void Walker::scoped(Scope s, u64 count) {
@@ -169,9 +165,11 @@ void Walker::scoped(Scope s, u64 count) {
 }
 
 void Walker::embed_and_shared() {
-  writer_.saved_tensors([&] {
-    scoped(Scope::embed);
-    scoped(Scope::shared);
+  block(embed_and_shared_block_, 0, 0, [&] {
+    writer_.saved_tensors([&] {
+      scoped(Scope::embed);
+      scoped(Scope::shared);
+    });
   });
 }
 

@@ -28,9 +28,8 @@ void Walker::create_tensors(const Inventory& inventory) {
   stash_ = stashed_entries(step_, in_);
   in_backward_.create_tensors(step_, run_, in_, sums_, optimizer_, tied_grad());
   // ZeRO-3 gathers the layer being computed and prefetches the next.
-  state_.gathered_layers =
-      constant("gathered parameters (this layer and the prefetched next)", Part::other,
-               2 * (parameter_bytes(inventory, run_.precision.param) / std::max<u64>(1, in_.L)));
+  state_.gathered_layers = constant("gathered parameters (this layer and the prefetched next)",
+                                    Part::other, 2 * (param_bytes_ / std::max<u64>(1, in_.L)));
 }
 
 // The saved tensors by scope (counted, then placed), and those of a walk layer (its scope and
@@ -67,10 +66,10 @@ void Walker::index_saved() {
 void Walker::model_state(const Inventory& inventory) {
   const auto& p = run_.precision;
   const Sharding& sh = residency_.sharding();
-  state_.params =
-      constant("parameters", Part::params,
-               fsdp_.on() && sh.params ? checked_mul(fsdp_.shards().param_bytes, sh.ranks)
-                                       : parameter_bytes(inventory, p.param));
+  param_bytes_ = parameter_bytes(inventory, p.param);
+  state_.params = constant(
+      "parameters", Part::params,
+      fsdp_.on() && sh.params ? checked_mul(fsdp_.shards().param_bytes, sh.ranks) : param_bytes_);
   state_.master = constant("master weights", Part::master_params,
                            p.master ? checked_mul(width(*p.master), sums_.trainable) : 0);
   state_.optimizer_states = constant("optimizer states", Part::optimizer_state, 0);
