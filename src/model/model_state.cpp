@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string_view>
 
 namespace memest::detail {
 namespace {
@@ -17,19 +18,19 @@ namespace {
 void add_layer_group(ParameterSums& l, const TensorGroup& g, u64& layer_norms) {
   const u64 per = g.elements() / l.layers;
   const bool mlp = g.role == Role::mlp || g.role == Role::expert || g.role == Role::router;
+  const std::string_view k = g.kind;  // a length check before any compare
   if (g.trainable) {  // the gradients a layer's backward makes: a frozen weight gets none
     l.layer_trainable += per;
     if (mlp) l.layer_mlp_trainable += per;
-    if (g.kind == "down") l.down_trainable += per / std::max<u64>(1, g.count / l.layers);
-    if (g.kind == "o") l.layer_o_trainable += per;
+    if (k == "down") l.down_trainable += per / std::max<u64>(1, g.count / l.layers);
+    if (k == "o") l.layer_o_trainable += per;
     if (g.role == Role::norm) layer_norms += per;
   }
   if (!g.matmul) return;
   l.layer_matmul += per;
   if (mlp) l.layer_mlp_matmul += per;
-  if (g.kind == "o") l.layer_o_matmul += per;
-  if (g.kind == "q" || g.kind == "k" || g.kind == "v" || g.kind == "qkv" || g.kind == "kv")
-    l.layer_qkv_matmul += per;
+  if (k == "o") l.layer_o_matmul += per;
+  if (k == "q" || k == "k" || k == "v" || k == "qkv" || k == "kv") l.layer_qkv_matmul += per;
 }
 
 // The sums of an inventory whose layer list has `layers` layers.

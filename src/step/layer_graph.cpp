@@ -549,8 +549,10 @@ Shape routed_rows(const ActivationInputs& in, Sym per_row, const char* capacity_
   return shape({sym::N, rows, per_row});
 }
 
-void size_tensor(Tensor& t) {
-  t.bytes = Poly{};
+namespace {
+
+// Sizes a tensor whose bytes are still zero (a new Tensor's).
+void size_new_tensor(Tensor& t) {
   if (const Monomial m = single_monomial(t.shape); m.index >= 0) {  // most tensors
     const auto i = static_cast<std::size_t>(m.index);
     t.bytes.c[i] = checked_mul(m.coef, t.width);
@@ -565,6 +567,13 @@ void size_tensor(Tensor& t) {
     ++nonzero;
   }
   if (nonzero != 1) t.mono = -1;
+}
+
+}  // namespace
+
+void size_tensor(Tensor& t) {
+  t.bytes = Poly{};
+  size_new_tensor(t);
 }
 
 Tensor make_tensor(const Tensor& proto) {
@@ -594,7 +603,7 @@ std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope sco
   t.width = width;
   t.shape = shape;
   t.batch = batch;
-  size_tensor(t);
+  size_new_tensor(t);  // emplace_back() made its bytes zero
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
 }
 
@@ -709,24 +718,21 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
   }
   r.full_layer += r.mlp;
   if (!full) r.per_layer = r.full_layer;
-  for (const Entry& e : step.saved) {
+  const bool listed = terms == Terms::listed;
+  if (listed) r.terms.reserve(step.saved.size() + n_recomputed);
+  for (const Entry& e : step.saved) {  // summed, and listed in the same pass
     const Tensor& t = step.tensors[e.tensor];
     if (!t.exists_at(x)) continue;
-    const u64 v = checked_mul(bytes[e.tensor], e.count);
+    const u64 each = bytes[e.tensor];
     u64& sum = t.scope == Scope::shared  ? r.shared
                : t.scope == Scope::embed ? r.embed
                : t.scope == Scope::head  ? r.head
                                          : r.layers;
-    sum = checked_add(sum, v);
+    sum = checked_add(sum, checked_mul(each, e.count));
+    if (listed) r.terms.push_back({t.scope, t.name, each, e.count, t.width, t.shape});
   }
   r.total = checked_add(checked_add(r.layers, r.shared), checked_add(r.embed, r.head));
-  if (terms == Terms::sums_only) return r;
-  r.terms.reserve(step.saved.size() + n_recomputed);
-  for (const Entry& e : step.saved) {
-    const Tensor& t = step.tensors[e.tensor];
-    if (!t.exists_at(x)) continue;
-    r.terms.push_back({t.scope, t.name, bytes[e.tensor], e.count, t.width, t.shape});
-  }
+  if (!listed) return r;
   for (std::uint32_t i = 0; i < step.tensors.size() && n_recomputed > 0; ++i) {  // not stored
     const Tensor& t = step.tensors[i];
     if (t.part == Part::activations && recomputed(t) && t.exists_at(x))

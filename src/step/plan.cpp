@@ -117,31 +117,6 @@ std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x) {
   return out;
 }
 
-// Each moment of a walk at the point `bytes` was taken at, straight from its entries: what one
-// estimate needs, without compiling the moments first. With `states`, also each moment's bytes
-// of the optimizer states (Step::states_tensor).
-std::vector<Moment> moments_at(const Step& step, const std::vector<MomentSpec>& walk,
-                               const detail::TensorBytes& bytes,
-                               std::vector<u64>* states = nullptr) {
-  std::vector<Moment> out;
-  out.reserve(walk.size());
-  if (states) states->assign(walk.size(), 0);
-  for (std::size_t k = 0; k < walk.size(); ++k) {
-    const MomentSpec& spec = walk[k];
-    Moment& m = out.emplace_back(moment_of(spec.id, spec.layer));
-    for (std::uint32_t i = spec.begin; i < spec.end; ++i) {
-      const Entry& e = step.entries[i];
-      if (!bytes.exists(e.tensor)) continue;
-      u64& part = m.parts[idx(bytes.part(e.tensor))];
-      const u64 v = bytes.entry(e);
-      part = checked_add(part, v);
-      if (states && e.tensor == step.states_tensor) (*states)[k] += v;
-    }
-    sum_parts(m);
-  }
-  return out;
-}
-
 // The first step's largest moment: the first of the largest.
 struct FirstPeak {
   u64 bytes = 0;
@@ -155,14 +130,28 @@ struct FirstPeak {
   }
 };
 
-// The first step's largest moment from the steady moments (alternatives not reduced) and each
-// one's optimizer states (moments_at): no optimizer states before the optimizer creates them,
-// in its optimizer phase.
-FirstPeak first_step_peak(const std::vector<Moment>& steady, const std::vector<u64>& states) {
-  FirstPeak out;
-  for (std::size_t k = 0; k < steady.size(); ++k) {
-    const Moment& m = steady[k];
-    out.take(m, states_exist(phase_of(m.id.kind)) ? m.bytes : m.bytes - states[k]);
+// Each moment of a walk at the point `bytes` was taken at, straight from its entries: what one
+// estimate needs, without compiling the moments first. With `first`, also the first step's
+// largest moment from these steady ones (alternatives not reduced): each moment less its
+// optimizer states (Step::states_tensor) before the optimizer creates them, in its optimizer
+// phase.
+std::vector<Moment> moments_at(const Step& step, const std::vector<MomentSpec>& walk,
+                               const detail::TensorBytes& bytes, FirstPeak* first = nullptr) {
+  std::vector<Moment> out;
+  out.reserve(walk.size());
+  for (const MomentSpec& spec : walk) {
+    Moment& m = out.emplace_back(moment_of(spec.id, spec.layer));
+    u64 states = 0;
+    for (std::uint32_t i = spec.begin; i < spec.end; ++i) {
+      const Entry& e = step.entries[i];
+      if (!bytes.exists(e.tensor)) continue;
+      u64& part = m.parts[idx(bytes.part(e.tensor))];
+      const u64 v = bytes.entry(e);
+      part = checked_add(part, v);
+      if (e.tensor == step.states_tensor) states += v;
+    }
+    sum_parts(m);
+    if (first) first->take(m, states_exist(phase_of(m.id.kind)) ? m.bytes : m.bytes - states);
   }
   return out;
 }
@@ -175,24 +164,29 @@ FirstPeak largest(const std::vector<Moment>& walk) {
 }
 
 // Alternatives of one moment (the same name, at the same layer) count as the largest of them:
-// `all` keeps the first largest of each run, in place; `chosen` (when given) the index in `all`
-// each kept moment had.
-void reduce_alternatives(std::vector<Moment>& all, std::vector<std::size_t>* chosen) {
+// `all` keeps the first largest of each run, in place.
+void reduce_alternatives(std::vector<Moment>& all) {
   std::size_t n = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     const Moment& m = all[i];
     if (n > 0 && all[n - 1].id == m.id && all[n - 1].layer == m.layer) {
-      if (m.bytes > all[n - 1].bytes) {
-        all[n - 1] = m;
-        if (chosen) chosen->back() = i;
-      }
+      if (m.bytes > all[n - 1].bytes) all[n - 1] = m;
       continue;
     }
     if (n != i) all[n] = m;
     ++n;
-    if (chosen) chosen->push_back(i);
   }
   all.resize(n);
+}
+
+// The index of the first largest moment: after reduce_alternatives, the moment that wins
+// (Peak::winner, the first largest) is this one, kept for its run of alternatives.
+std::size_t first_largest(const std::vector<Moment>& all) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    if (all[i].bytes > all[best].bytes) best = i;
+  }
+  return best;
 }
 
 std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Basis& x,
@@ -248,14 +242,13 @@ Peak peak_at(const RunSpec& run, const Step& step, std::vector<Moment> steady,
              const FirstPeak* first, const detail::TensorBytes& bytes, const Basis& x, u64 L) {
   Peak pk;
   pk.by_phase.reserve(kPhaseCount);
-  std::vector<std::size_t> chosen;
-  chosen.reserve(steady.size());
-  reduce_alternatives(steady, &chosen);
+  const std::size_t live = first_largest(steady);  // the walk's moment the winner is
+  reduce_alternatives(steady);
   pk.moments = std::move(steady);
   by_phase(pk);
   pk.bytes = pk.peak_moment().bytes;
   pk.phase = pk.peak_moment().phase;
-  pk.live = live_at(step, step.steady[chosen[pk.winner]], x, bytes);
+  pk.live = live_at(step, step.steady[live], x, bytes);
   for (const auto& m : pk.moments) {
     if (m.id.kind == MomentKind::backward_start)
       pk.saved_weight_copies = m.parts[idx(Part::param_casts)];
@@ -290,15 +283,9 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
   const detail::TensorBytes bytes(step, x);
   // The first step from the steady one needs each steady moment's optimizer states.
   const bool from_steady = options.first_step && step.first.empty();
-  std::vector<u64> states;
-  std::vector<Moment> steady =
-      moments_at(step, step.steady, bytes, from_steady ? &states : nullptr);
   FirstPeak first;
-  if (from_steady) {
-    first = first_step_peak(steady, states);
-  } else if (options.first_step) {
-    first = largest(moments_at(step, step.first, bytes));
-  }
+  std::vector<Moment> steady = moments_at(step, step.steady, bytes, from_steady ? &first : nullptr);
+  if (options.first_step && !from_steady) first = largest(moments_at(step, step.first, bytes));
   StepEstimate r;
   r.activations = detail::saved_bytes(step, in, x, bytes,
                                       options.with_terms ? Terms::listed : Terms::sums_only);
@@ -307,7 +294,7 @@ StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
   if (options.timeline) {
     Peak& pk = r.peak;
     pk.timeline = moments_at(step, step.timeline, bytes);
-    reduce_alternatives(pk.timeline, nullptr);
+    reduce_alternatives(pk.timeline);
     for (std::size_t i = 0; i < pk.timeline.size(); ++i) {
       if (pk.timeline[i].bytes > pk.timeline[pk.timeline_peak].bytes) pk.timeline_peak = i;
     }

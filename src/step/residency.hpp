@@ -8,6 +8,8 @@
 #include <memest/parallel.hpp>
 #include <memest/step.hpp>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -53,6 +55,8 @@ class Residency {
   /// (DDP's buckets).
   void not_a_step_temporary(std::uint32_t id) { kept_ = id; }
   const Sharding& sharding() const { return sharding_; }
+  /// Whether every entry is whole on the device, wherever it is entered.
+  bool everything_whole() const { return everything_whole_; }
 
  private:
   // Activation offloading (src/step/rules/activation_offload.cpp): saved tensors in pinned host
@@ -107,6 +111,15 @@ class MomentWriter {
   /// Takes the layer index off the moment being written (a timeline moment of no layer).
   void unindex() { walk_->back().layer = -1; }
 
+  /// The number of entries written so far.
+  std::uint32_t size() const { return static_cast<std::uint32_t>(step_.entries.size()); }
+  /// Enters again the entries [begin, end) written before, in their order.
+  void repeat(std::uint32_t begin, std::uint32_t end) {
+    std::vector<Entry>& v = step_.entries;
+    const auto at = static_cast<std::ptrdiff_t>(v.size());
+    v.resize(v.size() + (end - begin));
+    std::copy(v.begin() + begin, v.begin() + end, v.begin() + at);
+  }
   /// `count` copies of tensor `id`; nothing when the tensor is empty.
   void add(std::uint32_t id, std::uint64_t count = 1) { enter(id, count, false); }
   /// Entered even when empty (the optimizer's tensors, which a plan may resize).

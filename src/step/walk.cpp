@@ -97,20 +97,22 @@ void Walker::begin(MomentKind kind, u64 j) {
 // gradients as `grads` says.
 void Walker::baseline(AllGrads grads) {
   enter_lived(Anchor::state);
-  writer_.add(state_.params);
-  writer_.add(state_.master);
   // Phase's order: optimizer, master_copy and zero_grad come last.
   const bool states =
       step_of_ == StepOf::steady || phase_of(writer_.current().kind) >= Phase::optimizer;
-  if (states) writer_.add_kept(state_.optimizer_states);
-  writer_.add(state_.grad_accum);
-  writer_.add(state_.input_ids);
-  writer_.add(state_.buffers);
-  writer_.add(state_.ddp_buckets);
   const bool all = grads == AllGrads::when_kept         ? grads_live()
                    : grads == AllGrads::at_backward_end ? !in_backward_.on()
                                                         : false;
-  if (all) writer_.add(state_.grads);
+  block(baseline_blocks_[(states ? 2U : 0U) + (all ? 1U : 0U)], 0, 0, [&] {
+    writer_.add(state_.params);
+    writer_.add(state_.master);
+    if (states) writer_.add_kept(state_.optimizer_states);
+    writer_.add(state_.grad_accum);
+    writer_.add(state_.input_ids);
+    writer_.add(state_.buffers);
+    writer_.add(state_.ddp_buckets);
+    if (all) writer_.add(state_.grads);
+  });
 }
 
 // The rules' tensors live at the moment being written, at `anchor`: one tensor for its whole
@@ -154,8 +156,12 @@ void Walker::stash() {
   for (const Entry& e : stash_) writer_.add(e.tensor, e.count);
 }
 
+// The saved tensors of layers [first, first + count). Each moment of a layer holds those of the
+// layers below it and of its own: while every entry is whole on the device, each is written
+// once, then copied.
 void Walker::layers(u64 first, u64 count) {
-  layers(first, count, [](Slot) { return false; });
+  block(layers_blocks_[first == 0 ? 0 : 1], first, count,
+        [&] { layers(first, count, [](Slot) { return false; }); });
 }
 
 void Walker::scoped(Scope s, u64 count) {
@@ -163,9 +169,11 @@ void Walker::scoped(Scope s, u64 count) {
 }
 
 void Walker::embed_and_shared() {
-  writer_.saved_tensors([&] {
-    scoped(Scope::embed);
-    scoped(Scope::shared);
+  block(embed_and_shared_block_, 0, 0, [&] {
+    writer_.saved_tensors([&] {
+      scoped(Scope::embed);
+      scoped(Scope::shared);
+    });
   });
 }
 

@@ -208,15 +208,40 @@ class Walker {
   InBackward in_backward_;
   OptimizerSizes optimizer_;
   bool master_grads_ = false;  // master weights with lower-precision gradients: grad_copy
+  u64 param_bytes_ = 0;        // the whole model's parameters (parameter_bytes), taken once
   StateTensors state_;
   LayerWeightCopies copies_;
   StepScalars scalars_;
   AttentionTemporaries attention_;
   // The saved tensors grouped by scope (those of scope s at [scope_start_[s],
-  // scope_start_[s + 1])), and those of a walk layer (its scope and its MLP's), in step order.
+  // scope_start_[s + 1])), then those of a walk layer (its scope and its MLP's), in step order.
   std::vector<std::uint32_t> by_scope_;
   std::array<std::uint32_t, kScopeCount + 1> scope_start_{};
-  std::vector<std::uint32_t> layer_tensors_;
+  std::span<const std::uint32_t> layer_tensors() const {
+    return std::span(by_scope_).subspan(scope_start_[kScopeCount]);
+  }
+  // Entries the walk writes alike in many moments: written once, then copied while every entry
+  // is whole on the device (the residency then places an entry alike in every moment). `key`
+  // tells apart what one block holds at different calls (a layers() block's first and count).
+  struct Block {
+    std::uint32_t begin = 0, end = 0;
+    bool written = false;
+    u64 first = 0, count = 0;  // a layers() block's key
+  };
+  template <typename Write>
+  void block(Block& b, u64 first, u64 count, Write&& write) {
+    const bool whole = residency_.everything_whole();
+    if (whole && b.written && b.first == first && b.count == count)
+      return writer_.repeat(b.begin, b.end);
+    const std::uint32_t begin = writer_.size();
+    write();
+    b = {begin, writer_.size(), whole, first, count};
+  }
+  // [0] the layers below the current one (first 0), [1] the current one.
+  std::array<Block, 2> layers_blocks_{};
+  // baseline()'s model state, by (optimizer states, all gradients).
+  std::array<Block, 4> baseline_blocks_{};
+  Block embed_and_shared_block_;
   bool has_norm1_ = false;  // a layer keeps tensors of its first norm (not a parallel block)
   std::span<const std::uint32_t> by_scope(Scope s) const {
     const auto i = static_cast<std::size_t>(s);
@@ -237,7 +262,7 @@ class Walker {
 template <typename Freed>
 void Walker::layers(u64 first, u64 count, Freed&& freed) {
   if (count == 0) return;  // the layers below the first: none
-  for (const std::uint32_t i : layer_tensors_) {
+  for (const std::uint32_t i : layer_tensors()) {
     const bool skip = step_.tensors[i].skips_first && first == 0 && count > 0;
     if (!freed(step_.tensors[i].slot)) writer_.add(i, count - (skip ? 1 : 0));
   }

@@ -28,33 +28,35 @@ void Walker::create_tensors(const Inventory& inventory) {
   stash_ = stashed_entries(step_, in_);
   in_backward_.create_tensors(step_, run_, in_, sums_, optimizer_, tied_grad());
   // ZeRO-3 gathers the layer being computed and prefetches the next.
-  state_.gathered_layers =
-      constant("gathered parameters (this layer and the prefetched next)", Part::other,
-               2 * (parameter_bytes(inventory, run_.precision.param) / std::max<u64>(1, in_.L)));
+  state_.gathered_layers = constant("gathered parameters (this layer and the prefetched next)",
+                                    Part::other, 2 * (param_bytes_ / std::max<u64>(1, in_.L)));
 }
 
 // The saved tensors by scope (counted, then placed), and those of a walk layer (its scope and
-// its MLP's).
+// its MLP's) after them, in one list.
 void Walker::index_saved() {
   const auto saved = [&](const Tensor& t) { return t.part == Part::activations; };
+  const auto in_layer = [&](const Tensor& t) {
+    return t.scope == Scope::layer || t.scope == step_.walk_mlp;
+  };
   std::array<std::uint32_t, kScopeCount> count{};
-  std::size_t layer = 0;
+  std::uint32_t layer = 0;
   for (const Tensor& t : step_.tensors) {
     if (!saved(t)) continue;
     ++count[static_cast<std::size_t>(t.scope)];
-    if (t.scope == Scope::layer || t.scope == step_.walk_mlp) ++layer;
+    if (in_layer(t)) ++layer;
   }
   for (std::size_t s = 0; s < kScopeCount; ++s) scope_start_[s + 1] = scope_start_[s] + count[s];
-  by_scope_.resize(scope_start_[kScopeCount]);
-  layer_tensors_.reserve(layer);
+  by_scope_.resize(scope_start_[kScopeCount] + layer);
   std::array<std::uint32_t, kScopeCount> next{};
+  std::uint32_t next_layer = scope_start_[kScopeCount];
   for (std::uint32_t i = 0; i < step_.tensors.size(); ++i) {
     const Tensor& t = step_.tensors[i];
     if (!saved(t)) continue;
     const auto s = static_cast<std::size_t>(t.scope);
     by_scope_[scope_start_[s] + next[s]++] = i;
-    if (t.scope != Scope::layer && t.scope != step_.walk_mlp) continue;
-    layer_tensors_.push_back(i);
+    if (!in_layer(t)) continue;
+    by_scope_[next_layer++] = i;
     has_norm1_ = has_norm1_ || t.slot == Slot::norm1;
   }
 }
@@ -64,10 +66,10 @@ void Walker::index_saved() {
 void Walker::model_state(const Inventory& inventory) {
   const auto& p = run_.precision;
   const Sharding& sh = residency_.sharding();
-  state_.params =
-      constant("parameters", Part::params,
-               fsdp_.on() && sh.params ? checked_mul(fsdp_.shards().param_bytes, sh.ranks)
-                                       : parameter_bytes(inventory, p.param));
+  param_bytes_ = parameter_bytes(inventory, p.param);
+  state_.params = constant(
+      "parameters", Part::params,
+      fsdp_.on() && sh.params ? checked_mul(fsdp_.shards().param_bytes, sh.ranks) : param_bytes_);
   state_.master = constant("master weights", Part::master_params,
                            p.master ? checked_mul(width(*p.master), sums_.trainable) : 0);
   state_.optimizer_states = constant("optimizer states", Part::optimizer_state, 0);
