@@ -58,6 +58,8 @@ TEST_CASE("fit --for seq with --gpus searches the sequence of each layout", "[se
     }
     if (l["sequence_parallel"] == true) at.push_back("--sp");
     if (l["virtual_stages"] != 1) at.insert(at.end(), {"--vpp", l["virtual_stages"].dump()});
+    if (l.contains("schedule") && l["schedule"].is_string())
+      at.insert(at.end(), {"--pp-schedule", l["schedule"].get<std::string>()});
     CAPTURE(at, seq);
     const std::uint64_t usable = j["usable_bytes"].get<std::uint64_t>();
     std::vector<std::string> fits = at, over = at;

@@ -438,13 +438,28 @@ TEST_CASE("fit --gpus searches what the stack runs, and expert parallelism for M
   std::set<std::uint64_t> eps;
   for (const json& l : moe["layouts"]) eps.insert(l["expert_parallel"].get<std::uint64_t>());
   CHECK(eps == std::set<std::uint64_t>{1, 2, 4, 8});  // 8 experts
-  for (const json& l : plain["layouts"]) {
-    CHECK(l["expert_parallel"] == 1);
+  // Megatron-LM runs 1F1B and interleaved 1F1B; without a stack torch.distributed.pipelining's
+  // schedules are searched too, each with the chunks it runs.
+  for (const json& l : megatron["layouts"]) {
     const bool interleaved = l["virtual_stages"] == 2;
     CHECK(l["schedule"] == (l["pipeline_parallel"] == 1 ? json()
                             : interleaved               ? json("interleaved-1f1b")
                                                         : json("1f1b")));
   }
+  std::set<std::string> schedules;
+  for (const json& l : plain["layouts"]) {
+    CHECK(l["expert_parallel"] == 1);
+    if (l["pipeline_parallel"] == 1) {
+      CHECK(l["schedule"] == json());
+      continue;
+    }
+    const std::string name = l["schedule"].get<std::string>();
+    schedules.insert(name);
+    CHECK(l["virtual_stages"] == (name == "1f1b" ? 1 : 2));
+  }
+  CHECK(schedules == std::set<std::string>{"1f1b", "interleaved-1f1b", "looped-bfs",
+                                           "interleaved-zero-bubble", "zbv-zero-bubble",
+                                           "dualpipev"});
 }
 
 // Expert parallelism keeps E / ep of every MoE layer's routed experts on a rank, with tensor

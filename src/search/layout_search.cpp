@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -62,6 +63,8 @@ void check_fixed(const LayoutConstraints& fixed, u64 gpus) {
 //   ranks shard, DDP (apply_ddp, plain replication) only on a 1-D mesh, and no ZeRO-1; its
 //   tensor parallelism (apply_tp) runs the norms as SequenceParallel, so SP whenever TP > 1.
 // Any other stack: ZeRO 0-3, and sequence parallelism on and off.
+// Pipelines: Megatron-LM's 1F1B and interleaved 1F1B under --stack megatron, also
+// torch.distributed.pipelining's schedules elsewhere (schedule_choices).
 bool stack_is(const RunSpec& run, std::string_view name) { return run.training.stack == name; }
 
 struct LayoutShape {
@@ -92,13 +95,29 @@ std::vector<bool> sequence_choices(const RunSpec& run, u64 tp) {
   return {false, true};
 }
 
-// The model chunks per pipeline rank: 1F1B (one chunk) and interleaved 1F1B with two (where the
-// layers split into 2p chunks; check_layout refuses the rest), or what --vpp / --pp-schedule gave.
-std::vector<u64> chunk_choices(const RunSpec& run, u64 pp) {
-  if (pp <= 1) return {1};
+// A pipeline's schedule and its model chunks per rank.
+struct ScheduleChoice {
+  std::optional<PipeSchedule> schedule;  // unset: 1F1B, or interleaved 1F1B with chunks
+  u64 chunks = 1;
+};
+
+// The schedules a pipeline of the layout may run, with two model chunks per rank where a
+// schedule runs several (check_layout refuses the layers or micro-batches they do not take):
+// what --pp-schedule / --vpp gave; Megatron-LM's 1F1B and interleaved 1F1B; for torchtitan and
+// any other stack also torch.distributed.pipelining's looped BFS, interleaved zero bubble, ZB-V
+// and DualPipeV (torchtitan's --parallelism.pipeline_parallel_schedule). GPipe is left out: it
+// keeps every micro-batch in flight, never less than 1F1B on the same chunks.
+std::vector<ScheduleChoice> schedule_choices(const RunSpec& run, u64 pp) {
+  if (pp <= 1) return {{std::nullopt, 1}};
   if (run.parallel.pp_schedule || run.parallel.virtual_stages > 1)
-    return {run.parallel.virtual_stages};
-  return {1, 2};
+    return {{run.parallel.pp_schedule, run.parallel.virtual_stages}};
+  if (stack_is(run, "megatron")) return {{std::nullopt, 1}, {std::nullopt, 2}};
+  return {{std::nullopt, 1},
+          {std::nullopt, 2},
+          {PipeSchedule::looped_bfs, 2},
+          {PipeSchedule::interleaved_zero_bubble, 2},
+          {PipeSchedule::zbv_zero_bubble, 2},
+          {PipeSchedule::dualpipev, 2}};
 }
 
 // The expert-parallel sizes of a layout: 1, and for a model with routed experts each power of two
@@ -142,12 +161,13 @@ std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus,
       if (fixed.zero_stage && s.dp > 1 && zero != *fixed.zero_stage) continue;
       for (u64 ep : expert_sizes(run, s.dp))
         for (bool sp : sequence_choices(run, s.tp))
-          for (u64 chunks : chunk_choices(run, s.pp)) {
+          for (const ScheduleChoice& sc : schedule_choices(run, s.pp)) {
             ParallelSpec p = run.parallel;
             p.tensor = s.tp;
             p.sequence = sp;
             p.pipeline = s.pp;
-            p.virtual_stages = chunks;
+            p.virtual_stages = sc.chunks;
+            p.pp_schedule = sc.schedule;
             p.microbatches = s.pp > 1 ? std::max(run.training.grad_accum, s.pp) : 0;
             p.context = s.cp;
             p.data_parallel = s.dp;
