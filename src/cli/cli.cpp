@@ -208,7 +208,8 @@ std::uint64_t parse_whole(std::string_view v) {
 struct FitFlags {
   std::string target = "batch";
   std::string max = "1048576";
-  std::string gpus;  ///< fit --gpus N: search layouts instead
+  std::string gpus;    ///< fit --gpus N: search layouts instead
+  bool serve = false;  ///< fit --serve: refused, serving's fit is `memest serve --fit`
 };
 
 std::uint64_t parse_max(const FitFlags& ff) {
@@ -266,6 +267,11 @@ void require_other_size(const RunOptions& options, FitTarget target) {
 
 int run_fit(const FitFlags& ff, const RunOptions& flag_options, const OutputFlags& flags,
             std::ostream& out) {
+  if (ff.serve) {
+    throw Error(
+        "fit --serve: serving is memest serve --fit context|concurrency (memest serve "
+        "--help)");
+  }
   const auto report = report_options(flags, kReportFormats);
   if (ff.target != "batch" && ff.target != "seq") {
     throw Error(
@@ -564,6 +570,8 @@ void add_search_commands(CLI::App& app, Subcommands& c) {
       ->type_name("N");
   c.fit->add_option("--max", c.fit_flags.max, "The largest value to try (default 1048576)")
       ->type_name("N");
+  // Hidden from the help (training's outputs stay as they were): a one-line pointer to serve.
+  c.fit->add_flag("--serve", c.fit_flags.serve, "memest serve --fit")->group("");
   c.sweep = app.add_subcommand(
       "sweep", "Every combination of the lists given, as CSV (--format csv) or JSON lines (jsonl)");
   SweepFlags& sf = c.sweep_flags;

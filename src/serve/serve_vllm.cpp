@@ -193,6 +193,7 @@ void fill_kv_cache(ServeEstimate& e, const ServeModel& m, const VllmSettings& s,
   const u64 slide_tokens = std::min(m.attention.window + batched - 1, e.context);
   const u64 slide_blocks = ceil_div(slide_tokens, s.block_size) + 1;
   const u64 per_request = g.full * full_blocks + g.sliding * slide_blocks;
+  e.request_blocks = per_request;
   e.max_concurrency = static_cast<double>(blocks) / static_cast<double>(per_request);
   e.kv_basis = fmt::format(
       "{} B per token and layer; {} group(s) of {} layers ({} full, {} sliding); {} tokens per "
@@ -217,7 +218,9 @@ void check_one_request(ServeEstimate& e, const ServeModel& m, const VllmSettings
   const u64 per_layer = kv_bytes_per_layer_token(
       *m.spec.arch, default_kv_width(s, s.dtype.value_or(m.dtype)), s.tensor_parallel_size);
   const u64 page = checked_mul(s.block_size, per_layer);
-  if (request_bytes(m.attention, e.context, batched, s.block_size, page) <= memory) return;
+  e.kv_memory_bytes = memory;
+  e.request_kv_bytes = request_bytes(m.attention, e.context, batched, s.block_size, page);
+  if (*e.request_kv_bytes <= memory) return;
   e.fits = false;
   u64 lo = 0;
   u64 hi = e.context;
