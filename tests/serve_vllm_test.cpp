@@ -299,4 +299,9 @@ TEST_CASE("vLLM: --quantization gptq or awq needs that checkpoint", "[serve]") {
   CHECK(r.err ==
         "memest: error: --quantization: gptq reads a gptq checkpoint's packed weights; the "
         "model's quantization_config is absent\n");
+  const auto bnb = run_cli({"serve", "--model", "llama-3.1-8b", "--quantization", "bitsandbytes"});
+  CHECK(bnb.code == 2);
+  CHECK(bnb.err ==
+        "memest: error: --quantization: bitsandbytes is not modelled for vLLM yet "
+        "(docs/serving.md)\n");
 }

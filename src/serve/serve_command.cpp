@@ -220,6 +220,9 @@ VllmSettings vllm_settings(const std::map<std::string, std::string>& g, u64 tota
   s.tensor_parallel_size = count_of(g, g.contains("--tp") ? "--tp" : "--tensor-parallel-size", 1);
   s.block_size = count_of(g, "--block-size", 16);
   s.kv_cache_dtype = choice(g, "--kv-cache-dtype", "auto", {"auto", "fp8", "fp8_e4m3", "fp8_e5m2"});
+  if (const auto q = g.find("--quantization"); q != g.end() && q->second == "bitsandbytes") {
+    throw Error("--quantization: bitsandbytes is not modelled for vLLM yet (docs/serving.md)");
+  }
   s.quantization =
       choice(g, "--quantization", "",
              {"fp8", "compressed-tensors", "gptq", "gptq_marlin", "awq", "awq_marlin"});
