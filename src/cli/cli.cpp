@@ -208,8 +208,7 @@ std::uint64_t parse_whole(std::string_view v) {
 struct FitFlags {
   std::string target = "batch";
   std::string max = "1048576";
-  std::string gpus;    ///< fit --gpus N: search layouts instead
-  bool serve = false;  ///< fit --serve: refused, serving's fit is `memest serve --fit`
+  std::string gpus;  ///< fit --gpus N: search layouts instead
 };
 
 std::uint64_t parse_max(const FitFlags& ff) {
@@ -267,11 +266,6 @@ void require_other_size(const RunOptions& options, FitTarget target) {
 
 int run_fit(const FitFlags& ff, const RunOptions& flag_options, const OutputFlags& flags,
             std::ostream& out) {
-  if (ff.serve) {
-    throw Error(
-        "fit --serve: serving is memest serve --fit context|concurrency (memest serve "
-        "--help)");
-  }
   const auto report = report_options(flags, kReportFormats);
   if (ff.target != "batch" && ff.target != "seq") {
     throw Error(
@@ -570,8 +564,6 @@ void add_search_commands(CLI::App& app, Subcommands& c) {
       ->type_name("N");
   c.fit->add_option("--max", c.fit_flags.max, "The largest value to try (default 1048576)")
       ->type_name("N");
-  // Hidden from the help (training's outputs stay as they were): a one-line pointer to serve.
-  c.fit->add_flag("--serve", c.fit_flags.serve, "memest serve --fit")->group("");
   c.sweep = app.add_subcommand(
       "sweep", "Every combination of the lists given, as CSV (--format csv) or JSON lines (jsonl)");
   SweepFlags& sf = c.sweep_flags;
@@ -639,6 +631,17 @@ int run(std::span<const std::string> words, std::ostream& out, std::ostream& err
 }
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, Parser parser) {
+  // `fit --serve` is refused with a pointer to serving's own fit, before the training flags
+  // (which have no --serve) are parsed; fit's help stays as it was.
+  if (argc > 1 && std::string_view(argv[1]) == "fit" &&
+      std::any_of(argv + 2, argv + argc,
+                  [](const char* a) { return std::string_view(a) == "--serve"; })) {
+    return guarded(err, []() -> int {
+      throw Error(
+          "fit --serve: serving is memest serve --fit context|concurrency (memest serve "
+          "--help)");
+    });
+  }
   if (argc > 1 && std::string_view(argv[1]) == "serve") {
     const std::vector<std::string> args(argv + 2, argv + argc);
     return guarded(err, [&] {
