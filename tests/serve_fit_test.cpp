@@ -17,7 +17,6 @@ namespace {
 
 using memest::test::run_cli;
 using Json = nlohmann::json;
-using u64 = std::uint64_t;
 
 // The presets the serve estimate reads (every decoder with attention).
 const std::vector<memest::ServeModel>& serve_presets() {
@@ -40,7 +39,7 @@ const std::vector<memest::ServeModel>& serve_presets() {
 // Whether vLLM's plain estimate at `value` of the searched flag fits, as a user would check it
 // by hand: it starts (context), or its max_concurrency reaches max_num_seqs (concurrency).
 std::optional<bool> vllm_fits(const memest::ServeModel& m, memest::VllmSettings s,
-                              memest::ServeFitTarget t, u64 value) {
+                              memest::ServeFitTarget t, std::uint64_t value) {
   try {
     if (t == memest::ServeFitTarget::context) {
       s.max_model_len = value;
@@ -55,7 +54,8 @@ std::optional<bool> vllm_fits(const memest::ServeModel& m, memest::VllmSettings 
 }
 
 std::optional<bool> llama_fits(const memest::ServeModel& m, memest::LlamaCppSettings s,
-                               memest::ServeFitTarget t, u64 per_request, u64 total, u64 value) {
+                               memest::ServeFitTarget t, std::uint64_t per_request,
+                               std::uint64_t total, std::uint64_t value) {
   try {
     if (t == memest::ServeFitTarget::context) {
       s.ctx_size = value;
@@ -72,7 +72,7 @@ std::optional<bool> llama_fits(const memest::ServeModel& m, memest::LlamaCppSett
 
 // The property: the answer fits and the next value does not; no answer when 1 does not fit.
 template <typename Fits>
-void check_row(const memest::ServeFitRow& row, u64 limit, Fits fits) {
+void check_row(const memest::ServeFitRow& row, std::uint64_t limit, Fits fits) {
   if (!row.best) {
     CHECK(fits(1) != std::optional<bool>(true));
     return;
@@ -88,31 +88,34 @@ TEST_CASE("serve --fit: the answer fits and one more does not (vLLM, random)", "
   const auto& models = serve_presets();
   REQUIRE(models.size() > 20);
   std::mt19937_64 rng(24);
-  const auto pick = [&](u64 lo, u64 hi) { return std::uniform_int_distribution<u64>(lo, hi)(rng); };
-  u64 answered = 0;
-  u64 bounded = 0;
+  const auto pick = [&](std::uint64_t lo, std::uint64_t hi) {
+    return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+  };
+  std::uint64_t answered = 0;
+  std::uint64_t bounded = 0;
   for (int i = 0; i < 120; ++i) {
     const memest::ServeModel& m = models[pick(0, models.size() - 1)];
     memest::VllmSettings s;
     s.total_memory = pick(8, 200) << 30;
     s.gpu_memory_utilization = 0.5 + 0.05 * static_cast<double>(pick(0, 9));
-    s.tensor_parallel_size = u64{1} << pick(0, 3);
+    s.tensor_parallel_size = std::uint64_t{1} << pick(0, 3);
     if (m.spec.arch->num_heads % s.tensor_parallel_size != 0) s.tensor_parallel_size = 1;
     s.block_size = pick(0, 1) ? 16 : 32;
     s.kv_cache_dtype = pick(0, 1) ? "auto" : "fp8";
     if (!m.spec.checkpoint_quant && pick(0, 1)) s.quantization = "fp8";
     s.max_num_batched_tokens = pick(0, 1) ? 8192 : 2048;
-    s.max_num_seqs = std::min<u64>(s.max_num_batched_tokens, u64{1} << pick(0, 10));
+    s.max_num_seqs =
+        std::min<std::uint64_t>(s.max_num_batched_tokens, std::uint64_t{1} << pick(0, 10));
     s.max_model_len = pick(256, m.max_positions);
     const auto target =
         pick(0, 1) ? memest::ServeFitTarget::context : memest::ServeFitTarget::concurrency;
-    const u64 limit =
+    const std::uint64_t limit =
         target == memest::ServeFitTarget::context ? m.max_positions : s.max_num_batched_tokens;
     INFO(m.spec.name << " total " << s.total_memory << " tp " << s.tensor_parallel_size << " kv "
                      << s.kv_cache_dtype << " q " << s.quantization << " target "
                      << (target == memest::ServeFitTarget::context ? "context" : "concurrency"));
     const memest::ServeFitRow row = memest::fit_serve_row(memest::vllm_probe(m, s, target), limit);
-    check_row(row, limit, [&](u64 v) { return vllm_fits(m, s, target, v); });
+    check_row(row, limit, [&](std::uint64_t v) { return vllm_fits(m, s, target, v); });
     if (row.best) ++answered;
     if (row.best && *row.best < limit) ++bounded;
   }
@@ -126,10 +129,12 @@ TEST_CASE("serve --fit: the answer fits and one more does not (llama.cpp, random
           "[serve][fit]") {
   const auto& models = serve_presets();
   std::mt19937_64 rng(2024);
-  const auto pick = [&](u64 lo, u64 hi) { return std::uniform_int_distribution<u64>(lo, hi)(rng); };
+  const auto pick = [&](std::uint64_t lo, std::uint64_t hi) {
+    return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+  };
   const std::vector<std::string> types = {"F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "IQ4_XS"};
   const std::vector<std::string> caches = {"f16", "q8_0", "q4_0", "q5_1", "iq4_nl"};
-  u64 bounded = 0;
+  std::uint64_t bounded = 0;
   for (int i = 0; i < 120; ++i) {
     const memest::ServeModel& m = models[pick(0, models.size() - 1)];
     memest::LlamaCppSettings s;
@@ -138,11 +143,11 @@ TEST_CASE("serve --fit: the answer fits and one more does not (llama.cpp, random
     s.cache_type_k = caches[pick(0, caches.size() - 1)];
     s.cache_type_v = s.flash_attn ? caches[pick(0, caches.size() - 1)] : "f16";
     s.ubatch_size = pick(0, 1) ? 512 : 128;
-    const u64 total = pick(4, 160) << 30;
+    const std::uint64_t total = pick(4, 160) << 30;
     const auto target =
         pick(0, 1) ? memest::ServeFitTarget::context : memest::ServeFitTarget::concurrency;
-    const u64 per_request = pick(1, 64) * 256;
-    const u64 limit =
+    const std::uint64_t per_request = pick(1, 64) * 256;
+    const std::uint64_t limit =
         target == memest::ServeFitTarget::context ? m.max_positions : 0xFFFFFFFFULL / per_request;
     INFO(m.spec.name << " " << s.quantization << " K " << s.cache_type_k << " V " << s.cache_type_v
                      << " fa " << s.flash_attn << " total " << total);
@@ -151,7 +156,8 @@ TEST_CASE("serve --fit: the answer fits and one more does not (llama.cpp, random
     };
     const memest::ServeFitRow row = memest::fit_serve_row(
         memest::llama_cpp_probe(estimate, s, target, per_request, total), limit);
-    check_row(row, limit, [&](u64 v) { return llama_fits(m, s, target, per_request, total, v); });
+    check_row(row, limit,
+              [&](std::uint64_t v) { return llama_fits(m, s, target, per_request, total, v); });
     if (row.best && *row.best < limit) ++bounded;
   }
   CHECK(bounded > 10);
@@ -189,7 +195,7 @@ TEST_CASE("serve --fit: llama.cpp compares weight formats by KV-cache types", "[
   CHECK(j["rows"][1]["flags"].back() == "--flash-attn");  // a q8_0 V cache needs it
   // Smaller weights and smaller cache blocks leave room for a longer context, never a shorter.
   const auto best = [&](std::size_t i) {
-    return j["rows"][i]["best"].is_null() ? 0 : j["rows"][i]["best"].get<u64>();
+    return j["rows"][i]["best"].is_null() ? 0 : j["rows"][i]["best"].get<std::uint64_t>();
   };
   for (std::size_t w = 0; w + 1 < 5; ++w) CHECK(best(3 * w) <= best(3 * (w + 1)));
   CHECK(best(12) <= best(13));
@@ -198,10 +204,11 @@ TEST_CASE("serve --fit: llama.cpp compares weight formats by KV-cache types", "[
   for (const Json& row : j["rows"]) {
     if (row["best"].is_null()) continue;
     const Json& at = row["at_best"];
-    CHECK(at["weights"]["bytes"].get<u64>() + at["kv_cache"]["bytes"].get<u64>() +
-              at["compute_buffer"]["bytes"].get<u64>() ==
-          at["need_bytes"].get<u64>());
-    CHECK(at["need_bytes"].get<u64>() <= (u64{16} << 30));
+    CHECK(at["weights"]["bytes"].get<std::uint64_t>() +
+              at["kv_cache"]["bytes"].get<std::uint64_t>() +
+              at["compute_buffer"]["bytes"].get<std::uint64_t>() ==
+          at["need_bytes"].get<std::uint64_t>());
+    CHECK(at["need_bytes"].get<std::uint64_t>() <= (std::uint64_t{16} << 30));
   }
   // The table says the same in words; markdown wraps it in a text block.
   const auto md =
