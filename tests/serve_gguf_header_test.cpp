@@ -167,6 +167,18 @@ TEST_CASE("gguf: memest serve --gguf sizes the weights from the tensors", "[serv
   const auto one = memest::test::run_json({"serve", "--engine", "llama.cpp", "--gguf", path,
                                            "--ctx-size", "1024", "--n-gpu-layers", "1"});
   CHECK(one["weights"]["bytes"] == layer1);
+  // --fit: the file's own weights in every row (one per KV-cache type), each answer within the
+  // device and one more cell block past it.
+  const auto fit = memest::test::run_json({"serve", "--engine", "llama.cpp", "--gguf", path,
+                                           "--fit", "context", "--gpu-memory", "3MiB"});
+  REQUIRE(fit["rows"].size() == 3);
+  for (const auto& row : fit["rows"]) {
+    CHECK(row["weights"] == "m.gguf");
+    REQUIRE(row["best"].is_number());
+    CHECK(row["at_best"]["weights"]["bytes"] == all - embd);
+    CHECK(row["at_best"]["need_bytes"] <= 3u << 20);
+    if (row["best"] < fit["limit"]) CHECK(row["past_best"]["need_bytes"] > 3u << 20);
+  }
   const auto vllm = memest::test::run_cli({"serve", "--gguf", path, "--model", "llama-3-8b"});
   CHECK(vllm.code == 2);
   CHECK(vllm.err == "memest: error: --gguf: a llama.cpp flag, not used by --engine vllm\n");

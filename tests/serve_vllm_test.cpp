@@ -221,3 +221,87 @@ TEST_CASE("vLLM: a block-wise fp8 checkpoint stores an fp32 scale per 128 x 128 
   CHECK(j["weights"]["bytes"] == 2 * layer + outer);
   std::filesystem::remove(path);
 }
+
+namespace {
+
+// A small Llama (vocab 1024, hidden 256, 2 layers, 4 heads of 64, 2 kv heads, MLP 512) in fp16
+// with the quantization_config given, and its vLLM weights on `tp` ranks.
+std::uint64_t int_quant_weights(const std::string& quant, std::vector<std::string> flags) {
+  const auto path = std::filesystem::temp_directory_path() / "memest-serve-int4-config.json";
+  std::ofstream(path) << R"({"model_type": "llama", "vocab_size": 1024, "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "max_position_embeddings": 4096, "torch_dtype": "float16",
+    "quantization_config": )"
+                      << quant << "}";
+  std::vector<std::string> args = {"--config", path.string(), "--kv-cache-memory", "1GiB"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const Json j = vllm_json(args);
+  std::filesystem::remove(path);
+  return j["weights"]["bytes"].get<std::uint64_t>();
+}
+
+// Bytes of one int4 linear layer of K inputs and N outputs with groups of 128, fp16 scales:
+// packed weights K N / 2, scales (K / 128) N x 2, zero points (K / 128) N / 2 where kept, g_idx
+// K x 4 per index tensor kept.
+std::uint64_t int4_linear(std::uint64_t k, std::uint64_t n, bool zeros, std::uint64_t g_idx) {
+  return k * n / 2 + (k / 128) * n * 2 + (zeros ? (k / 128) * n / 2 : 0) + g_idx * k * 4;
+}
+
+// The rest: two fp16 norms a layer; the embedding, the lm_head and the final norm.
+constexpr std::uint64_t kInt4Rest = 2 * (2 * 256 * 2) + 2 * 1024 * 256 * 2 + 256 * 2;
+
+std::uint64_t int4_model(bool zeros, std::uint64_t g_idx) {
+  const std::uint64_t layer = int4_linear(256, 256, zeros, g_idx) +      // q_proj
+                              2 * int4_linear(256, 128, zeros, g_idx) +  // k_proj, v_proj
+                              int4_linear(256, 256, zeros, g_idx) +      // o_proj
+                              2 * int4_linear(256, 512, zeros, g_idx) +  // gate, up
+                              int4_linear(512, 256, zeros, g_idx);       // down
+  return 2 * layer + kInt4Rest;
+}
+
+}  // namespace
+
+TEST_CASE("vLLM: GPTQ and AWQ int4 groups as each kernel keeps them, from the shapes", "[serve]") {
+  const std::string gptq =
+      R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": false, "sym": true})";
+  // GPTQ-Marlin (vLLM's choice for this checkpoint): no zero points, g_idx emptied.
+  CHECK(int_quant_weights(gptq, {}) == int4_model(false, 0));
+  CHECK(int_quant_weights(gptq, {"--quantization", "gptq_marlin"}) == int4_model(false, 0));
+  // --quantization gptq: the exllama kernel keeps the packed zero points.
+  CHECK(int_quant_weights(gptq, {"--quantization", "gptq"}) == int4_model(true, 0));
+  // Activation order: g_idx kept (exllama), and with Marlin its sort indices too.
+  const std::string act =
+      R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true, "sym": true})";
+  CHECK(int_quant_weights(act, {}) == int4_model(false, 2));
+  CHECK(int_quant_weights(act, {"--quantization", "gptq"}) == int4_model(true, 1));
+  // An asymmetric GPTQ checkpoint is not Marlin's: the exllama kernel.
+  const std::string asym =
+      R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": false, "sym": false})";
+  CHECK(int_quant_weights(asym, {}) == int4_model(true, 0));
+  // AWQ: zero points in both kernels (awq.py's qzeros; AWQ-Marlin's marlin_zero_points).
+  const std::string awq =
+      R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true})";
+  CHECK(int_quant_weights(awq, {}) == int4_model(true, 0));
+  CHECK(int_quant_weights(awq, {"--quantization", "awq"}) == int4_model(true, 0));
+  // Two ranks: q, k, v, gate and up split their outputs, o and down their inputs (each rank's
+  // groups of 128 over its 128 or 256 inputs); the embedding and lm_head half the vocabulary.
+  const std::uint64_t rank_layer =
+      int4_linear(256, 128, false, 0) + 2 * int4_linear(256, 64, false, 0) +
+      int4_linear(128, 256, false, 0) + 2 * int4_linear(256, 256, false, 0) +
+      int4_linear(256, 256, false, 0);
+  CHECK(int_quant_weights(gptq, {"--tp", "2"}) ==
+        2 * rank_layer + 2 * (2 * 256 * 2) + 2 * 512 * 256 * 2 + 256 * 2);
+}
+
+TEST_CASE("vLLM: --quantization gptq or awq needs that checkpoint", "[serve]") {
+  const auto r = run_cli({"serve", "--model", "llama-3.1-8b", "--quantization", "gptq"});
+  CHECK(r.code == 2);
+  CHECK(r.err ==
+        "memest: error: --quantization: gptq reads a gptq checkpoint's packed weights; the "
+        "model's quantization_config is absent\n");
+  const auto bnb = run_cli({"serve", "--model", "llama-3.1-8b", "--quantization", "bitsandbytes"});
+  CHECK(bnb.code == 2);
+  CHECK(bnb.err ==
+        "memest: error: --quantization: bitsandbytes is not modelled for vLLM yet "
+        "(docs/serving.md)\n");
+}

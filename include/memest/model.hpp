@@ -232,6 +232,12 @@ struct CheckpointQuant {
   std::string method;            ///< quant_method as written: "fp8", "mxfp4", "bitsandbytes", ...
   double bits_per_weight = 0.0;  ///< storage bits per quantised weight, scales included
   std::string detail;            ///< how the bits follow, e.g. "4-bit values + 8-bit scale per 32"
+  /// GPTQ and AWQ: the quantization_config's own keys, as vLLM's GPTQ/AWQ configs read them
+  /// (serving sizes each packed tensor from them).
+  std::uint64_t bits = 0;
+  std::uint64_t group_size = 0;
+  bool desc_act = false;  ///< GPTQ's activation order (g_idx kept)
+  bool sym = true;        ///< GPTQ: symmetric (no zero points in Marlin's layout)
 
   bool operator==(const CheckpointQuant&) const = default;
 };

@@ -111,6 +111,12 @@ struct ServeEstimate {
   /// and the longest max_model_len that would.
   bool fits = true;
   std::optional<std::uint64_t> largest_context;
+  /// vLLM: the memory the KV cache is given (before it is cut into blocks), what one request of
+  /// max_model_len needs summed over its layers (check_enough_kv_cache_memory), and the blocks
+  /// one such request takes over the groups (what max_concurrency divides by).
+  std::optional<std::uint64_t> kv_memory_bytes;
+  std::optional<std::uint64_t> request_kv_bytes;
+  std::optional<std::uint64_t> request_blocks;
   std::vector<std::string> notes;
 };
 

@@ -633,6 +633,17 @@ int run(std::span<const std::string> words, std::ostream& out, std::ostream& err
 }
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, Parser parser) {
+  // `fit --serve` is refused with a pointer to serving's own fit, before the training flags
+  // (which have no --serve) are parsed; fit's help stays as it was.
+  if (argc > 1 && std::string_view(argv[1]) == "fit" &&
+      std::any_of(argv + 2, argv + argc,
+                  [](const char* a) { return std::string_view(a) == "--serve"; })) {
+    return guarded(err, []() -> int {
+      throw Error(
+          "fit --serve: serving is memest serve --fit context|concurrency (memest serve "
+          "--help)");
+    });
+  }
   if (argc > 1 && std::string_view(argv[1]) == "serve") {
     const std::vector<std::string> args(argv + 2, argv + argc);
     return guarded(err, [&] {

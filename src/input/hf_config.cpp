@@ -89,6 +89,10 @@ std::optional<CheckpointQuant> read_quantization(const JsonObject& root) {
         static_cast<double>(bits) + static_cast<double>(16 + bits) / static_cast<double>(group);
     c.detail =
         fmt::format("{}-bit values + an fp16 scale and a {}-bit zero per {}", bits, bits, group);
+    c.bits = bits;
+    c.group_size = group;
+    c.desc_act = q.boolean({"desc_act"}, false);
+    c.sym = q.boolean({"sym"}, true);
   } else {
     q.fail("quant_method",
            fmt::format("unsupported quantization \"{}\" (supported: fp8, mxfp4, bitsandbytes, "

@@ -9,6 +9,7 @@
 #include <memest/error.hpp>
 #include <memest/hardware.hpp>
 #include <memest/serve.hpp>
+#include <memest/serve_fit.hpp>
 #include <memest/suggest.hpp>
 #include <memest/units.hpp>
 
@@ -32,14 +33,14 @@ struct ServeFlag {
 };
 
 // data table
-constexpr std::array<ServeFlag, 32> kFlags = {{
+constexpr std::array<ServeFlag, 34> kFlags = {{
     {"--model", For::both, "NAME", "Model preset, Hub id (local cache) or model folder"},
     {"--config", For::both, "PATH", "A Hugging Face config.json"},
     {"--engine", For::both, "NAME", "vllm or llama.cpp (default vllm)"},
     {"--gpu", For::both, "NAME", "GPU preset: its memory is the total (default h100-80gb)"},
     {"--gpu-memory", For::both, "SIZE",
      "Total device memory as torch.cuda.mem_get_info reports it (overrides --gpu)"},
-    {"--format", For::both, "FORMAT", "table or json (default table)"},
+    {"--format", For::both, "FORMAT", "table, json or markdown (default table)"},
     {"--units", For::both, "UNIT", "Units of the table (default GiB)"},
     {"--max-model-len", For::vllm, "N", "Longest request in tokens (default: the model's)"},
     {"--max-num-seqs", For::vllm, "N", "Requests per step (default 1024 on >= 70 GiB, else 256)"},
@@ -49,7 +50,8 @@ constexpr std::array<ServeFlag, 32> kFlags = {{
     {"--kv-cache-dtype", For::vllm, "NAME", "auto, fp8, fp8_e4m3 or fp8_e5m2 (default auto)"},
     {"--dtype", For::vllm, "NAME", "auto, bfloat16, float16 (default auto: the config's)"},
     {"--quantization", For::both, "NAME",
-     "vllm: fp8 or compressed-tensors (FP8 weights); llama.cpp: a GGUF file type (Q4_K_M, ...)"},
+     "vllm: fp8, compressed-tensors (FP8 weights), gptq, gptq_marlin, awq, awq_marlin (the "
+     "checkpoint's int4/int8 groups); llama.cpp: a GGUF file type (Q4_K_M, ...)"},
     {"--tensor-parallel-size", For::vllm, "N", "Tensor-parallel ranks (default 1)"},
     {"--tp", For::vllm, "N", "Short for --tensor-parallel-size"},
     {"--block-size", For::vllm, "N", "Tokens per KV block (default 16)"},
@@ -69,6 +71,13 @@ constexpr std::array<ServeFlag, 32> kFlags = {{
      "A GGUF file: its header's tensor types size the weights, its metadata is the model "
      "without --model"},
     {"--mla", For::llama_cpp, "", "MLA models: cache the latent only (ik_llama.cpp -mla 2/3)"},
+    {"--fit", For::both, "WHAT",
+     "context or concurrency: the largest --max-model-len/--ctx-size or "
+     "--max-num-seqs/--parallel that fits, per weight format and KV-cache type"},
+    {"--max", For::both, "N",
+     "--fit: the largest value tried (default: the model's positions "
+     "for a context; max_num_batched_tokens or n_ctx's 2^32 - 1 cells "
+     "for concurrency)"},
     {"--help", For::both, "", "This help"},
     {"-h", For::both, "", "This help"},
 }};
@@ -211,7 +220,12 @@ VllmSettings vllm_settings(const std::map<std::string, std::string>& g, u64 tota
   s.tensor_parallel_size = count_of(g, g.contains("--tp") ? "--tp" : "--tensor-parallel-size", 1);
   s.block_size = count_of(g, "--block-size", 16);
   s.kv_cache_dtype = choice(g, "--kv-cache-dtype", "auto", {"auto", "fp8", "fp8_e4m3", "fp8_e5m2"});
-  s.quantization = choice(g, "--quantization", "", {"fp8", "compressed-tensors"});
+  if (const auto q = g.find("--quantization"); q != g.end() && q->second == "bitsandbytes") {
+    throw Error("--quantization: bitsandbytes is not modelled for vLLM yet (docs/serving.md)");
+  }
+  s.quantization =
+      choice(g, "--quantization", "",
+             {"fp8", "compressed-tensors", "gptq", "gptq_marlin", "awq", "awq_marlin"});
   const std::string dtype =
       choice(g, "--dtype", "auto", {"auto", "bfloat16", "bf16", "float16", "fp16", "half"});
   if (dtype != "auto") s.dtype = dtype.starts_with("b") ? Dtype::bf16 : Dtype::fp16;
@@ -240,43 +254,236 @@ LlamaCppSettings llama_cpp_settings(const std::map<std::string, std::string>& g)
   return s;
 }
 
-}  // namespace
-
-ServeOutput serve_command(std::span<const std::string> args) {
-  const auto g = read_flags(args);
-  if (g.contains("--help") || g.contains("-h")) return {help_text(), 0};
-  const std::string engine_name = choice(g, "--engine", "vllm", {"vllm", "llama.cpp"});
-  const ServeEngine engine = engine_name == "vllm" ? ServeEngine::vllm : ServeEngine::llama_cpp;
-  check_engine(g, engine);
-  const std::string format = choice(g, "--format", "table", {"table", "json"});
+// What every serve command reads before it estimates: the flags, the engine, the output and
+// the model (a GGUF header's metadata when no --model or --config names one).
+struct ServeInputs {
+  std::map<std::string, std::string> given;
+  ServeEngine engine = ServeEngine::vllm;
+  std::string format;
   Unit unit = Unit::GiB;
-  if (const auto it = g.find("--units"); it != g.end()) unit = parse_unit(it->second);
+  std::optional<GgufHeader> header;
+  std::string gguf;
+  ServeModel model;
+};
+
+ServeInputs read_inputs(std::map<std::string, std::string> g) {
+  ServeInputs in;
+  const std::string engine_name = choice(g, "--engine", "vllm", {"vllm", "llama.cpp"});
+  in.engine = engine_name == "vllm" ? ServeEngine::vllm : ServeEngine::llama_cpp;
+  check_engine(g, in.engine);
+  in.format = choice(g, "--format", "table", {"table", "json", "markdown"});
+  if (const auto it = g.find("--units"); it != g.end()) in.unit = parse_unit(it->second);
   const auto text = [&](const char* flag) {
     const auto it = g.find(flag);
     return it == g.end() ? std::string() : it->second;
   };
-  const std::string gguf = text("--gguf");
-  if (!gguf.empty() && g.contains("--quantization")) {
+  in.gguf = text("--gguf");
+  if (!in.gguf.empty() && g.contains("--quantization")) {
     throw Error("--quantization: give --gguf FILE or a --quantization file type, not both");
   }
-  const std::optional<GgufHeader> header =
-      gguf.empty() ? std::nullopt : std::optional(read_gguf_header(gguf));
-  const bool gguf_model = header && !g.contains("--model") && !g.contains("--config");
-  const ServeModel model = gguf_model ? gguf_serve_model(*header, gguf)
-                                      : load_serve_model(text("--model"), text("--config"));
+  if (!in.gguf.empty()) in.header = read_gguf_header(in.gguf);
+  const bool gguf_model = in.header && !g.contains("--model") && !g.contains("--config");
+  in.model = gguf_model ? gguf_serve_model(*in.header, in.gguf)
+                        : load_serve_model(text("--model"), text("--config"));
+  in.given = std::move(g);
+  return in;
+}
+
+// The plain text in Markdown: the table in a text block, as training's reports do.
+std::string as_format(const std::string& format, std::string text) {
+  return format == "markdown" ? "```text\n" + text + "```\n" : text;
+}
+
+// The llama.cpp estimate with the weights of a GGUF file's header where one is given.
+LlamaCppEstimateFn llama_cpp_estimator(const ServeInputs& in) {
+  return [&in](const LlamaCppSettings& s) {
+    ServeEstimate e = estimate_llama_cpp(in.model, s);
+    if (in.header) add_gguf_weights(e, *in.header, s.n_gpu_layers, in.model.spec.arch->num_layers);
+    return e;
+  };
+}
+
+ServeOutput estimate_output(const ServeInputs& in) {
   std::string gpu_label;
   ServeEstimate e;
-  if (engine == ServeEngine::vllm) {
-    const VllmSettings s = vllm_settings(g, total_memory(g, &gpu_label));
-    e = estimate_vllm(model, s);
+  if (in.engine == ServeEngine::vllm) {
+    const VllmSettings s = vllm_settings(in.given, total_memory(in.given, &gpu_label));
+    e = estimate_vllm(in.model, s);
     if (s.enforce_eager) e.cuda_graphs_bytes = 0;
   } else {
-    const LlamaCppSettings s = llama_cpp_settings(g);
-    e = estimate_llama_cpp(model, s);
-    if (header) add_gguf_weights(e, *header, s.n_gpu_layers, model.spec.arch->num_layers);
+    e = llama_cpp_estimator(in)(llama_cpp_settings(in.given));
   }
-  return {format == "json" ? render_serve_json(e) : render_serve_table(e, gpu_label, unit),
+  return {in.format == "json" ? render_serve_json(e)
+                              : as_format(in.format, render_serve_table(e, gpu_label, in.unit)),
           e.fits ? 0 : 1};
+}
+
+// The flag `--fit` searches on each engine, and the one it keeps as given.
+std::string_view searched_flag(ServeEngine e, ServeFitTarget t) {
+  if (e == ServeEngine::vllm)
+    return t == ServeFitTarget::context ? "--max-model-len" : "--max-num-seqs";
+  return t == ServeFitTarget::context ? "--ctx-size" : "--parallel";
+}
+
+// A value the search sets is not given as well; --max bounds the search instead.
+ServeFitTarget fit_target(const ServeInputs& in) {
+  const std::string what = choice(in.given, "--fit", "", {"context", "concurrency"});
+  const ServeFitTarget t =
+      what == "context" ? ServeFitTarget::context : ServeFitTarget::concurrency;
+  const std::string flag(searched_flag(in.engine, t));
+  if (in.given.contains(flag)) {
+    throw Error(
+        fmt::format("{}: --fit {} searches it (give --max N to bound the search)", flag, what));
+  }
+  return t;
+}
+
+constexpr u64 kFitSearchMax = 1ULL << 20;  // a context search's bound without the model's
+
+// The largest context the search tries: --max, else the model's max_position_embeddings (vLLM
+// refuses a longer max_model_len: config/model.py, _get_and_verify_max_len).
+void context_limit(const ServeInputs& in, ServeFit& fit) {
+  fit.limit = count_of(in.given, "--max", 0);
+  if (fit.limit == 0) {
+    fit.limit_is_model = in.model.max_positions > 0;
+    fit.limit = fit.limit_is_model ? in.model.max_positions : kFitSearchMax;
+  }
+}
+
+// vLLM's rows: the checkpoint's weights and, for an unquantised one, --quantization fp8; KV in
+// the model dtype (auto) and fp8; each the given one alone when the flag is given.
+void vllm_fit_rows(const ServeInputs& in, ServeFit& fit) {
+  const auto& g = in.given;
+  const VllmSettings base = vllm_settings(g, fit.total_memory);
+  fit.devices = base.tensor_parallel_size;
+  if (fit.target == ServeFitTarget::context) {
+    context_limit(in, fit);
+    fit.held_fixed = base.max_num_seqs;
+  } else {
+    // SchedulerConfig.verify_max_model_len (vllm/config/scheduler.py, read at commit 01230b40):
+    // max_num_batched_tokens must be >= max_num_seqs.
+    fit.limit = count_of(g, "--max", base.max_num_batched_tokens);
+    if (fit.limit > base.max_num_batched_tokens) {
+      throw Error(
+          fmt::format("--max: vLLM refuses a max_num_seqs above max_num_batched_tokens ({})",
+                      base.max_num_batched_tokens));
+    }
+    fit.held_fixed = base.max_model_len > 0 ? base.max_model_len : in.model.max_positions;
+  }
+  const bool checkpoint = in.model.spec.checkpoint_quant.has_value();
+  std::vector<std::string> quants = {base.quantization};
+  if (!g.contains("--quantization") && !checkpoint) quants.emplace_back("fp8");
+  std::vector<std::string> kvs = {base.kv_cache_dtype};
+  if (!g.contains("--kv-cache-dtype")) kvs.emplace_back("fp8");
+  const std::string own = checkpoint ? in.model.spec.checkpoint_quant->method
+                                     : std::string(dtype_name(base.dtype.value_or(in.model.dtype)));
+  for (const std::string& q : quants) {
+    for (const std::string& kv : kvs) {
+      VllmSettings s = base;
+      s.quantization = q;
+      s.kv_cache_dtype = kv;
+      ServeFitRow row = fit_serve_row(vllm_probe(in.model, s, fit.target), fit.limit);
+      row.weights = q.empty() ? own : q;
+      row.kv_cache = kv;
+      if (!q.empty()) row.flags.push_back("--quantization " + q);
+      if (kv != "auto") row.flags.push_back("--kv-cache-dtype " + kv);
+      fit.rows.push_back(std::move(row));
+    }
+  }
+}
+
+// llama.cpp's weight formats compared when neither --quantization nor --gguf names one.
+constexpr std::array<std::string_view, 5> kFitGgufTypes = {"F16", "Q8_0", "Q6_K", "Q5_K_M",
+                                                           "Q4_K_M"};
+
+// llama.cpp's limits: n_ctx is a uint32_t (llama_context_params), so --parallel n slots of
+// `per_request` cells stop at (2^32 - 1) / per_request; a context at the model's positions.
+void llama_cpp_limits(const ServeInputs& in, const LlamaCppSettings& base, ServeFit& fit) {
+  if (fit.target == ServeFitTarget::context) {
+    context_limit(in, fit);
+    fit.held_fixed = base.parallel;
+    return;
+  }
+  fit.held_fixed = base.ctx_size > 0 ? base.ctx_size : in.model.max_positions;
+  if (fit.held_fixed == 0) throw Error("--ctx-size: the config has no max_position_embeddings");
+  const u64 cells = 0xFFFFFFFFULL / fit.held_fixed;
+  fit.limit = std::min(count_of(in.given, "--max", cells), cells);
+}
+
+// llama.cpp's rows: GGUF file types (or the one given) by KV-cache types f16, q8_0 and q4_0
+// for K and V alike (or the ones given); a quantised V cache needs flash attention, which its
+// row turns on.
+void llama_cpp_fit_rows(const ServeInputs& in, ServeFit& fit) {
+  const auto& g = in.given;
+  const LlamaCppSettings base = llama_cpp_settings(g);
+  llama_cpp_limits(in, base, fit);
+  std::vector<std::string> weights;
+  if (in.header) {
+    weights.push_back(in.gguf.substr(in.gguf.find_last_of('/') + 1));
+  } else if (!base.quantization.empty()) {
+    weights.push_back(base.quantization);
+  } else {
+    weights.assign(kFitGgufTypes.begin(), kFitGgufTypes.end());
+  }
+  std::vector<std::pair<std::string, std::string>> kvs;
+  if (g.contains("--cache-type-k") || g.contains("--cache-type-v")) {
+    kvs.emplace_back(base.cache_type_k, base.cache_type_v);
+  } else {
+    for (const char* t : {"f16", "q8_0", "q4_0"}) kvs.emplace_back(t, t);
+  }
+  const LlamaCppEstimateFn estimate = llama_cpp_estimator(in);
+  for (const std::string& w : weights) {
+    for (const auto& [k, v] : kvs) {
+      LlamaCppSettings s = base;
+      if (!in.header) s.quantization = w;
+      s.cache_type_k = k;
+      s.cache_type_v = v;
+      std::vector<std::string> flags;
+      if (!in.header && base.quantization.empty()) flags.push_back("--quantization " + w);
+      if (!g.contains("--cache-type-k")) flags.push_back("--cache-type-k " + k);
+      if (!g.contains("--cache-type-v")) flags.push_back("--cache-type-v " + v);
+      if (v != "f16" && v != "f32" && v != "bf16" && !s.flash_attn) {
+        s.flash_attn = true;
+        flags.emplace_back("--flash-attn");
+      }
+      ServeFitRow row = fit_serve_row(
+          llama_cpp_probe(estimate, s, fit.target, fit.held_fixed, fit.total_memory), fit.limit);
+      row.flags = std::move(flags);
+      row.weights = w;
+      row.kv_cache = k == v ? k : k + "/" + v;
+      fit.rows.push_back(std::move(row));
+    }
+  }
+}
+
+ServeOutput fit_output(const ServeInputs& in) {
+  ServeFit fit;
+  fit.engine = in.engine;
+  fit.target = fit_target(in);
+  fit.model = in.model.spec.name;
+  fit.total_memory = total_memory(in.given, &fit.gpu);
+  if (in.engine == ServeEngine::vllm) {
+    vllm_fit_rows(in, fit);
+  } else {
+    llama_cpp_fit_rows(in, fit);
+  }
+  const bool any = std::any_of(fit.rows.begin(), fit.rows.end(),
+                               [](const ServeFitRow& r) { return r.best.has_value(); });
+  return {in.format == "json" ? render_serve_fit_json(fit)
+                              : as_format(in.format, render_serve_fit_table(fit, in.unit)),
+          any ? 0 : 1};
+}
+
+}  // namespace
+
+ServeOutput serve_command(std::span<const std::string> args) {
+  auto g = read_flags(args);
+  if (g.contains("--help") || g.contains("-h")) return {help_text(), 0};
+  if (g.contains("--max") && !g.contains("--fit")) {
+    throw Error("--max: bounds the search of --fit (give --fit context or --fit concurrency)");
+  }
+  const ServeInputs in = read_inputs(std::move(g));
+  return in.given.contains("--fit") ? fit_output(in) : estimate_output(in);
 }
 
 }  // namespace memest

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace memest {
 namespace {
 
@@ -88,6 +90,168 @@ std::string render_serve_json(const ServeEstimate& e) {
   j["fits"] = e.fits;
   j["largest_max_model_len"] = opt(e.largest_context);
   j["notes"] = e.notes;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace memest
+
+namespace memest {
+namespace {
+
+std::string_view fit_flag(const ServeFit& f) {
+  if (f.engine == ServeEngine::vllm) {
+    return f.target == ServeFitTarget::context ? "--max-model-len" : "--max-num-seqs";
+  }
+  return f.target == ServeFitTarget::context ? "--ctx-size" : "--parallel";
+}
+
+// What the search keeps and how each engine decides that a value fits.
+std::string fit_header(const ServeFit& f, Unit unit) {
+  std::string s = fmt::format("model      {} ({}, {} device{}; figures per device)\n", f.model,
+                              engine_name(f.engine), f.devices, f.devices == 1 ? "" : "s");
+  s += f.gpu.ends_with(" total")
+           ? fmt::format("device     {}\n", f.gpu)
+           : fmt::format("device     {} ({})\n", f.gpu, format_bytes(f.total_memory, unit));
+  const bool vllm = f.engine == ServeEngine::vllm;
+  const bool context = f.target == ServeFitTarget::context;
+  std::string rule;
+  if (vllm && context) {
+    rule = fmt::format(
+        "the longest max_model_len vLLM starts with (one request fits the KV "
+        "cache), at max_num_seqs {}",
+        format_count(f.held_fixed));
+  } else if (vllm) {
+    rule = fmt::format(
+        "the most requests of {} tokens the KV cache holds at once, the profile "
+        "run sized for as many",
+        format_count(f.held_fixed));
+  } else if (context) {
+    rule = fmt::format(
+        "the largest --ctx-size whose weights, KV cache and compute buffer fit the "
+        "device, at --parallel {}",
+        f.held_fixed);
+  } else {
+    rule = fmt::format(
+        "the most --parallel slots of {} cells (--ctx-size n x {}) whose weights, "
+        "KV cache and compute buffer fit the device",
+        format_count(f.held_fixed), format_count(f.held_fixed));
+  }
+  s += fmt::format("fit        {}\n", rule);
+  s += fmt::format("searched   1 to {}{}\n", format_count(f.limit),
+                   f.limit_is_model ? " (the model's max_position_embeddings)" : "");
+  return s;
+}
+
+std::string fit_margin(std::uint64_t bytes, Unit unit) {
+  return bytes * 100 < unit_bytes(unit) ? format_bytes(bytes, Unit::bytes)
+                                        : format_bytes(bytes, unit);
+}
+
+// The flag the search keeps as given (or as its default).
+std::string_view held_flag(const ServeFit& f) {
+  if (f.engine == ServeEngine::vllm) {
+    return f.target == ServeFitTarget::context ? "--max-num-seqs" : "--max-model-len";
+  }
+  return f.target == ServeFitTarget::context ? "--parallel" : "--ctx-size";
+}
+
+// A flag as a JSON key: "--max-model-len" -> "max_model_len".
+std::string flag_key(std::string_view flag) {
+  std::string k(flag.substr(2));
+  std::replace(k.begin(), k.end(), '-', '_');
+  return k;
+}
+
+// What the value after the answer (1 when none fits) lacks: its overshoot, the search's bound,
+// or the estimate's refusal.
+std::string past_cell(const ServeFit& f, const ServeFitRow& r, Unit unit) {
+  if (r.best && *r.best >= f.limit) return "the search's bound";
+  const std::string next = format_count(r.best ? *r.best + 1 : 1);
+  if (r.past_best && !r.past_best->fits()) {
+    return next + ": over by " + fit_margin(r.past_best->need - r.past_best->available, unit);
+  }
+  return next + (r.why_not.empty() ? ": past what memest counts" : ": refused (note)");
+}
+
+std::string fit_row(const ServeFit& f, const ServeFitRow& r, Unit unit) {
+  const std::string best = r.best ? format_count(*r.best) : "none";
+  std::string weights = "-";
+  std::string kv = "-";
+  std::string headroom = "-";
+  if (r.at_best) {
+    const ServeEstimate& e = r.at_best->estimate;
+    weights = e.weights_bytes ? format_bytes(*e.weights_bytes, unit) : "-";
+    kv = format_bytes(e.kv_bytes, unit);
+    headroom = fit_margin(r.at_best->available - r.at_best->need, unit);
+  }
+  return fmt::format("{:<14} {:<9} {:>15} {:>12} {:>12} {:>14}  {:<30} {}\n", r.weights, r.kv_cache,
+                     best, weights, kv, headroom, past_cell(f, r, unit), fmt::join(r.flags, " "));
+}
+
+}  // namespace
+
+std::string render_serve_fit_table(const ServeFit& f, Unit unit) {
+  std::string s = fit_header(f, unit) + "\n";
+  s += fmt::format("{:<14} {:<9} {:>15} {:>12} {:>12} {:>14}  {:<30} {}\n", "weights", "KV cache",
+                   fit_flag(f), "weights", "KV cache", "headroom", "the next value", "flags");
+  for (const ServeFitRow& r : f.rows) s += fit_row(f, r, unit);
+  for (const ServeFitRow& r : f.rows) {
+    if (!r.why_not.empty()) {
+      s += fmt::format("note: {} / {}: {}\n", r.weights, r.kv_cache, r.why_not);
+    }
+  }
+  if (f.engine == ServeEngine::llama_cpp) {
+    s += "note: the whole device against llama.cpp's buffers; the CUDA context and driver's share "
+         "are not counted (--gpu-memory states what is free)\n";
+  }
+  return s;
+}
+
+namespace {
+
+nlohmann::ordered_json probe_json(const ServeProbe& p) {
+  using nlohmann::ordered_json;
+  const ServeEstimate& e = p.estimate;
+  const auto opt = [](const auto& v) { return v ? ordered_json(*v) : ordered_json(nullptr); };
+  return {{"weights", {{"bytes", opt(e.weights_bytes)}}},
+          {"kv_cache",
+           {{"bytes_per_token", e.kv_bytes_per_token},
+            {"bytes", e.kv_bytes},
+            {"tokens", e.kv_tokens},
+            {"blocks", opt(e.kv_blocks)}}},
+          {"activations", {{"peak_bytes", opt(e.activation_peak_bytes)}}},
+          {"compute_buffer", {{"bytes", opt(e.compute_buffer_bytes)}}},
+          {"max_concurrency", opt(e.max_concurrency)},
+          {"need_bytes", p.need},
+          {"available_bytes", p.available}};
+}
+
+}  // namespace
+
+std::string render_serve_fit_json(const ServeFit& f) {
+  using nlohmann::ordered_json;
+  ordered_json rows = ordered_json::array();
+  for (const ServeFitRow& r : f.rows) {
+    rows.push_back(
+        {{"weights", r.weights},
+         {"kv_cache", r.kv_cache},
+         {"flags", r.flags},
+         {"best", r.best ? ordered_json(*r.best) : ordered_json(nullptr)},
+         {"at_best", r.at_best ? probe_json(*r.at_best) : ordered_json(nullptr)},
+         {"past_best", r.past_best ? probe_json(*r.past_best) : ordered_json(nullptr)},
+         {"why_not", r.why_not.empty() ? ordered_json(nullptr) : ordered_json(r.why_not)}});
+  }
+  ordered_json j = {{"engine", engine_name(f.engine)},
+                    {"model", f.model},
+                    {"devices", f.devices},
+                    {"target", f.target == ServeFitTarget::context ? "context" : "concurrency"},
+                    {"searched", flag_key(fit_flag(f))},
+                    {"held", {{"flag", flag_key(held_flag(f))}, {"value", f.held_fixed}}},
+                    {"gpu", f.gpu},
+                    {"total_memory_bytes", f.total_memory},
+                    {"limit", f.limit},
+                    {"limit_is_model_positions", f.limit_is_model},
+                    {"rows", rows}};
   return j.dump(2) + "\n";
 }
 

@@ -3,6 +3,7 @@
 // (the keys of docs/serving.md); they format, they compute nothing.
 
 #include <memest/serve.hpp>
+#include <memest/serve_fit.hpp>
 #include <memest/units.hpp>
 
 #include <string>
@@ -15,5 +16,13 @@ std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, U
 /// The JSON object: per-device bytes under weights, kv_cache, activations, non_torch,
 /// cuda_graphs (null where not modelled) and max_concurrency.
 std::string render_serve_json(const ServeEstimate& e);
+
+/// `--fit`'s table: what was searched and held, then one row per weight format and KV-cache
+/// type with the largest value, the weights and KV cache at it, its headroom and what the next
+/// value lacks.
+std::string render_serve_fit_table(const ServeFit& fit, Unit unit);
+
+/// `--fit`'s JSON: the same rows under stable keys (bytes per device, null where absent).
+std::string render_serve_fit_json(const ServeFit& fit);
 
 }  // namespace memest

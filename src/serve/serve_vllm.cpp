@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 namespace memest {
 namespace {
@@ -71,26 +73,77 @@ u64 fp8_scale_bytes(const std::string& method, u64 rows, u64 cols) {
   return 4;
 }
 
-Weights weights_per_rank(const ServeModel& m, const std::string& method, Dtype dtype, u64 tp) {
+// GPTQ and AWQ (int4/int8 groups), as vLLM's linear methods store a layer of K inputs and N
+// outputs on a rank after process_weights_after_loading: the packed weights K x N x bits / 8
+// (qweight, int32 words); a scale per group and output in the model dtype (scales, s = K /
+// group_size rows; the whole input's groups on every rank for a row-parallel layer with
+// activation order, marlin_repeat_scales_on_all_ranks and gptq.py's exllama_state); zero points
+// packed like the weights (qzeros, s x N x bits / 8) where the kernel keeps them: GPTQ's exllama
+// kernel and AWQ's two, not GPTQ-Marlin's symmetric uint4b8 (MarlinLinearKernel empties w_zp);
+// with activation order GPTQ keeps g_idx (K int32) and Marlin also g_idx_sort_indices (K int32),
+// else both are emptied. Marlin's repacking (gptq_marlin_repack, marlin_permute_scales,
+// marlin_zero_points) keeps each tensor's bytes. Read in vllm/model_executor/layers/quantization/
+// gptq.py, awq.py, gptq_marlin.py, awq_marlin.py and kernels/mixed_precision/marlin.py.
+struct IntQuant {
+  std::string method;  // gptq, gptq_marlin, awq, awq_marlin
+  u64 bits = 4;
+  u64 group = 128;  // 0: one group over the whole input (group_size -1)
+  bool desc_act = false;
+};
+
+u64 int_quant_bytes(const IntQuant& q, u64 k, u64 n, u64 k_full, bool row_parallel, u64 w) {
+  const bool gptq = q.method.starts_with("gptq");
+  const bool repeat = gptq && q.desc_act && row_parallel;
+  const u64 group_k = repeat ? k_full : k;
+  const u64 groups = q.group == 0 ? 1 : ceil_div(group_k, q.group);
+  const u64 packed = checked_mul(checked_mul(k, n), q.bits) / 8;
+  const u64 scales = checked_mul(checked_mul(groups, n), w);
+  const u64 zeros = q.method == "gptq_marlin" ? 0 : checked_mul(checked_mul(groups, n), q.bits) / 8;
+  const u64 g_idx = gptq && q.desc_act ? checked_mul(q.method == "gptq" ? 4 : 8, k) : 0;
+  return checked_add(checked_add(packed, scales), checked_add(zeros, g_idx));
+}
+
+// A linear weight's inputs K and outputs N on one rank, from its elements there `n`.
+std::pair<u64, u64> linear_k_n(const TensorGroup& g, u64 n, u64 tp) {
+  const bool row_parallel = tp > 1 && (g.kind == "o" || g.kind == "down");
+  const u64 k = row_parallel ? g.cols / tp : g.cols;
+  return {k, n / std::max<u64>(1, k)};
+}
+
+Weights weights_per_rank(const ServeModel& m, const std::string& method, Dtype dtype, u64 tp,
+                         const IntQuant* iq) {
   const Architecture& a = *m.spec.arch;
   Weights w;
-  u64 fp8_elements = 0;
+  u64 quant_elements = 0;
   for (const TensorGroup& g : m.spec.inventory.groups) {
     const u64 n = tensor_elements_per_rank(g, a, tp);
     if (!method.empty() && stored_in_fp8(g)) {
-      const u64 rows = g.rows == 1 ? 1 : n / std::max<u64>(1, g.cols);
-      const u64 cols = n / std::max<u64>(1, rows);
-      const u64 each = checked_add(n, fp8_scale_bytes(method, rows, cols));
+      u64 each = 0;
+      if (iq) {
+        const auto [k, out] = linear_k_n(g, n, tp);
+        each = int_quant_bytes(*iq, k, out, g.cols, k != g.cols, width(dtype));
+      } else {
+        const u64 rows = g.rows == 1 ? 1 : n / std::max<u64>(1, g.cols);
+        const u64 cols = n / std::max<u64>(1, rows);
+        each = checked_add(n, fp8_scale_bytes(method, rows, cols));
+      }
       w.bytes = checked_add(w.bytes, checked_mul(each, g.count));
-      fp8_elements = checked_add(fp8_elements, checked_mul(n, g.count));
+      quant_elements = checked_add(quant_elements, checked_mul(n, g.count));
       continue;
     }
     w.bytes = checked_add(w.bytes, checked_mul(checked_mul(n, g.count), width(dtype)));
   }
-  w.basis = method.empty()
-                ? fmt::format("the parameters of rank 0 in {}", dtype_name(dtype))
-                : fmt::format("{} linear weights in fp8 with scales ({}), the rest in {}",
-                              format_count(fp8_elements), method, dtype_name(dtype));
+  if (method.empty()) {
+    w.basis = fmt::format("the parameters of rank 0 in {}", dtype_name(dtype));
+  } else if (iq) {
+    w.basis = fmt::format("{} linear weights in {}-bit groups of {} ({}), the rest in {}",
+                          format_count(quant_elements), iq->bits,
+                          iq->group == 0 ? std::string("a row") : std::to_string(iq->group), method,
+                          dtype_name(dtype));
+  } else {
+    w.basis = fmt::format("{} linear weights in fp8 with scales ({}), the rest in {}",
+                          format_count(quant_elements), method, dtype_name(dtype));
+  }
   return w;
 }
 
@@ -164,7 +217,40 @@ u64 default_kv_width(const VllmSettings& s, Dtype dtype) {
   return 1;  // fp8, fp8_e4m3, fp8_e5m2
 }
 
-std::string quant_method(const ServeModel& m, const VllmSettings& s) {
+// vLLM's choice of kernel for a GPTQ or AWQ checkpoint: Marlin where it takes the format
+// (GPTQMarlinConfig.override_quantization_method: symmetric 4 or 8 bits; AWQMarlinConfig: 4 or 8
+// bits; group sizes -1, 32, 64, 128, marlin_utils.py MARLIN_SUPPORTED_GROUP_SIZES) unless
+// --quantization gptq or awq asks for the other kernel.
+bool marlin_takes(const CheckpointQuant& c) {
+  const bool bits = c.bits == 4 || c.bits == 8;
+  const bool group = c.group_size == 32 || c.group_size == 64 || c.group_size == 128;
+  return bits && group && (c.method == "awq" || c.sym);
+}
+
+std::optional<IntQuant> int_quant(const ServeModel& m, const VllmSettings& s) {
+  const auto& c = m.spec.checkpoint_quant;
+  const bool int_flag = s.quantization.starts_with("gptq") || s.quantization.starts_with("awq");
+  const bool int_checkpoint = c && (c->method == "gptq" || c->method == "awq");
+  if (!int_flag && !(s.quantization.empty() && int_checkpoint)) return std::nullopt;
+  if (!int_checkpoint || !s.quantization.starts_with(int_flag ? c->method : "")) {
+    throw Error(
+        fmt::format("--quantization: {} reads a {} checkpoint's packed weights; the model's "
+                    "quantization_config is {}",
+                    s.quantization, s.quantization.substr(0, s.quantization.find('_')),
+                    c ? c->method : "absent"));
+  }
+  IntQuant q;
+  q.bits = c->bits;
+  q.group = c->group_size;
+  q.desc_act = c->desc_act;
+  q.method =
+      s.quantization.empty() ? c->method + (marlin_takes(*c) ? "_marlin" : "") : s.quantization;
+  return q;
+}
+
+std::string quant_method(const ServeModel& m, const VllmSettings& s,
+                         const std::optional<IntQuant>& iq) {
+  if (iq) return iq->method;
   if (!s.quantization.empty()) return s.quantization;
   if (m.spec.checkpoint_quant && m.spec.checkpoint_quant->method == "fp8") return "fp8-block";
   return "";
@@ -193,6 +279,7 @@ void fill_kv_cache(ServeEstimate& e, const ServeModel& m, const VllmSettings& s,
   const u64 slide_tokens = std::min(m.attention.window + batched - 1, e.context);
   const u64 slide_blocks = ceil_div(slide_tokens, s.block_size) + 1;
   const u64 per_request = g.full * full_blocks + g.sliding * slide_blocks;
+  e.request_blocks = per_request;
   e.max_concurrency = static_cast<double>(blocks) / static_cast<double>(per_request);
   e.kv_basis = fmt::format(
       "{} B per token and layer; {} group(s) of {} layers ({} full, {} sliding); {} tokens per "
@@ -217,7 +304,9 @@ void check_one_request(ServeEstimate& e, const ServeModel& m, const VllmSettings
   const u64 per_layer = kv_bytes_per_layer_token(
       *m.spec.arch, default_kv_width(s, s.dtype.value_or(m.dtype)), s.tensor_parallel_size);
   const u64 page = checked_mul(s.block_size, per_layer);
-  if (request_bytes(m.attention, e.context, batched, s.block_size, page) <= memory) return;
+  e.kv_memory_bytes = memory;
+  e.request_kv_bytes = request_bytes(m.attention, e.context, batched, s.block_size, page);
+  if (*e.request_kv_bytes <= memory) return;
   e.fits = false;
   u64 lo = 0;
   u64 hi = e.context;
@@ -249,7 +338,8 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   e.context = s.max_model_len > 0 ? s.max_model_len : m.max_positions;
   if (e.context == 0) throw Error("--max-model-len: the config has no max_position_embeddings");
   const Dtype dtype = s.dtype.value_or(m.dtype);
-  const Weights w = weights_per_rank(m, quant_method(m, s), dtype, tp);
+  const std::optional<IntQuant> iq = int_quant(m, s);
+  const Weights w = weights_per_rank(m, quant_method(m, s, iq), dtype, tp, iq ? &*iq : nullptr);
   e.weights_bytes = w.bytes;
   e.weights_basis = w.basis;
   const u64 batched = s.max_num_batched_tokens;
