@@ -114,6 +114,7 @@ VALUES = {
     "--microbatches": lambda r: str(r.choice([1, 2, 4, 8])),
     "--pp-schedule": lambda r: r.choice(["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs",
                                          "interleaved-zero-bubble", "zbv-zero-bubble", "dualpipev"]),
+    "--pp-microbatch-group": lambda r: str(r.choice([2, 3, 4, 6, 8])),
     "--first-stage-layers": lambda r: str(r.choice([1, 2, 3, 5])),
     "--last-stage-layers": lambda r: str(r.choice([1, 2, 3, 5])),
     "--cp": lambda r: str(r.choice([1, 2, 4])),
@@ -158,7 +159,7 @@ NEEDS = {"--lora-targets": "--lora-rank", "--lora-dropout": "--lora-rank", "--ql
          "--fsdp-reduce-dtype": "--fsdp", "--fsdp-orig-params": "--fsdp",
          "--fsdp-no-sync": "--fsdp", "--fsdp-sync-module-states": "--fsdp",
          "--loss-chunk": "--loss", "--sp": "--tp", "--vpp": "--pp", "--microbatches": "--pp",
-         "--pp-schedule": "--pp", "--first-stage-layers": "--pp", "--last-stage-layers": "--pp",
+         "--pp-schedule": "--pp", "--pp-microbatch-group": "--pp", "--first-stage-layers": "--pp", "--last-stage-layers": "--pp",
          "--reserve": "--gpu", "--versions": "--stack"}
 OPTIMIZER_FLAGS = {"--nesterov": "sgd-momentum", "--amsgrad": "adamw",
                    "--rmsprop-momentum": "rmsprop", "--centered": "rmsprop",

@@ -194,6 +194,51 @@ TEST_CASE("a layout that does not fit the model is refused, one line per problem
   CHECK_THAT(err({"--model", "gpt2", "--fsdp", "full"}), Catch::Contains("--dp N"));
 }
 
+// Megatron-LM's micro-batch groups (schedules.py @ d98e8a64ddf3): refused outside its range and
+// with other schedules, one line each; a group of p is the default order, so the same bytes; a
+// group of 3 over m 5 holds one pair more on the last stage than the default at m 4, one with
+// the head (the hand derivation of tests/schedule_test.cpp: 3 others, one with the head, against
+// 2).
+TEST_CASE("--pp-microbatch-group: Megatron-LM's rules and its bytes") {
+  // One layer a chunk, so that the held pairs' activations make the stage's peak.
+  const std::string arch =
+      R"({"model_type":"llama","hidden_size":256,"num_hidden_layers":4,"num_attention_heads":4,)"
+      R"("num_key_value_heads":2,"intermediate_size":688,"vocab_size":1000})";
+  const std::vector<std::string> base = {"--architecture", arch, "--batch", "4", "--seq", "512",
+                                         "--pp",           "2",  "--vpp",   "2"};
+  const auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const auto err = [](const std::vector<std::string>& args) {
+    const CliResult r = run_cli(args);
+    CHECK(r.code == 2);
+    return r.err;
+  };
+  CHECK_THAT(err(with({"--microbatches", "7", "--pp-microbatch-group", "8"})),
+             Catch::Contains("expected 2 <= N <= 7"));
+  CHECK_THAT(err(with({"--microbatches", "7", "--pp-microbatch-group", "3"})),
+             Catch::Contains("the last group of --microbatches 7 holds 1, fewer than --pp 2"));
+  CHECK_THAT(err(with({"--microbatches", "4", "--pp-microbatch-group", "2", "--pp-schedule",
+                       "looped-bfs"})),
+             Catch::Contains("only Megatron-LM's interleaved schedule runs micro-batch groups"));
+  CHECK_THAT(err({"--model", "gpt2", "--pp-microbatch-group", "2"}),
+             Catch::Contains("--pp-microbatch-group: micro-batch groups are the interleaved"));
+  const auto last = [&](std::vector<std::string> more) {
+    return run_json(with(more))["stages"][1]["peak_bytes"].get<std::uint64_t>();
+  };
+  CHECK(last({"--microbatches", "4", "--pp-microbatch-group", "2"}) ==
+        last({"--microbatches", "4"}));
+  // m 6 in groups of 3: F3.1 runs after B2.1, so rank 1 holds 3 chunk-0 pairs and no head
+  // besides the running pair: more than the default's 2 at m 4, less than m 5's head pair.
+  const std::uint64_t m4 = last({"--microbatches", "4"});
+  const std::uint64_t m6 = last({"--microbatches", "6", "--pp-microbatch-group", "3"});
+  const std::uint64_t m5 = last({"--microbatches", "5", "--pp-microbatch-group", "3"});
+  CHECK(m4 < m6);
+  CHECK(m6 < m5);
+}
+
 TEST_CASE("kv heads fewer than the tensor-parallel ranks are replicated, and said so") {
   const json j = run_json({"--model", "llama-3-8b", "--tp", "16"});
   bool said = false;

@@ -90,6 +90,10 @@ struct ParallelSpec {
   std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
   /// --pp-schedule; unset: 1F1B, or interleaved 1F1B with virtual stages.
   std::optional<PipeSchedule> pp_schedule;
+  /// Megatron-LM's microbatch_group_size_per_vp_stage (--pp-microbatch-group): the interleaved
+  /// schedule runs groups of this many micro-batches through a model chunk before the next;
+  /// 0 = the pipeline size p, Megatron's default.
+  std::uint64_t microbatch_group = 0;
   std::uint64_t context = 1;  ///< context-parallel ranks (the sequence split c ways)
   std::uint64_t expert = 1;   ///< expert-parallel ranks (routed experts split e ways)
   MoeDispatcher moe_dispatcher = MoeDispatcher::hf;  ///< how routed tokens reach the experts

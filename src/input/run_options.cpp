@@ -367,6 +367,10 @@ std::vector<RunOptionInfo> build_table() {
                " (default 1f1b, interleaved-1f1b with --vpp)",
            &R::pp_schedule, K::choice, {"", "--vpp: 1f1b, or interleaved-1f1b with --vpp"},
            pipe_schedule_names),
+      text("--pp-microbatch-group", "parallel", "pp_microbatch_group", "N",
+           "Micro-batches the interleaved schedule runs through a model chunk before the next "
+           "(Megatron's --microbatch-group-size-per-virtual-pipeline-stage; default --pp)",
+           &R::pp_microbatch_group, K::count, {"", "--pp"}),
       text("--first-stage-layers", "parallel", "first_stage_layers", "N",
            "Layers of the first pipeline stage, the rest split evenly (Megatron's "
            "--decoder-first-pipeline-num-layers)",
