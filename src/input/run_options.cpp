@@ -386,8 +386,8 @@ std::vector<RunOptionInfo> build_table() {
            "Expert-parallel ranks: the routed experts split N ways", &R::expert_parallel, K::count,
            {"1", ""}),
       text("--moe-dispatcher", "parallel", "moe_dispatcher", "NAME",
-           "How routed tokens reach their experts: hf (the model code's MoE layer) or alltoall "
-           "(Megatron-LM's all-to-all token dispatcher and grouped experts)",
+           "How routed tokens reach their experts: hf (the model code's MoE layer), alltoall or "
+           "allgather (Megatron-LM's all-to-all or all-gather token dispatcher, grouped experts)",
            &R::moe_dispatcher, K::choice, {"", "hf: the model code's MoE layer"},
            moe_dispatcher_names),
       text("--moe-routing", "parallel", "moe_routing", "NAME",

@@ -26,7 +26,7 @@
 namespace memest {
 namespace {
 
-constexpr std::array<std::string_view, 2> kDispatcherNames = {"hf", "alltoall"};
+constexpr std::array<std::string_view, 3> kDispatcherNames = {"hf", "alltoall", "allgather"};
 constexpr std::array<std::string_view, 2> kRoutingNames = {"balanced", "worst"};
 
 u64 round_up_to(u64 v, u64 m) { return checked_mul(ceil_div(v, m), m); }
@@ -253,15 +253,17 @@ void check_experts(const Architecture& a, const ParallelSpec& p, std::vector<std
 void check_dispatcher(const RunSpec& run, std::vector<std::string>& out) {
   const ParallelSpec& p = run.parallel;
   if (p.moe_dispatcher == MoeDispatcher::hf) return;
+  const std::string_view name = kDispatcherNames.at(static_cast<std::size_t>(p.moe_dispatcher));
   if (full_architecture(run).num_experts == 0)
-    out.emplace_back(
-        "--moe-dispatcher alltoall: the model has no routed experts (expected --moe-dispatcher "
-        "hf)");
+    out.push_back(
+        fmt::format("--moe-dispatcher {}: the model has no routed experts (expected "
+                    "--moe-dispatcher hf)",
+                    name));
   if (p.tensor > 1 && !p.sequence)
-    out.push_back(fmt::format(
-        "--moe-dispatcher alltoall: Megatron-LM's MoE layer refuses --tp {} without sequence "
-        "parallelism (expected --sp)",
-        p.tensor));
+    out.push_back(
+        fmt::format("--moe-dispatcher {}: Megatron-LM's MoE layer refuses --tp {} without sequence "
+                    "parallelism (expected --sp)",
+                    name, p.tensor));
 }
 
 }  // namespace
