@@ -194,6 +194,51 @@ TEST_CASE("a layout that does not fit the model is refused, one line per problem
   CHECK_THAT(err({"--model", "gpt2", "--fsdp", "full"}), Catch::Contains("--dp N"));
 }
 
+// Megatron-LM's micro-batch groups (schedules.py @ d98e8a64ddf3): refused outside its range and
+// with other schedules, one line each; a group of p is the default order, so the same bytes; a
+// group of 3 over m 5 holds one pair more on the last stage than the default at m 4, one with
+// the head (the hand derivation of tests/schedule_test.cpp: 3 others, one with the head, against
+// 2).
+TEST_CASE("--pp-microbatch-group: Megatron-LM's rules and its bytes") {
+  // One layer a chunk, so that the held pairs' activations make the stage's peak.
+  const std::string arch =
+      R"({"model_type":"llama","hidden_size":256,"num_hidden_layers":4,"num_attention_heads":4,)"
+      R"("num_key_value_heads":2,"intermediate_size":688,"vocab_size":1000})";
+  const std::vector<std::string> base = {"--architecture", arch, "--batch", "4", "--seq", "512",
+                                         "--pp",           "2",  "--vpp",   "2"};
+  const auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const auto err = [](const std::vector<std::string>& args) {
+    const CliResult r = run_cli(args);
+    CHECK(r.code == 2);
+    return r.err;
+  };
+  CHECK_THAT(err(with({"--microbatches", "7", "--pp-microbatch-group", "8"})),
+             Catch::Contains("expected 2 <= N <= 7"));
+  CHECK_THAT(err(with({"--microbatches", "7", "--pp-microbatch-group", "3"})),
+             Catch::Contains("the last group of --microbatches 7 holds 1, fewer than --pp 2"));
+  CHECK_THAT(err(with({"--microbatches", "4", "--pp-microbatch-group", "2", "--pp-schedule",
+                       "looped-bfs"})),
+             Catch::Contains("only Megatron-LM's interleaved schedule runs micro-batch groups"));
+  CHECK_THAT(err({"--model", "gpt2", "--pp-microbatch-group", "2"}),
+             Catch::Contains("--pp-microbatch-group: micro-batch groups are the interleaved"));
+  const auto last = [&](std::vector<std::string> more) {
+    return run_json(with(more))["stages"][1]["peak_bytes"].get<std::uint64_t>();
+  };
+  CHECK(last({"--microbatches", "4", "--pp-microbatch-group", "2"}) ==
+        last({"--microbatches", "4"}));
+  // m 6 in groups of 3: F3.1 runs after B2.1, so rank 1 holds 3 chunk-0 pairs and no head
+  // besides the running pair: more than the default's 2 at m 4, less than m 5's head pair.
+  const std::uint64_t m4 = last({"--microbatches", "4"});
+  const std::uint64_t m6 = last({"--microbatches", "6", "--pp-microbatch-group", "3"});
+  const std::uint64_t m5 = last({"--microbatches", "5", "--pp-microbatch-group", "3"});
+  CHECK(m4 < m6);
+  CHECK(m6 < m5);
+}
+
 TEST_CASE("kv heads fewer than the tensor-parallel ranks are replicated, and said so") {
   const json j = run_json({"--model", "llama-3-8b", "--tp", "16"});
   bool said = false;
@@ -502,10 +547,11 @@ const char* kSmallMoe =
     R"("num_attention_heads":4,"num_key_value_heads":4,"intermediate_size":32,)"
     R"("num_local_experts":8,"num_experts_per_tok":2})";
 
-std::map<std::string, std::uint64_t> moe_terms(std::vector<std::string> extra) {
+std::map<std::string, std::uint64_t> moe_terms(std::vector<std::string> extra,
+                                               const std::string& dispatcher = "alltoall") {
   std::vector<std::string> args = {"--architecture",   kSmallMoe, "--precision", "bf16",
                                    "--batch",          "2",       "--seq",       "16",
-                                   "--moe-dispatcher", "alltoall"};
+                                   "--moe-dispatcher", dispatcher};
   args.insert(args.end(), extra.begin(), extra.end());
   std::map<std::string, std::uint64_t> out;
   const json doc = run_json(args);  // the terms are read from it: keep it alive
@@ -550,6 +596,57 @@ TEST_CASE("the all-to-all dispatcher's tensors: router, permutation and the rows
       run_json({"--architecture", kSmallMoe, "--precision", "bf16", "--batch", "2", "--seq", "16"});
   for (const json& t : hf["activations"]["terms"])
     CHECK_FALSE(t["name"].get<std::string>().starts_with("MoE router"));
+}
+
+// Megatron-LM's all-gather dispatcher (token_dispatcher.py @ d98e8a64ddf3), the same small
+// Mixtral: the router's tensors and the experts' rows as the all-to-all's; the dispatcher keeps
+// the local routing map, N e x E/e bools, and its transposed copy (masked_select's mask), N x E =
+// 256 B each whatever e, and R int64 permutation indices (8 R B).
+TEST_CASE("the all-gather dispatcher's tensors: the local maps and the rows kept") {
+  const auto rows = [](std::uint64_t R) {
+    return std::map<std::string, std::uint64_t>{
+        {"MoE router: top-k expert indices (int64)", 8 * 32 * 2},
+        {"MoE router: softmax of the top-k scores (fp32)", 4 * 32 * 2},
+        {"MoE dispatcher: local routing map (bool, local_map)", 32 * 8},
+        {"MoE dispatcher: transposed local routing map (bool, masked_select's mask)", 32 * 8},
+        {"MoE dispatcher: permutation indices of the rows kept (int64)", 8 * R},
+        {"MoE experts: fc1 input (the rows received)", 2 * R * 64},
+        {"MoE experts: fc1 output (SwiGLU input)", 2 * R * 2 * 32},
+        {"MoE experts: fc2 input (activation output)", 2 * R * 32},
+        {"MoE experts: routing probabilities received (fp32)", 4 * R}};
+  };
+  // Balanced: the e x N = 128 gathered tokens pick 2 of 8 experts each, 2/8 of them this rank's
+  // 2 experts: R = 128 x 2 x 2 / 8 = 64 = N x k.
+  CHECK(moe_terms({"--ep", "4", "--dp", "4"}, "allgather") == rows(64));
+  CHECK(moe_terms({}, "allgather") == rows(64));
+  CHECK(moe_terms({"--ep", "4", "--dp", "4", "--moe-routing", "worst"}, "allgather") == rows(256));
+  CHECK(moe_terms({"--ep", "4", "--dp", "4", "--moe-capacity-factor", "1.25"}, "allgather") ==
+        rows(80));
+  CHECK_THAT(run_cli({"--model", "llama-2-7b", "--moe-dispatcher", "allgather"}).err,
+             Catch::Contains("--moe-dispatcher allgather: the model has no routed experts"));
+}
+
+// The all-gather dispatcher's backward: a candidate moment of the MoE layer's backward as the
+// all-to-all's is, with other buffers. At --ep 4 (N = 32, h = 64, bf16, R = 64) it holds
+// ec N e h = 2 x 32 x 4 x 64 = 16,384 B of gathered tokens (the global buffer), as many of their
+// gradients and ec R h = 8,192 B of rows, 40,960 B; the all-to-all's holds ec N k h = 8,192 B sent
+// and 8,192 B received, 16,384 B. The layers' saved dispatcher tensors differ too: alltoall
+// 256 + 1,024 B a layer, allgather 256 + 256 + 8 x 64 = 1,024 B. Layer 0's backward holds one
+// layer's saved tensors, layer 1's (the last) both: the moments differ by 24,576 - 256 and
+// 24,576 - 512 bytes.
+TEST_CASE("the all-gather dispatcher's backward buffers, exactly") {
+  const auto moments = [](const std::string& dispatcher) {
+    const json doc =
+        run_json({"--architecture", kSmallMoe, "--precision", "bf16", "--batch", "2", "--seq", "16",
+                  "--ep", "4", "--dp", "4", "--moe-dispatcher", dispatcher});
+    std::map<std::string, std::int64_t> out;
+    for (const json& m : doc["peak"]["moments"])
+      out[m["name"].get<std::string>()] = m["bytes"].get<std::int64_t>();
+    return out;
+  };
+  const auto a2a = moments("alltoall"), ag = moments("allgather");
+  CHECK(ag.at("backward_mlp_first_layer") - a2a.at("backward_mlp_first_layer") == 24'576 - 256);
+  CHECK(ag.at("backward_mlp_last_layer") - a2a.at("backward_mlp_last_layer") == 24'576 - 512);
 }
 
 TEST_CASE("the all-to-all dispatcher's options and their rules") {

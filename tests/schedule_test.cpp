@@ -32,18 +32,20 @@ std::string text_of(const std::vector<PipeAction>& actions) {
 }
 
 // Megatron-LM's interleaved schedule (schedules.py @ d98e8a64ddf3) as it computes it: the
-// schedule table of micro-batch groups of p, a virtual micro-batch k's chunk looked up in it (the
-// backward's mirrored), the warm-up of get_pp_rank_microbatches, then forward k + warm-up and
-// backward k in each steady step. With v = 1 it is the 1F1B of the non-interleaved function.
-std::vector<PipeAction> megatron_order(u64 p, u64 v, u64 m, u64 rank) {
+// schedule table of micro-batch groups of n (microbatch_group_size_per_vp_stage, p by default), a
+// virtual micro-batch k's micro-batch and chunk looked up in it (the backward's chunk mirrored),
+// the warm-up of get_pp_rank_microbatches, then forward k + warm-up and backward k in each steady
+// step. With v = 1 it is the 1F1B of the non-interleaved function.
+std::vector<PipeAction> megatron_order(u64 p, u64 v, u64 m, u64 rank, u64 n = 0) {
+  if (n == 0) n = p;
   std::vector<std::pair<u64, u64>> table;  // (micro-batch, chunk)
-  for (u64 group = 0; group < m; group += p) {
-    const u64 end = group + p >= m ? m : group + p;
+  for (u64 group = 0; group < m; group += n) {
+    const u64 end = group + n >= m ? m : group + n;
     for (u64 c = 0; c < v; ++c)
       for (u64 i = group; i < end; ++i) table.emplace_back(i, c);
   }
   const u64 total = m * v;
-  u64 warmup = v == 1 ? p - rank - 1 : 2 * (p - rank - 1) + (v - 1) * p;
+  u64 warmup = v == 1 ? p - rank - 1 : 2 * (p - rank - 1) + (v - 1) * n;
   warmup = std::min(warmup, total);
   const auto fwd = [&](u64 k) {
     return PipeAction{Kind::forward, table[k].first, table[k].second};
@@ -77,6 +79,49 @@ TEST_CASE("1F1B and interleaved 1F1B run in Megatron-LM's order on a grid of p, 
   }
   // 1F1B with fewer micro-batches than stages: every forward is warm-up.
   CHECK(text_of(rank_actions(PipeSchedule::one_f_one_b, 4, 1, 2, 0)) == "F0.0 F1.0 B0.0 B1.0");
+}
+
+// Megatron's microbatch_group_size_per_vp_stage over its whole range: p <= n <= m, the last group
+// (m mod n) empty or at least p, and m not a multiple of p where n allows it.
+TEST_CASE("interleaved 1F1B in Megatron-LM's micro-batch groups on a grid of n") {
+  int checked = 0;
+  for (u64 p = 2; p <= 5; ++p) {
+    for (u64 v = 2; v <= 4; ++v) {
+      for (u64 m = p; m <= 4 * p + 1; ++m) {
+        for (u64 n = p; n <= m; ++n) {
+          if (m % n != 0 && m % n < p) continue;  // Megatron refuses it
+          for (u64 r = 0; r < p; ++r) {
+            INFO("p " << p << " v " << v << " m " << m << " n " << n << " rank " << r);
+            CHECK(text_of(rank_actions(PipeSchedule::interleaved_1f1b, p, v, m, r, n)) ==
+                  text_of(megatron_order(p, v, m, r, n)));
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked > 1000);
+}
+
+// model_parallel_config.py's example (@ d98e8a64ddf3): p 2, v 2, n 3, m 5 runs the forwards
+// 0 1 2 0 1 2 3 4 3 4 (chunks 0 0 0 1 1 1 0 0 1 1). Rank 1 warms up with 2(p - 1 - 1) + (v - 1)
+// x 3 = 3 forwards (one more than with groups of p = 2), then alternates; its backwards mirror
+// the chunks. It holds chunk-0 pairs 0, 1, 2 while it runs chunk 1 of each, and at F4.1 the pairs
+// 3.0, 4.0 and 3.1 (a head): three others at its peak, one with the head, where groups of 2 (m 4)
+// hold two and no head. Rank 0 warms up with 2 + 3 = 5.
+TEST_CASE("Megatron-LM's micro-batch groups of 3 over 2 stages, derived by hand") {
+  CHECK(text_of(rank_actions(PipeSchedule::interleaved_1f1b, 2, 2, 5, 1, 3)) ==
+        "F0.0 F1.0 F2.0 F0.1 B0.1 F1.1 B1.1 F2.1 B2.1 F3.0 B0.0 F4.0 B1.0 F3.1 B2.0 F4.1 B3.1 "
+        "B4.1 B3.0 B4.0");
+  CHECK(text_of(rank_actions(PipeSchedule::interleaved_1f1b, 2, 2, 5, 0, 3)) ==
+        "F0.0 F1.0 F2.0 F0.1 F1.1 F2.1 B0.1 F3.0 B1.1 F4.0 B2.1 F3.1 B0.0 F4.1 B1.0 B2.0 B3.1 "
+        "B4.1 B3.0 B4.0");
+  const auto walk = [](u64 m, u64 n) {
+    return walk_held(rank_actions(PipeSchedule::interleaved_1f1b, 2, 2, m, 1, n), 2, 2, 1);
+  };
+  CHECK(walk(5, 3).others == HeldChunks{3, 0, 1});
+  CHECK(walk(4, 0).others == HeldChunks{2, 0, 0});
+  CHECK(walk(4, 2).others == HeldChunks{2, 0, 0});  // n = p is the default
 }
 
 // Tables derived by hand from PyTorch's schedules.py @ 00722e648b74.

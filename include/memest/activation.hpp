@@ -88,6 +88,9 @@ struct ActivationInputs {
   bool sp = false;       ///< sequence parallelism: norms, dropouts, residuals keep N/t
   /// Megatron-LM's all-to-all token dispatcher and grouped experts (--moe-dispatcher alltoall).
   bool moe_a2a = false;
+  /// With moe_a2a: the tokens reach the experts by Megatron-LM's all-gather dispatcher instead
+  /// (--moe-dispatcher allgather); the experts and the router are the same.
+  bool moe_allgather = false;
   bool moe_worst = false;    ///< dropless, every token of the group routed to this rank's experts
   bool approximate = false;  ///< a shape or family that was not measured
 };

@@ -31,9 +31,11 @@ PipeSchedule parse_pipe_schedule(std::string_view text);
 
 /// How an MoE layer's routed tokens reach their experts (--moe-dispatcher): `hf`, the model
 /// code's own layer (every expert on the device loops over its tokens; Hugging Face's Mixtral
-/// and DeepSeek blocks), or `alltoall`, Megatron-LM's MoEAlltoAllTokenDispatcher with its
-/// grouped experts (docs/parallelism.md, "Expert parallelism's own memory").
-enum class MoeDispatcher : std::uint8_t { hf, alltoall };
+/// and DeepSeek blocks), `alltoall`, Megatron-LM's MoEAlltoAllTokenDispatcher with its grouped
+/// experts, or `allgather`, its MoEAllGatherTokenDispatcher (every token of the TP x EP group
+/// gathered, the rows of the rank's experts picked out) with the same experts
+/// (docs/parallelism.md, "Expert parallelism's own memory").
+enum class MoeDispatcher : std::uint8_t { hf, alltoall, allgather };
 /// The names --moe-dispatcher takes, in MoeDispatcher's order.
 std::span<const std::string_view> moe_dispatcher_names();
 /// Reads a --moe-dispatcher name; throws Error naming the names.
@@ -90,6 +92,10 @@ struct ParallelSpec {
   std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
   /// --pp-schedule; unset: 1F1B, or interleaved 1F1B with virtual stages.
   std::optional<PipeSchedule> pp_schedule;
+  /// Megatron-LM's microbatch_group_size_per_vp_stage (--pp-microbatch-group): the interleaved
+  /// schedule runs groups of this many micro-batches through a model chunk before the next;
+  /// 0 = the pipeline size p, Megatron's default.
+  std::uint64_t microbatch_group = 0;
   std::uint64_t context = 1;  ///< context-parallel ranks (the sequence split c ways)
   std::uint64_t expert = 1;   ///< expert-parallel ranks (routed experts split e ways)
   MoeDispatcher moe_dispatcher = MoeDispatcher::hf;  ///< how routed tokens reach the experts

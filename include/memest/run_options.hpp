@@ -55,9 +55,10 @@ struct RunOptions {
   FlagSetting softmax_keeps_input;  ///< PyTorch < 1.11's softmax backward (docs/activations.md)
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,
-      virtual_stages, microbatches, pp_schedule, first_stage_layers, last_stage_layers,
-      context_parallel, expert_parallel, moe_dispatcher, moe_routing, moe_capacity_factor,
-      vocab_multiple, fsdp, fsdp_version, fsdp_group, fsdp_param_dtype, fsdp_reduce_dtype;
+      virtual_stages, microbatches, pp_schedule, pp_microbatch_group, first_stage_layers,
+      last_stage_layers, context_parallel, expert_parallel, moe_dispatcher, moe_routing,
+      moe_capacity_factor, vocab_multiple, fsdp, fsdp_version, fsdp_group, fsdp_param_dtype,
+      fsdp_reduce_dtype;
   FlagSetting sequence_parallel, distributed_optimizer, ddp_bucket_view, fsdp_orig_params,
       fsdp_sync_module_states, fsdp_no_sync, load_full;
   // hardware

@@ -290,6 +290,11 @@ void resolve_model_split(const RunOptions& o, ParallelSpec& p) {
   const auto layers = [](const TextSetting& s, std::uint64_t& out) {
     if (s) out = parse_setting(*s, [](std::string_view v) { return parse_positive(v, "layers"); });
   };
+  if (o.pp_microbatch_group) {
+    p.microbatch_group = parse_setting(*o.pp_microbatch_group, [](std::string_view v) {
+      return parse_positive(v, "micro-batches");
+    });
+  }
   layers(o.first_stage_layers, p.first_stage_layers);
   layers(o.last_stage_layers, p.last_stage_layers);
   if (o.pp_schedule) {
@@ -587,6 +592,7 @@ void check_layout_where(const RunSpec& run, const RunOptions& o) {
         {"--cp", &o.context_parallel},
         {"--ep", &o.expert_parallel},
         {"--pp-schedule", &o.pp_schedule},
+        {"--pp-microbatch-group", &o.pp_microbatch_group},
         {"--first-stage-layers", &o.first_stage_layers},
         {"--last-stage-layers", &o.last_stage_layers}};
     std::istringstream in(e.what());

@@ -367,6 +367,10 @@ std::vector<RunOptionInfo> build_table() {
                " (default 1f1b, interleaved-1f1b with --vpp)",
            &R::pp_schedule, K::choice, {"", "--vpp: 1f1b, or interleaved-1f1b with --vpp"},
            pipe_schedule_names),
+      text("--pp-microbatch-group", "parallel", "pp_microbatch_group", "N",
+           "Micro-batches the interleaved schedule runs through a model chunk before the next "
+           "(Megatron's --microbatch-group-size-per-virtual-pipeline-stage; default --pp)",
+           &R::pp_microbatch_group, K::count, {"", "--pp"}),
       text("--first-stage-layers", "parallel", "first_stage_layers", "N",
            "Layers of the first pipeline stage, the rest split evenly (Megatron's "
            "--decoder-first-pipeline-num-layers)",
@@ -382,8 +386,8 @@ std::vector<RunOptionInfo> build_table() {
            "Expert-parallel ranks: the routed experts split N ways", &R::expert_parallel, K::count,
            {"1", ""}),
       text("--moe-dispatcher", "parallel", "moe_dispatcher", "NAME",
-           "How routed tokens reach their experts: hf (the model code's MoE layer) or alltoall "
-           "(Megatron-LM's all-to-all token dispatcher and grouped experts)",
+           "How routed tokens reach their experts: hf (the model code's MoE layer), alltoall or "
+           "allgather (Megatron-LM's all-to-all or all-gather token dispatcher, grouped experts)",
            &R::moe_dispatcher, K::choice, {"", "hf: the model code's MoE layer"},
            moe_dispatcher_names),
       text("--moe-routing", "parallel", "moe_routing", "NAME",

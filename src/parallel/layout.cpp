@@ -26,7 +26,7 @@
 namespace memest {
 namespace {
 
-constexpr std::array<std::string_view, 2> kDispatcherNames = {"hf", "alltoall"};
+constexpr std::array<std::string_view, 3> kDispatcherNames = {"hf", "alltoall", "allgather"};
 constexpr std::array<std::string_view, 2> kRoutingNames = {"balanced", "worst"};
 
 u64 round_up_to(u64 v, u64 m) { return checked_mul(ceil_div(v, m), m); }
@@ -142,6 +142,30 @@ u64 rank_chunks(const ParallelSpec& p) {
   return p.pipeline > 1 ? schedule_chunks(p.schedule(), p.virtual_stages) : 1;
 }
 
+// Megatron-LM's rules for its micro-batch groups (schedules.py @ d98e8a64ddf3,
+// forward_backward_pipelining_with_interleaving): p <= n <= m, and the last group, m mod n, is
+// empty or holds at least p (a ValueError and a RuntimeError there). Only its interleaved 1F1B
+// has groups.
+void check_group(const ParallelSpec& p, u64 m, bool interleaved, std::vector<std::string>& out) {
+  const u64 n = p.microbatch_group;
+  if (!interleaved) {
+    out.push_back(fmt::format(
+        "--pp-microbatch-group {}: only Megatron-LM's interleaved schedule runs micro-batch "
+        "groups (expected --vpp 2 or more with --pp-schedule interleaved-1f1b, or no group)",
+        n));
+  } else if (n < p.pipeline || n > m) {
+    out.push_back(fmt::format(
+        "--pp-microbatch-group {}: Megatron-LM takes a group of --pp {} to --microbatches {} "
+        "micro-batches (expected {} <= N <= {})",
+        n, p.pipeline, m, p.pipeline, m));
+  } else if (m % n != 0 && m % n < p.pipeline) {
+    out.push_back(fmt::format(
+        "--pp-microbatch-group {}: the last group of --microbatches {} holds {}, fewer than "
+        "--pp {} (Megatron-LM's rule: expected m mod N = 0 or at least p)",
+        n, m, m % n, p.pipeline));
+  }
+}
+
 // A schedule's own rules: one chunk per rank for GPipe and 1F1B, two for ZB-V; the micro-batches
 // of the interleaved schedules fill the pipeline (Megatron-LM's rule, and PyTorch's rounds).
 void check_schedule(const ParallelSpec& p, u64 m, std::vector<std::string>& out) {
@@ -164,11 +188,15 @@ void check_schedule(const ParallelSpec& p, u64 m, std::vector<std::string>& out)
         fmt::format("--microbatches {}: dualpipev needs at least as many micro-batches as its "
                     "2 x --pp {} stages (PyTorch's rule)",
                     m, p.pipeline));
-  if (s == PipeSchedule::interleaved_1f1b && p.virtual_stages > 1 && m % p.pipeline != 0)
+  const bool interleaved = s == PipeSchedule::interleaved_1f1b && p.virtual_stages > 1;
+  if (p.microbatch_group > 0) {
+    check_group(p, m, interleaved, out);
+  } else if (interleaved && m % p.pipeline != 0) {
     out.push_back(
         fmt::format("--microbatches {}: the interleaved schedule needs a multiple of "
                     "--pp {} (Megatron-LM's rule)",
                     m, p.pipeline));
+  }
   const u64 rounds = std::max<u64>(1, m / p.pipeline);
   if (s == PipeSchedule::interleaved_zero_bubble && m % rounds != 0)
     out.push_back(
@@ -225,15 +253,17 @@ void check_experts(const Architecture& a, const ParallelSpec& p, std::vector<std
 void check_dispatcher(const RunSpec& run, std::vector<std::string>& out) {
   const ParallelSpec& p = run.parallel;
   if (p.moe_dispatcher == MoeDispatcher::hf) return;
+  const std::string_view name = kDispatcherNames.at(static_cast<std::size_t>(p.moe_dispatcher));
   if (full_architecture(run).num_experts == 0)
-    out.emplace_back(
-        "--moe-dispatcher alltoall: the model has no routed experts (expected --moe-dispatcher "
-        "hf)");
+    out.push_back(
+        fmt::format("--moe-dispatcher {}: the model has no routed experts (expected "
+                    "--moe-dispatcher hf)",
+                    name));
   if (p.tensor > 1 && !p.sequence)
-    out.push_back(fmt::format(
-        "--moe-dispatcher alltoall: Megatron-LM's MoE layer refuses --tp {} without sequence "
-        "parallelism (expected --sp)",
-        p.tensor));
+    out.push_back(
+        fmt::format("--moe-dispatcher {}: Megatron-LM's MoE layer refuses --tp {} without sequence "
+                    "parallelism (expected --sp)",
+                    name, p.tensor));
 }
 
 }  // namespace
@@ -256,6 +286,10 @@ void check_layout(const RunSpec& run) {
         "(expected --tp 2 or more)");
   if (p.virtual_stages > 1 && p.pipeline == 1)
     problems.emplace_back("--vpp: virtual stages need a pipeline (expected --pp 2 or more)");
+  if (p.microbatch_group > 0 && p.pipeline == 1)
+    problems.emplace_back(
+        "--pp-microbatch-group: micro-batch groups are the interleaved schedule's (expected --pp "
+        "2 or more and --vpp 2 or more)");
   const bool fsdp_sync = run.training.model_loading == ModelLoading::fsdp_sync;
   if (fsdp_sync && p.pipeline > 1)
     problems.emplace_back(
@@ -305,7 +339,8 @@ HeldAtPeak walk_stage(const ParallelSpec& p, u64 stage, u64 m) {
   const PipeSchedule s = p.schedule();
   const u64 chunks = rank_chunks(p);
   const Ends e = ends_of(s, p.pipeline, chunks, stage);
-  const std::vector<PipeAction> actions = rank_actions(s, p.pipeline, chunks, m, stage);
+  const std::vector<PipeAction> actions =
+      rank_actions(s, p.pipeline, chunks, m, stage, p.microbatch_group);
   return walk_held(actions, chunks, e.embedding, e.head);
 }
 
@@ -317,7 +352,7 @@ std::vector<HeldChunks> stage_schedule_held(const RunSpec& run, std::uint64_t st
   const u64 chunks = rank_chunks(p);
   const Ends e = ends_of(s, p.pipeline, chunks, stage);
   const std::vector<PipeAction> actions =
-      rank_actions(s, p.pipeline, chunks, microbatches_of(run), stage);
+      rank_actions(s, p.pipeline, chunks, microbatches_of(run), stage, p.microbatch_group);
   return held_per_step(actions, chunks, e.embedding, e.head);
 }
 

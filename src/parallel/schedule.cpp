@@ -5,7 +5,8 @@
 //   one forward and one backward, then the cool-down backwards) and
 //   forward_backward_pipelining_with_interleaving (get_pp_rank_microbatches' warm-up
 //   2(p - rank - 1) + (v - 1) x group, capped at m x v, which is the all-warm-up case;
-//   get_schedule_table's micro-batch groups of microbatch_group_size_per_vp_stage, p by default).
+//   get_schedule_table's micro-batch groups of microbatch_group_size_per_vp_stage, p by default;
+//   megatron_groups below for another group size).
 // - PyTorch torch/distributed/pipelining/schedules.py @ 00722e648b74: ScheduleGPipe,
 //   Schedule1F1B, ScheduleLoopedBFS, ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble
 //   (_get_warmup_ops, _get_1f1b_rank_ops), ScheduleZBVZeroBubble
@@ -109,6 +110,38 @@ struct Interleaved {
     return out;
   }
 };
+
+// Megatron-LM's interleaved 1F1B with micro-batch groups of n (schedules.py @ d98e8a64ddf3,
+// microbatch_group_size_per_vp_stage): get_schedule_table runs each group of n micro-batches (the
+// last one the m mod n left) through chunk 0, then chunk 1, ...; the k-th forward is the table's
+// k-th entry, the k-th backward the same entry with its chunk mirrored (get_model_chunk_id), each
+// chunk's backwards in the order of its forwards (input_tensors[chunk].pop(0)). The warm-up is
+// get_pp_rank_microbatches': 2(p - rank - 1) + (v - 1) x n, capped at m x v.
+std::vector<PipeAction> megatron_groups(u64 p, u64 v, u64 m, u64 rank, u64 n) {
+  std::vector<u64> table;  // the chunk of each virtual micro-batch
+  for (u64 first = 0; first < m; first += n) {
+    const u64 size = std::min(n, m - first);
+    for (u64 c = 0; c < v; ++c) table.insert(table.end(), size, c);
+  }
+  const u64 total = m * v, warmup = std::min(2 * (p - rank - 1) + (v - 1) * n, total);
+  std::vector<u64> fwd(v), bwd(v);
+  std::vector<PipeAction> out;
+  const auto forward = [&](u64 k) {
+    const u64 c = table[k];
+    out.push_back({Kind::forward, fwd[c]++, c});
+  };
+  const auto backward = [&](u64 k) {
+    const u64 c = v - 1 - table[k];
+    out.push_back({Kind::backward, bwd[c]++, c});
+  };
+  for (u64 k = 0; k < warmup; ++k) forward(k);
+  for (u64 k = 0; k + warmup < total; ++k) {
+    forward(k + warmup);
+    backward(k);
+  }
+  for (u64 k = total - warmup; k < total; ++k) backward(k);
+  return out;
+}
 
 // ZB-V (ScheduleZBVZeroBubble): two chunks per rank in a V; chunk 0 is stage `rank`, chunk 1
 // stage 2p - 1 - rank. Micro-batches past m in its padded count (at least 2p - 1) are idle slots.
@@ -260,8 +293,10 @@ u64 chunk_stage(PipeSchedule schedule, u64 stages, u64 rank, u64 chunk) {
   return chunk * stages + rank;
 }
 
-std::vector<PipeAction> rank_actions(PipeSchedule schedule, u64 stages, u64 chunks, u64 m,
-                                     u64 rank) {
+std::vector<PipeAction> rank_actions(PipeSchedule schedule, u64 stages, u64 chunks, u64 m, u64 rank,
+                                     u64 group) {
+  if (schedule == PipeSchedule::interleaved_1f1b && group > 0)
+    return megatron_groups(stages, chunks, m, rank, group);
   switch (schedule) {
     case PipeSchedule::gpipe:
       return gpipe(m);

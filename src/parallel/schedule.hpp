@@ -34,10 +34,12 @@ std::uint64_t chunk_stage(PipeSchedule schedule, std::uint64_t stages, std::uint
                           std::uint64_t chunk);
 
 /// The steps of rank `rank` of `stages` over `microbatches` micro-batches with `chunks` model
-/// chunks per rank, in the order the framework runs them (idle slots left out).
+/// chunks per rank, in the order the framework runs them (idle slots left out). A `group` > 0
+/// runs interleaved 1F1B in Megatron-LM's micro-batch groups of that size
+/// (microbatch_group_size_per_vp_stage; 0: groups of `stages`, PyTorch's and Megatron's default).
 std::vector<PipeAction> rank_actions(PipeSchedule schedule, std::uint64_t stages,
                                      std::uint64_t chunks, std::uint64_t microbatches,
-                                     std::uint64_t rank);
+                                     std::uint64_t rank, std::uint64_t group = 0);
 
 /// What a rank holds besides the step it runs, at the step where that is the most.
 struct HeldAtPeak {

@@ -399,9 +399,13 @@ class Saver {
     const Sym k = dims_.topk;
     add("MoE router: top-k expert indices (int64)", sc, Slot::mlp, 8, shape({tokens_, k}));
     add("MoE router: softmax of the top-k scores (fp32)", sc, Slot::mlp, 4, shape({tokens_, k}));
-    add("MoE dispatcher: routing map (bool)", sc, Slot::mlp, 1, shape({tokens_, dims_.E}));
-    add("MoE dispatcher: token and probability permutation indices (int64)", sc, Slot::mlp, 8,
-        shape({dim("2", 2), tokens_, k}));
+    if (in_.moe_allgather) {
+      allgather_dispatcher();
+    } else {
+      add("MoE dispatcher: routing map (bool)", sc, Slot::mlp, 1, shape({tokens_, dims_.E}));
+      add("MoE dispatcher: token and probability permutation indices (int64)", sc, Slot::mlp, 8,
+          shape({dim("2", 2), tokens_, k}));
+    }
     const u64 ec = in_.ec;
     add("MoE experts: fc1 input (the rows received)", sc, Slot::mlp, ec,
         routed_rows(in_, dims_.h, "k*c*h"));
@@ -427,6 +431,23 @@ class Saver {
             shape({dim("2", 2), sym::N}));
       }
     }
+  }
+
+  // Megatron-LM's all-gather dispatcher (token_dispatcher.py @ d98e8a64ddf3,
+  // MoEAllGatherTokenDispatcher): the routing map gathered over the TP x EP group, N x e tokens
+  // (N/t x t x e), and its columns of this rank's E/e experts copied out (local_map, an attribute
+  // the dispatcher keeps until the layer's next forward); the probabilities picked with
+  // local_probs.T.contiguous().masked_select(local_map.T.contiguous()), whose backward keeps that
+  // transposed mask; moe_utils.py permute (unfused, the default) keeps index_select's index, the
+  // rows' sorted_indices. Both masks are N x e x E/e = N x E bools.
+  void allgather_dispatcher() {
+    const Scope sc = Scope::moe_mlp;
+    add("MoE dispatcher: local routing map (bool, local_map)", sc, Slot::mlp, 1,
+        shape({sym::N, dims_.E}));
+    add("MoE dispatcher: transposed local routing map (bool, masked_select's mask)", sc, Slot::mlp,
+        1, shape({sym::N, dims_.E}));
+    add("MoE dispatcher: permutation indices of the rows kept (int64)", sc, Slot::mlp, 1,
+        routed_rows(in_, dim("8", 8), "k*c*8"));
   }
 
   void shared() {

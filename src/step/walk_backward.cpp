@@ -97,7 +97,9 @@ void Walker::llama_mlp_backward(u64 j, std::uint32_t down_grad) {
   ++two.rank;
   writer_.add(temp("gradients of act(gate) and of up (MulBackward0)", Part::other, in_.ec, two));
   writer_.end();
-  if (in_.moe_layers > 0 && in_.moe_a2a) {
+  if (in_.moe_layers > 0 && in_.moe_allgather) {
+    allgather_backward(j);
+  } else if (in_.moe_layers > 0 && in_.moe_a2a) {
     // The combine's all-to-all in backward (the dispatch's is the same pair reversed): the
     // gradients of this rank's N x top_k routed copies sent, and of the rows its experts got;
     // with dense layers too, beside the layer the walk carries (the larger kind).
@@ -120,6 +122,33 @@ void Walker::llama_mlp_backward(u64 j, std::uint32_t down_grad) {
   writer_.add(temp("dequantized down_proj weight (for the input gradient)", Part::other, in_.ec,
                    shape({dim("h", in_.h), m.width})));
   writer_.add(temp("gradient of the down_proj input", Part::other, in_.ec, m.tokens_width));
+  writer_.end();
+}
+
+// Megatron-LM's all-gather dispatcher in backward (token_dispatcher.py @ d98e8a64ddf3,
+// MoEAllGatherTokenDispatcher): the combine's reduce-scatter over the TP x EP group runs backward
+// as an all-gather of the output gradient, N x e tokens, and unpermute's backward picks the rows
+// of this rank's experts from it; the dispatch's permute runs backward as an index_add of those
+// rows' gradients into N x e zeroed tokens, which its all-gather's backward reduce-scatters. Both
+// hold N x e tokens and the rows at once. The probabilities are in the logits' dtype
+// (moe_utils.py topk_routing_with_score_function, probs.type_as(logits)), so the combine's
+// .to(local_probs.dtype) copies nothing. The gathered tokens of the forward stay in Megatron's
+// global memory buffer (gather_from_sequence_parallel_region, use_global_buffer=True), counted
+// here only: it lives from the first MoE forward to the end of the run.
+void Walker::allgather_backward(u64 j) {
+  begin(MomentKind::backward_mlp, j);
+  layer_backward_base(j);
+  layers(j, 1);
+  layer_copies_but_down();
+  const Sym h = dim("h", in_.h);
+  const Shape gathered = shape({sym::N, dim("e", in_.ep), h});
+  if (in_.t > 1 || in_.ep > 1)  // token_dispatch gathers only over more than one rank
+    writer_.add(temp("MoE all-gather: gathered tokens (Megatron's global memory buffer)",
+                     Part::other, in_.ec, gathered));
+  writer_.add(
+      temp("MoE all-gather: gradients of the gathered tokens", Part::other, in_.ec, gathered));
+  writer_.add(temp("MoE all-gather: gradients of the rows kept", Part::other, in_.ec,
+                   routed_rows(in_, h, "k*c*h")));
   writer_.end();
 }
 
