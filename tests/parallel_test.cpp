@@ -199,7 +199,7 @@ TEST_CASE("a layout that does not fit the model is refused, one line per problem
 // group of 3 over m 5 holds one pair more on the last stage than the default at m 4, one with
 // the head (the hand derivation of tests/schedule_test.cpp: 3 others, one with the head, against
 // 2).
-TEST_CASE("--pp-microbatch-group: Megatron-LM's rules and its bytes") {
+TEST_CASE("Megatron-LM's micro-batch groups (--pp-microbatch-group): its rules and its bytes") {
   // One layer a chunk, so that the held pairs' activations make the stage's peak.
   const std::string arch =
       R"({"model_type":"llama","hidden_size":256,"num_hidden_layers":4,"num_attention_heads":4,)"

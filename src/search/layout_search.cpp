@@ -168,7 +168,10 @@ std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus,
             p.pipeline = s.pp;
             p.virtual_stages = sc.chunks;
             p.pp_schedule = sc.schedule;
-            p.microbatches = s.pp > 1 ? std::max(run.training.grad_accum, s.pp) : 0;
+            // m = max(grad_accum, p), DualPipeV's 2p at least (PyTorch's rule for it).
+            const bool dual = sc.schedule == PipeSchedule::dualpipev;
+            p.microbatches =
+                s.pp > 1 ? std::max(run.training.grad_accum, dual ? 2 * s.pp : s.pp) : 0;
             p.context = s.cp;
             p.data_parallel = s.dp;
             p.zero_stage = zero;
