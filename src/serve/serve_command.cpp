@@ -290,7 +290,7 @@ ServeInputs read_inputs(std::map<std::string, std::string> g) {
 }
 
 // The plain text in Markdown: the table in a text block, as training's reports do.
-std::string as_format(const std::string& format, std::string text) {
+std::string as_format(const std::string& format, const std::string& text) {
   return format == "markdown" ? "```text\n" + text + "```\n" : text;
 }
 
@@ -450,7 +450,7 @@ void llama_cpp_fit_rows(const ServeInputs& in, ServeFit& fit) {
           llama_cpp_probe(estimate, s, fit.target, fit.held_fixed, fit.total_memory), fit.limit);
       row.flags = std::move(flags);
       row.weights = w;
-      row.kv_cache = k == v ? k : k + "/" + v;
+      row.kv_cache = k == v ? k : fmt::format("{}/{}", k, v);
       fit.rows.push_back(std::move(row));
     }
   }
