@@ -10,7 +10,7 @@ the sources whose key is not in .ci/tidy-clean: a source's key is a hash of its 
 project headers it includes and of .clang-tidy, so a changed header re-checks its includers.
 `--record` adds the key of each source as it checks clean (and drops keys no source has); a change that forgets it is
 checked again next time (slower, never skipped). BUILD_DIR needs compile_commands.json (the dev
-preset writes it).
+preset writes it; its unity files stand for their sources, compile_db).
 """
 import hashlib
 import json
@@ -56,6 +56,36 @@ def key(src, config):
     return h.hexdigest()
 
 
+def compile_db(build):
+    """A directory whose compile_commands.json has an entry for every source. The dev preset
+    compiles the libraries as unity files, so BUILD_DIR's lists those; each source of a unity
+    target gets its target's command (the flags are the same for every source of a target)."""
+    entries = json.load(open(os.path.join(build, "compile_commands.json")))
+    listed = {os.path.relpath(e["file"], ROOT) for e in entries}
+    missing = [s for s in sources() if s not in listed]
+    if not missing:
+        return build
+    unity = {}
+    for e in entries:
+        m = re.search(r"CMakeFiles/([^/]+)\.dir/Unity/unity_\d+_cxx\.cxx$", e["file"])
+        if m:
+            unity.setdefault(m.group(1), e)
+    out = list(entries)
+    for src in missing:
+        e = unity.get("memest_cli" if src.startswith("src/cli/") else "memest_core")
+        if e is None:
+            sys.exit(f"tidy: {src}: no compile command in {build}/compile_commands.json")
+        path = os.path.join(ROOT, src)
+        # GCC's unity-only -Wno-subobject-linkage (cmake/Warnings.cmake) is unknown to clang.
+        command = e["command"].replace(e["file"], path).replace(" -Wno-subobject-linkage", "")
+        out.append({"directory": e["directory"], "file": path, "command": command})
+    db = os.path.join(build, "tidy-db")
+    os.makedirs(db, exist_ok=True)
+    with open(os.path.join(db, "compile_commands.json"), "w") as f:
+        json.dump(out, f)
+    return db
+
+
 def tidy(build, src):
     p = subprocess.run(["clang-tidy", "-p", build, "--quiet", os.path.join(ROOT, src)],
                        capture_output=True, text=True)
@@ -72,6 +102,8 @@ def main():
     clean = set(open(RECORD).read().split()) if os.path.exists(RECORD) else set()
     stale = [s for s in keys if mode == "--all" or keys[s] not in clean]
     print(f"tidy: {len(stale)} of {len(keys)} sources changed since the record", flush=True)
+    if stale:
+        build = compile_db(build)
     failed, passed = [], []
     with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         for src, rc, out in pool.map(lambda s: tidy(build, s), stale):
