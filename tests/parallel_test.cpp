@@ -653,7 +653,7 @@ TEST_CASE("the all-to-all dispatcher's options and their rules") {
   CHECK_THAT(run_cli({"--model", "llama-2-7b", "--moe-dispatcher", "alltoall"}).err,
              Catch::Contains("--moe-dispatcher alltoall: the model has no routed experts"));
   CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-routing", "worst"}).err,
-             Catch::Contains("--moe-routing applies to --moe-dispatcher alltoall"));
+             Catch::Contains("--moe-routing applies to --moe-dispatcher alltoall or allgather"));
   CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-dispatcher", "alltoall", "--tp", "2"}).err,
              Catch::Contains("refuses --tp 2 without sequence parallelism"));
   CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-dispatcher", "alltoall",
