@@ -293,6 +293,25 @@ TEST_CASE("vLLM: GPTQ and AWQ int4 groups as each kernel keeps them, from the sh
         2 * rank_layer + 2 * (2 * 256 * 2) + 2 * 512 * 256 * 2 + 256 * 2);
 }
 
+// GPTQ's channelwise checkpoints (group_size -1): one group over each output's whole input, so
+// one fp16 scale (and, with the exllama kernel, one packed zero) per output; Marlin takes them
+// (marlin_utils.py's supported group sizes include -1). The loader refused the -1 before.
+TEST_CASE("vLLM: a channelwise GPTQ checkpoint, group_size -1", "[serve]") {
+  const std::string cw =
+      R"({"quant_method": "gptq", "bits": 4, "group_size": -1, "desc_act": false, "sym": true})";
+  const auto linear = [](std::uint64_t k, std::uint64_t n, bool zeros) {
+    return k * n / 2 + n * 2 + (zeros ? n / 2 : 0);
+  };
+  const auto model = [&](bool zeros) {
+    const std::uint64_t layer = linear(256, 256, zeros) + 2 * linear(256, 128, zeros) +
+                                linear(256, 256, zeros) + 2 * linear(256, 512, zeros) +
+                                linear(512, 256, zeros);
+    return 2 * layer + kInt4Rest;
+  };
+  CHECK(int_quant_weights(cw, {}) == model(false));
+  CHECK(int_quant_weights(cw, {"--quantization", "gptq"}) == model(true));
+}
+
 TEST_CASE("vLLM: --quantization gptq or awq needs that checkpoint", "[serve]") {
   const auto r = run_cli({"serve", "--model", "llama-3.1-8b", "--quantization", "gptq"});
   CHECK(r.code == 2);

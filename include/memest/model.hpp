@@ -235,9 +235,9 @@ struct CheckpointQuant {
   /// GPTQ and AWQ: the quantization_config's own keys, as vLLM's GPTQ/AWQ configs read them
   /// (serving sizes each packed tensor from them).
   std::uint64_t bits = 0;
-  std::uint64_t group_size = 0;
-  bool desc_act = false;  ///< GPTQ's activation order (g_idx kept)
-  bool sym = true;        ///< GPTQ: symmetric (no zero points in Marlin's layout)
+  std::uint64_t group_size = 0;  ///< inputs per group; 0: one group per output (group_size -1)
+  bool desc_act = false;         ///< GPTQ's activation order (g_idx kept)
+  bool sym = true;               ///< GPTQ: symmetric (no zero points in Marlin's layout)
 
   bool operator==(const CheckpointQuant&) const = default;
 };

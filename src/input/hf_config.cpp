@@ -83,12 +83,22 @@ std::optional<CheckpointQuant> read_quantization(const JsonObject& root) {
                     : "int8 values (LLM.int8)";
   } else if (c.method == "gptq" || c.method == "awq") {
     const std::uint64_t bits = q.uint({"bits", "w_bit"}, 4);
-    const std::uint64_t group = q.uint({"group_size", "q_group_size"}, 128);
-    // Per group: an fp16 scale and a packed zero point of `bits`.
+    // group_size -1: one group over each output's whole input (GPTQ's channelwise), kept as 0.
+    const auto given = q.find({"group_size", "q_group_size"});
+    const bool channelwise =
+        given && given->json().is_number_integer() && given->json().get<std::int64_t>() == -1;
+    const std::uint64_t group = channelwise ? 0 : q.uint({"group_size", "q_group_size"}, 128);
+    // Per group: an fp16 scale and a packed zero point of `bits` (per output channel: a few
+    // thousandths of a bit a weight, left out of the figure).
     c.bits_per_weight =
-        static_cast<double>(bits) + static_cast<double>(16 + bits) / static_cast<double>(group);
-    c.detail =
-        fmt::format("{}-bit values + an fp16 scale and a {}-bit zero per {}", bits, bits, group);
+        static_cast<double>(bits) +
+        (channelwise ? 0.0 : static_cast<double>(16 + bits) / static_cast<double>(group));
+    c.detail = channelwise ? fmt::format(
+                                 "{}-bit values + an fp16 scale and a {}-bit zero per "
+                                 "output channel (group_size -1)",
+                                 bits, bits)
+                           : fmt::format("{}-bit values + an fp16 scale and a {}-bit zero per {}",
+                                         bits, bits, group);
     c.bits = bits;
     c.group_size = group;
     c.desc_act = q.boolean({"desc_act"}, false);

@@ -223,7 +223,8 @@ u64 default_kv_width(const VllmSettings& s, Dtype dtype) {
 // --quantization gptq or awq asks for the other kernel.
 bool marlin_takes(const CheckpointQuant& c) {
   const bool bits = c.bits == 4 || c.bits == 8;
-  const bool group = c.group_size == 32 || c.group_size == 64 || c.group_size == 128;
+  const bool group =
+      c.group_size == 0 || c.group_size == 32 || c.group_size == 64 || c.group_size == 128;
   return bits && group && (c.method == "awq" || c.sym);
 }
 
