@@ -183,7 +183,7 @@ void check_schedule(const ParallelSpec& p, u64 m, std::vector<std::string>& out)
         fmt::format("--vpp {}: {} runs two model chunks per rank in a V "
                     "(expected --vpp 2 or none)",
                     p.virtual_stages, name));
-  if (s == PipeSchedule::dualpipev && m < 2 * p.pipeline)
+  if (m < least_microbatches(s, p.pipeline))
     out.push_back(
         fmt::format("--microbatches {}: dualpipev needs at least as many micro-batches as its "
                     "2 x --pp {} stages (PyTorch's rule)",

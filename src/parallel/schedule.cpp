@@ -273,6 +273,10 @@ std::string_view schedule_name(PipeSchedule schedule) {
   return kScheduleNames.at(static_cast<std::size_t>(schedule));
 }
 
+u64 least_microbatches(PipeSchedule schedule, u64 stages) {
+  return schedule == PipeSchedule::dualpipev ? 2 * stages : 1;
+}
+
 u64 schedule_chunks(PipeSchedule schedule, u64 virtual_stages) {
   switch (schedule) {
     case PipeSchedule::gpipe:

@@ -27,6 +27,10 @@ struct PipeAction {
 /// schedules, else `virtual_stages`.
 std::uint64_t schedule_chunks(PipeSchedule schedule, std::uint64_t virtual_stages);
 
+/// The fewest micro-batches `schedule` runs on `stages` ranks: DualPipeV's 2p (PyTorch's
+/// ScheduleDualPipeV refuses fewer), 1 for the others.
+std::uint64_t least_microbatches(PipeSchedule schedule, std::uint64_t stages);
+
 /// The global stage (0 .. p x chunks - 1, in the order a micro-batch runs through them) of chunk
 /// `chunk` of rank `rank`: looped (chunk x p + rank), or V-shaped for zbv-zero-bubble and
 /// dualpipev (rank, then 2p - 1 - rank).

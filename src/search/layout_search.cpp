@@ -1,6 +1,7 @@
 // `fit --gpus`: the layouts of a number of GPUs that fit a budget (docs/parallelism.md). Each
 // layout is estimated per device and per stage like any run; nothing about speed is modelled.
 #include "parallel/layout.hpp"
+#include "parallel/schedule.hpp"
 
 #include <memest/check.hpp>
 #include <memest/error.hpp>
@@ -168,10 +169,9 @@ std::vector<ParallelSpec> candidate_layouts(const RunSpec& run, u64 gpus,
             p.pipeline = s.pp;
             p.virtual_stages = sc.chunks;
             p.pp_schedule = sc.schedule;
-            // m = max(grad_accum, p), DualPipeV's 2p at least (PyTorch's rule for it).
-            const bool dual = sc.schedule == PipeSchedule::dualpipev;
-            p.microbatches =
-                s.pp > 1 ? std::max(run.training.grad_accum, dual ? 2 * s.pp : s.pp) : 0;
+            // m = max(grad_accum, p), and at least what the schedule runs (DualPipeV's 2p).
+            const u64 least = std::max(s.pp, least_microbatches(p.schedule(), s.pp));
+            p.microbatches = s.pp > 1 ? std::max(run.training.grad_accum, least) : 0;
             p.context = s.cp;
             p.data_parallel = s.dp;
             p.zero_stage = zero;
