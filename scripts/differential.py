@@ -119,7 +119,7 @@ VALUES = {
     "--last-stage-layers": lambda r: str(r.choice([1, 2, 3, 5])),
     "--cp": lambda r: str(r.choice([1, 2, 4])),
     "--ep": lambda r: str(r.choice([1, 2, 4, 8])),
-    "--moe-dispatcher": lambda r: r.choice(["hf", "alltoall", "allgather"]),
+    "--moe-dispatcher": lambda r: r.choice(["hf", "alltoall", "allgather", "torchtitan"]),
     "--moe-routing": lambda r: r.choice(["balanced", "worst"]),
     "--moe-capacity-factor": lambda r: r.choice(["1", "1.25", "2"]),
     "--vocab-multiple": lambda r: str(r.choice([1, 64, 128])),

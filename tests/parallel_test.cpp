@@ -548,8 +548,9 @@ const char* kSmallMoe =
     R"("num_local_experts":8,"num_experts_per_tok":2})";
 
 std::map<std::string, std::uint64_t> moe_terms(std::vector<std::string> extra,
-                                               const std::string& dispatcher = "alltoall") {
-  std::vector<std::string> args = {"--architecture",   kSmallMoe, "--precision", "bf16",
+                                               const std::string& dispatcher = "alltoall",
+                                               const std::string& precision = "bf16") {
+  std::vector<std::string> args = {"--architecture",   kSmallMoe, "--precision", precision,
                                    "--batch",          "2",       "--seq",       "16",
                                    "--moe-dispatcher", dispatcher};
   args.insert(args.end(), extra.begin(), extra.end());
@@ -568,7 +569,8 @@ std::map<std::string, std::uint64_t> moe_terms(std::vector<std::string> extra,
 // bf16 = 2 B): the router keeps N x k int64 indices (512 B) and N x k fp32 softmax outputs
 // (256 B), the dispatcher an N x E bool routing map (256 B) and two N x k int64 permutations
 // (1,024 B); the experts' R received rows keep fc1's input (R x h), fc1's output (R x 2I, the
-// SwiGLU input) and fc2's input (R x I) in bf16, and R fp32 probabilities.
+// SwiGLU input) and fc2's input (R x I) in bf16, and R probabilities in the logits' dtype, bf16
+// here (router.py gating: router_dtype = input.dtype; moe_utils.py: probs.type_as(logits)).
 TEST_CASE("the all-to-all dispatcher's tensors: router, permutation and the rows received") {
   const auto rows = [](std::uint64_t R) {
     return std::map<std::string, std::uint64_t>{
@@ -579,7 +581,7 @@ TEST_CASE("the all-to-all dispatcher's tensors: router, permutation and the rows
         {"MoE experts: fc1 input (the rows received)", 2 * R * 64},
         {"MoE experts: fc1 output (SwiGLU input)", 2 * R * 2 * 32},
         {"MoE experts: fc2 input (activation output)", 2 * R * 32},
-        {"MoE experts: routing probabilities received (fp32)", 4 * R}};
+        {"MoE experts: routing probabilities received (the logits' dtype)", 2 * R}};
   };
   // Balanced: R = N x k = 64, whatever the expert-parallel size.
   CHECK(moe_terms({"--ep", "4", "--dp", "4"}) == rows(64));
@@ -613,7 +615,7 @@ TEST_CASE("the all-gather dispatcher's tensors: the local maps and the rows kept
         {"MoE experts: fc1 input (the rows received)", 2 * R * 64},
         {"MoE experts: fc1 output (SwiGLU input)", 2 * R * 2 * 32},
         {"MoE experts: fc2 input (activation output)", 2 * R * 32},
-        {"MoE experts: routing probabilities received (fp32)", 4 * R}};
+        {"MoE experts: routing probabilities received (the logits' dtype)", 2 * R}};
   };
   // Balanced: the e x N = 128 gathered tokens pick 2 of 8 experts each, 2/8 of them this rank's
   // 2 experts: R = 128 x 2 x 2 / 8 = 64 = N x k.
@@ -649,11 +651,98 @@ TEST_CASE("the all-gather dispatcher's backward buffers, exactly") {
   CHECK(ag.at("backward_mlp_last_layer") - a2a.at("backward_mlp_last_layer") == 24'576 - 512);
 }
 
+// torchtitan's MoE layer (torchtitan @ b5bcd76c6, models/common/moe.py, token_dispatcher.py;
+// docs/parallelism.md), one MoE layer of one rank of the small Mixtral (N = 32, k = 2, E = 8,
+// h = 64, I = 32, bf16): the gate under autocast to fp32 keeps fp32 copies of its input (N x h)
+// and weight (E x h), softmax its fp32 N x E output, topk its N x k int64 indices; the dispatch
+// two N x k int64 index tensors (argsort's, and the token indices it maps to), under EP R int64
+// permutation indices; the experts' bf16 grouped mms keep the R rows (R x h) and four R x I
+// tensors (w1's output, silu's, w3's, their product); combine keeps the N x k routed outputs
+// in fp32 (N x k x h) and the N x k fp32 scores.
+TEST_CASE("torchtitan's MoE layer: router, dispatch, grouped experts and combine, exactly") {
+  const std::uint64_t N = 32, k = 2, E = 8, h = 64, I = 32;
+  const auto terms = [&](std::uint64_t R, bool ep, bool fp32, std::uint64_t local) {
+    std::map<std::string, std::uint64_t> t{
+        {"MoE router: scores (fp32 softmax or sigmoid output)", 4 * N * E},
+        {"MoE router: top-k expert indices (int64)", 8 * N * k},
+        {"MoE dispatch: argsort of the expert indices (int64)", 8 * N * k},
+        {"MoE dispatch: token indices in expert order (int64)", 8 * N * k},
+        {"MoE experts: grouped mm input (bf16 rows)", 2 * R * h},
+        {"MoE experts: w1 output (silu input)", 2 * R * I},
+        {"MoE experts: silu output", 2 * R * I},
+        {"MoE experts: w3 output", 2 * R * I},
+        {"MoE experts: silu x w3 (w2 input)", 2 * R * I},
+        {"MoE combine: routed outputs in fp32 (kept by the scores' multiply)", 4 * N * k * h},
+        {"MoE combine: scores in expert order (fp32)", 4 * N * k}};
+    if (ep) t["MoE dispatch: expert-major permutation of the rows received (int64)"] = 8 * R;
+    if (fp32) {  // no autocast copies; x.bfloat16() and w.bfloat16() copy the weights
+      t["MoE experts: bf16 copies of the rank's expert weights"] = 2 * 3 * local * I * h;
+    } else {
+      t["MoE router: gate input in fp32 (autocast to float32)"] = 4 * N * h;
+      t["MoE router: gate weight in fp32 (autocast to float32)"] = 4 * E * h;
+    }
+    return t;
+  };
+  CHECK(moe_terms({}, "torchtitan") == terms(N * k, false, false, E));
+  CHECK(moe_terms({"--ep", "4", "--dp", "4"}, "torchtitan") == terms(N * k, true, false, E / 4));
+  // Dropless, the worst case: the 4 ranks' tokens all routed here, min(k, E/e) = 2 each.
+  CHECK(moe_terms({"--ep", "4", "--dp", "4", "--moe-routing", "worst"}, "torchtitan") ==
+        terms(4 * N * 2, true, false, E / 4));
+  CHECK(moe_terms({"--ep", "4", "--dp", "4"}, "torchtitan", "fp32") ==
+        terms(N * k, true, true, E / 4));
+}
+
+// The combine's backward under torchtitan: the cast's fp32 gradient of the N x k routed outputs
+// and MulBackward0's two full-size gradients, 3 x 4 N k h = 3 x 16,384 B, beside the layer's
+// saved tensors. With a 16-token vocabulary the loss is small and this moment is the peak at
+// --ep 4.
+TEST_CASE("torchtitan's combine backward holds three fp32 copies of the routed outputs") {
+  const std::string arch =
+      R"({"model_type":"mixtral","vocab_size":16,"hidden_size":64,"num_hidden_layers":2,)"
+      R"("num_attention_heads":4,"num_key_value_heads":4,"intermediate_size":32,)"
+      R"("num_local_experts":8,"num_experts_per_tok":2})";
+  const json doc = run_json({"--architecture", arch, "--precision", "bf16", "--batch", "2", "--seq",
+                             "16", "--ep", "4", "--dp", "4", "--moe-dispatcher", "torchtitan"});
+  REQUIRE(doc["peak"]["moment"] == "backward_mlp_last_layer");
+  std::map<std::string, std::uint64_t> live;
+  for (const json& t : doc["peak"]["live"])
+    if (t["name"].get<std::string>().starts_with("MoE combine backward"))
+      live[t["name"].get<std::string>()] = t["bytes"].get<std::uint64_t>();
+  const std::uint64_t routed = 4 * 32 * 2 * 64;
+  CHECK(live == std::map<std::string, std::uint64_t>{
+                    {"MoE combine backward: fp32 gradient of the routed outputs", routed},
+                    {"MoE combine backward: gradient of the routed outputs (MulBackward0)", routed},
+                    {"MoE combine backward: gradient of the scores before its sum (MulBackward0)",
+                     routed}});
+}
+
+TEST_CASE("torchtitan's MoE layer: its options and refusals") {
+  CHECK_THAT(run_cli({"--model", "llama-2-7b", "--moe-dispatcher", "torchtitan"}).err,
+             Catch::Contains("--moe-dispatcher torchtitan: the model has no routed experts"));
+  CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-dispatcher", "torchtitan",
+                      "--moe-capacity-factor", "1.25"})
+                 .err,
+             Catch::Contains("--moe-capacity-factor applies to --moe-dispatcher alltoall or "
+                             "allgather"));
+  CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-dispatcher", "torchtitan", "--tp", "2",
+                      "--ep", "2", "--dp", "2"})
+                 .err,
+             Catch::Contains("--moe-dispatcher torchtitan: torchtitan's MoE under --tp 2 with --ep "
+                             "2"));
+  CHECK_THAT(run_cli({"--model", "gpt-oss-20b", "--moe-dispatcher", "torchtitan"}).err,
+             Catch::Contains("torchtitan's gpt-oss has a MoE layer of its own"));
+  // With EP off, TP splits each expert's width and not the routed tokens (no --sp needed).
+  const auto t2 = moe_terms({"--tp", "2"}, "torchtitan");
+  CHECK(t2.at("MoE experts: w1 output (silu input)") == 2 * 32 * 2 * 16);
+  CHECK(t2.at("MoE experts: grouped mm input (bf16 rows)") == 2 * 32 * 2 * 64);
+}
+
 TEST_CASE("the all-to-all dispatcher's options and their rules") {
   CHECK_THAT(run_cli({"--model", "llama-2-7b", "--moe-dispatcher", "alltoall"}).err,
              Catch::Contains("--moe-dispatcher alltoall: the model has no routed experts"));
   CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-routing", "worst"}).err,
-             Catch::Contains("--moe-routing applies to --moe-dispatcher alltoall or allgather"));
+             Catch::Contains("--moe-routing applies to --moe-dispatcher alltoall, allgather or "
+                             "torchtitan"));
   CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-dispatcher", "alltoall", "--tp", "2"}).err,
              Catch::Contains("refuses --tp 2 without sequence parallelism"));
   CHECK_THAT(run_cli({"--model", "mixtral-8x7b", "--moe-dispatcher", "alltoall",

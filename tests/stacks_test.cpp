@@ -26,6 +26,7 @@ std::vector<std::string> spelled_out(const memest::StackPreset& s, Adapters a) {
     if (d.needs.starts_with("--fsdp")) continue;  // the runs below are on one device
     // No --versions: each package at its newest; llama-3.2-1b is no Llama-2.
     if (!d.versions.below.empty() || !d.model.empty()) continue;
+    if (d.routed_experts) continue;  // llama-3.2-1b has no routed experts
     out.emplace_back(d.flag);
     if (d.value != "on") out.emplace_back(d.value);
   }
@@ -79,6 +80,49 @@ TEST_CASE("a flag or a run-config key overrides the stack's default", "[stacks]"
   CHECK(o["inputs"]["training"]["stack"] == "litgpt");
   CHECK(o["inputs"]["optimizer"]["impl"] == "foreach");
   std::filesystem::remove(path);
+}
+
+// A default for models with routed experts (--moe-dispatcher): the dense model's run is the one
+// without it, the MoE model's the one with the flag typed, said as an assumption, and its JSON
+// reproduces itself (the dispatcher is in `inputs`).
+TEST_CASE("a stack's MoE default applies only to a model with routed experts", "[stacks]") {
+  const std::vector<std::string> dense = {"--model", "llama-3.2-1b", "--batch",     "1",
+                                          "--seq",   "512",          "--precision", "bf16"};
+  const std::vector<std::string> moe = {
+      "--model",     "mixtral-8x7b", "--batch", "1", "--seq", "512",
+      "--precision", "bf16",         "--ep",    "8", "--dp",  "8"};
+  const auto with = [](std::vector<std::string> args, std::vector<std::string> more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const auto says = [](const json& j, const std::string& start) {
+    for (const auto& line : j["assumptions"])
+      if (line.get<std::string>().starts_with(start)) return true;
+    return false;
+  };
+  for (const auto& [stack, dispatcher] :
+       {std::pair<std::string, std::string>{"megatron", "allgather"},
+        {"torchtitan", "torchtitan"}}) {
+    INFO("stack " << stack);
+    const json d = run_json(with(dense, {"--stack", stack}));
+    CHECK(d["inputs"]["parallel"].value("moe_dispatcher", "hf") == "hf");
+    CHECK_FALSE(says(d, "--moe-dispatcher"));
+    const json m = run_json(with(moe, {"--stack", stack}));
+    CHECK(m["inputs"]["parallel"]["moe_dispatcher"] == dispatcher);
+    CHECK(says(m, fmt::format("--moe-dispatcher {} (--stack {}, the model has routed experts): ",
+                              dispatcher, stack)));
+    const json typed = run_json(with(moe, {"--stack", stack, "--moe-dispatcher", dispatcher}));
+    CHECK(typed["activations"] == m["activations"]);
+    CHECK(typed["peak"] == m["peak"]);
+    const json hf = run_json(with(moe, {"--stack", stack, "--moe-dispatcher", "hf"}));
+    CHECK(hf["activations"]["bytes"] != m["activations"]["bytes"]);
+    CHECK_FALSE(says(hf, "--moe-dispatcher"));
+    memest::test::check_round_trip(with(moe, {"--stack", stack}), "moe-stack-" + stack);
+  }
+  // Megatron-LM's MoE layer refuses TP without SP: the refusal names where the value came from.
+  CHECK_THAT(run_cli(with(moe, {"--stack", "megatron", "--tp", "2"})).err,
+             Catch::Contains("--stack megatron (--moe-dispatcher) allgather: Megatron-LM's MoE "
+                             "layer refuses --tp 2"));
 }
 
 TEST_CASE("an unknown stack is one line naming the flag and the stacks there are", "[stacks]") {

@@ -53,7 +53,7 @@ struct ActivationInputs {
   std::uint64_t topk = 0, I_moe = 0, I_shared = 0, moe_layers = 0;
   std::uint64_t norms = 2;  ///< norms per layer
   double p_attn = 0, p_resid = 0, p_embd = 0;
-  /// Megatron-LM's expert capacity factor under the all-to-all dispatcher; 0 = dropless.
+  /// Megatron-LM's expert capacity factor (--moe-dispatcher alltoall or allgather); 0 = dropless.
   double moe_capacity = 0;
   // Byte widths (docs/activation-derivation.md §1).
   std::uint64_t ex = 4;          ///< residual stream / model dtype
@@ -86,8 +86,11 @@ struct ActivationInputs {
   bool litgpt = false;   ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
   bool offload = false;  ///< activation offloading (--offload activations; docs/techniques.md)
   bool sp = false;       ///< sequence parallelism: norms, dropouts, residuals keep N/t
-  /// Megatron-LM's all-to-all token dispatcher and grouped experts (--moe-dispatcher alltoall).
+  /// The routed tokens reach grouped experts through a token dispatcher (--moe-dispatcher
+  /// alltoall, allgather or torchtitan): the experts compute the rows routed to this rank.
   bool moe_a2a = false;
+  /// With moe_a2a: torchtitan's MoE layer and token dispatcher (--moe-dispatcher torchtitan).
+  bool moe_torchtitan = false;
   /// With moe_a2a: the tokens reach the experts by Megatron-LM's all-gather dispatcher instead
   /// (--moe-dispatcher allgather); the experts and the router are the same.
   bool moe_allgather = false;

@@ -33,9 +33,10 @@ PipeSchedule parse_pipe_schedule(std::string_view text);
 /// code's own layer (every expert on the device loops over its tokens; Hugging Face's Mixtral
 /// and DeepSeek blocks), `alltoall`, Megatron-LM's MoEAlltoAllTokenDispatcher with its grouped
 /// experts, or `allgather`, its MoEAllGatherTokenDispatcher (every token of the TP x EP group
-/// gathered, the rows of the rank's experts picked out) with the same experts
+/// gathered, the rows of the rank's experts picked out) with the same experts, or `torchtitan`,
+/// torchtitan's MoE layer (its local or all-to-all token dispatcher and GroupedExperts)
 /// (docs/parallelism.md, "Expert parallelism's own memory").
-enum class MoeDispatcher : std::uint8_t { hf, alltoall, allgather };
+enum class MoeDispatcher : std::uint8_t { hf, alltoall, allgather, torchtitan };
 /// The names --moe-dispatcher takes, in MoeDispatcher's order.
 std::span<const std::string_view> moe_dispatcher_names();
 /// Reads a --moe-dispatcher name; throws Error naming the names.

@@ -594,12 +594,15 @@ void check_layout_where(const RunSpec& run, const RunOptions& o) {
         {"--pp-schedule", &o.pp_schedule},
         {"--pp-microbatch-group", &o.pp_microbatch_group},
         {"--first-stage-layers", &o.first_stage_layers},
-        {"--last-stage-layers", &o.last_stage_layers}};
+        {"--last-stage-layers", &o.last_stage_layers},
+        {"--moe-dispatcher", &o.moe_dispatcher}};
     std::istringstream in(e.what());
     std::vector<std::string> lines;
     for (std::string line; std::getline(in, line);) {
       for (const auto& [flag, setting] : texts) {
-        const bool from_file = *setting && !(*setting)->where.starts_with("--");
+        // A file's key, or a stack's default ("--stack megatron (--moe-dispatcher)").
+        const bool from_file = *setting && (!(*setting)->where.starts_with("--") ||
+                                            (*setting)->where.starts_with("--stack"));
         if (from_file && line.starts_with(std::string(flag) + " "))
           line = (*setting)->where + line.substr(flag.size());
       }

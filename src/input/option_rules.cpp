@@ -111,15 +111,16 @@ std::vector<OptionRule> build_rules() {
       {C::sizes, "--batch", {}, needs, {"--seq"}, {}, false, kBothSizes},
       {C::sizes, "--seq", {}, needs, {"--batch"}, {}, false, kBothSizes},
       // FSDP's settings without --fsdp: valued options first.
-      // The all-to-all dispatcher's routing: what a rank receives.
+      // A token dispatcher's routing: what a rank's experts receive. Only Megatron-LM's drop
+      // what passes a capacity (torchtitan's standard dispatcher is dropless).
       {C::moe,
        "--moe-routing",
        {},
        needs,
        {"--moe-dispatcher"},
-       {"alltoall", "allgather"},
+       {"alltoall", "allgather", "torchtitan"},
        false,
-       "{where} applies to --moe-dispatcher alltoall or allgather"},
+       "{where} applies to --moe-dispatcher alltoall, allgather or torchtitan"},
       {C::moe,
        "--moe-capacity-factor",
        {},

@@ -387,12 +387,13 @@ std::vector<RunOptionInfo> build_table() {
            {"1", ""}),
       text("--moe-dispatcher", "parallel", "moe_dispatcher", "NAME",
            "How routed tokens reach their experts: hf (the model code's MoE layer), alltoall or "
-           "allgather (Megatron-LM's all-to-all or all-gather token dispatcher, grouped experts)",
+           "allgather (Megatron-LM's all-to-all or all-gather token dispatcher, grouped experts), "
+           "torchtitan (torchtitan's MoE layer and token dispatcher)",
            &R::moe_dispatcher, K::choice, {"", "hf: the model code's MoE layer"},
            moe_dispatcher_names),
       text("--moe-routing", "parallel", "moe_routing", "NAME",
-           "What a dropless all-to-all rank receives: balanced (its share, N x top_k rows) or "
-           "worst (every token of the expert-parallel group sent to its experts)",
+           "What a dropless token dispatcher's rank receives: balanced (its share, N x top_k "
+           "rows) or worst (every token of the expert-parallel group sent to its experts)",
            &R::moe_routing, K::choice, {"balanced", ""}, moe_routing_names),
       text("--moe-capacity-factor", "parallel", "moe_capacity_factor", "C",
            "Megatron-LM's --moe-expert-capacity-factor: each expert takes at most C x its even "

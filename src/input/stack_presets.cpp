@@ -174,6 +174,15 @@ constexpr std::array kTorchtitan{
     StackDefault{"--fsdp-reduce-dtype", "fp32",
                  "torchtitan torchtitan/config_manager.py @9dec370: mixed_precision_reduce float32",
                  "--fsdp"},
+    StackDefault{"--moe-dispatcher",
+                 "torchtitan",
+                 "torchtitan torchtitan/models/common/moe.py @b5bcd76c6: MoE with "
+                 "TokenChoiceTopKRouter, GroupedExperts and the standard token dispatcher "
+                 "(config_utils.py make_token_dispatcher_config)",
+                 "",
+                 {},
+                 {},
+                 true},
 };
 
 constexpr std::array kFsdpQlora{
@@ -226,6 +235,14 @@ constexpr std::array kMegatron{
                  "transformer_impl defaults to transformer_engine"},
     StackDefault{"--vocab-multiple", "128",
                  "Megatron-LM arguments.py @d98e8a64: --make-vocab-size-divisible-by 128"},
+    StackDefault{"--moe-dispatcher",
+                 "allgather",
+                 "Megatron-LM megatron/core/transformer/transformer_config.py @d98e8a64: "
+                 "moe_token_dispatcher_type \"allgather\"",
+                 "",
+                 {},
+                 {},
+                 true},
 };
 
 constexpr std::array kStacks{

@@ -28,8 +28,9 @@ struct StackDefault {
   /// count whose default is 1 as more than 1. A default that would break a rule between options
   /// (option_rules.cpp) with the run's own is not applied either.
   std::string_view needs;
-  VersionRange versions{};   ///< applied only for these versions of a package
-  std::string_view model{};  ///< applied only to a --model whose name has this in it ("llama-2")
+  VersionRange versions{};      ///< applied only for these versions of a package
+  std::string_view model{};     ///< applied only to a --model whose name has this in it ("llama-2")
+  bool routed_experts = false;  ///< applied only to a model with routed experts (MoE)
 };
 
 /// What a training stack does unless told otherwise: `--stack NAME` lays these defaults under

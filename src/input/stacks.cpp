@@ -6,11 +6,13 @@
 #include "input/versions.hpp"
 
 #include <memest/error.hpp>
+#include <memest/hf_config.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 namespace memest {
 namespace {
@@ -89,12 +91,34 @@ bool keeps_rules(const StackDefault& d, const RunOptions& options) {
   return applies(probe, run_option(d.flag));
 }
 
+// Whether the run's model has routed experts: a --model (a preset, its Hub id, the local Hugging
+// Face cache), --architecture or --config read as resolve() reads them; a bare --params is the
+// canonical dense decoder. A model that does not load is refused by resolve(), not here.
+bool has_routed_experts(const RunOptions& o) {
+  try {
+    ModelSpec m;
+    if (o.model) {
+      m = load_named_model(o.model->value, hf_hub_cache([](const char* var) -> const char* {
+                             return std::getenv(var);
+                           }));
+    } else if (o.architecture) {
+      m = parse_hf_config(o.architecture->value, o.architecture->where);
+    } else if (o.config) {
+      m = load_hf_config(o.config->value);
+    }
+    return m.arch && m.arch->num_experts > 0;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 bool holds(const StackDefault& d, const RunOptions& options, const Versions& versions) {
   if (!gives_all(options, d.needs) || !keeps_rules(d, options)) return false;
   if (!d.model.empty() &&
       !(options.model && lowercase(options.model->value).find(d.model) != std::string::npos))
     return false;
-  return in_range(d.versions, versions);
+  if (!in_range(d.versions, versions)) return false;
+  return !d.routed_experts || has_routed_experts(options);
 }
 
 // The defaults of the run's stack that hold for it, in the stack's order.
@@ -177,10 +201,13 @@ std::vector<std::string> stack_assumptions(const RunOptions& options) {
   const Versions versions = versions_of(options);
   const RunOptions merged = with_stack(options);
   for (const StackDefault* d : defaults_holding(options, stack)) {
-    if (d->versions.package.empty() || !in_effect(options, merged, *d, stack)) continue;
+    const bool decided = !d->versions.package.empty() || d->routed_experts;
+    if (!decided || !in_effect(options, merged, *d, stack)) continue;
     const std::string value = d->value == "on" ? "" : fmt::format(" {}", d->value);
-    out.push_back(fmt::format("{}{} (--stack {}, {}): {}", d->flag, value, stack.name,
-                              version_said(d->versions, versions), d->source));
+    const std::string why = d->routed_experts ? std::string("the model has routed experts")
+                                              : version_said(d->versions, versions);
+    out.push_back(
+        fmt::format("{}{} (--stack {}, {}): {}", d->flag, value, stack.name, why, d->source));
   }
   return out;
 }

@@ -26,7 +26,8 @@
 namespace memest {
 namespace {
 
-constexpr std::array<std::string_view, 3> kDispatcherNames = {"hf", "alltoall", "allgather"};
+constexpr std::array<std::string_view, 4> kDispatcherNames = {"hf", "alltoall", "allgather",
+                                                              "torchtitan"};
 constexpr std::array<std::string_view, 2> kRoutingNames = {"balanced", "worst"};
 
 u64 round_up_to(u64 v, u64 m) { return checked_mul(ceil_div(v, m), m); }
@@ -246,6 +247,25 @@ void check_experts(const Architecture& a, const ParallelSpec& p, std::vector<std
   }
 }
 
+// torchtitan's MoE layer (torchtitan @ b5bcd76c6, torchtitan/models/common/MOE_SHARDING.md and
+// moe_sharding.py): with EP off, TP replicates the layer's tokens and splits each expert's width,
+// which memest models; with EP on, the TP ranks route their own N/t tokens to whole experts on an
+// expert mesh that borrows them, which it does not. gpt-oss has a MoE layer of its own
+// (torchtitan/models/gpt_oss/moe.py: biases, a clamped SwiGLU), not modelled either.
+void check_torchtitan_moe(const RunSpec& run, std::vector<std::string>& out) {
+  const ParallelSpec& p = run.parallel;
+  if (p.tensor > 1 && p.expert > 1)
+    out.push_back(fmt::format(
+        "--moe-dispatcher torchtitan: torchtitan's MoE under --tp {} with --ep {} routes each "
+        "tensor-parallel rank's tokens to whole experts on a mesh that borrows those ranks; not "
+        "modelled (expected --tp 1 or --ep 1)",
+        p.tensor, p.expert));
+  if (full_architecture(run).model_type == "gpt_oss")
+    out.emplace_back(
+        "--moe-dispatcher torchtitan: torchtitan's gpt-oss has a MoE layer of its own "
+        "(torchtitan/models/gpt_oss/moe.py), not modelled (expected --moe-dispatcher hf)");
+}
+
 // Megatron-LM's dispatcher routes a model's experts, and its MoE layer refuses tensor parallelism
 // without sequence parallelism in training (megatron/core/transformer/moe/moe_layer.py
 // @d98e8a64ddf3, MoELayer.forward: "performance may degrade if MoE and tensor parallelism are
@@ -259,11 +279,14 @@ void check_dispatcher(const RunSpec& run, std::vector<std::string>& out) {
         fmt::format("--moe-dispatcher {}: the model has no routed experts (expected "
                     "--moe-dispatcher hf)",
                     name));
-  if (p.tensor > 1 && !p.sequence)
+  if (p.moe_dispatcher == MoeDispatcher::torchtitan) {
+    check_torchtitan_moe(run, out);
+  } else if (p.tensor > 1 && !p.sequence) {
     out.push_back(
         fmt::format("--moe-dispatcher {}: Megatron-LM's MoE layer refuses --tp {} without sequence "
                     "parallelism (expected --sp)",
                     name, p.tensor));
+  }
 }
 
 }  // namespace

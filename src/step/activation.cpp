@@ -256,12 +256,13 @@ void read_rank(const RankSpec& r, const TrainingSpec& t, ActivationInputs& in) {
   }
 }
 
-// Megatron-LM's all-to-all dispatcher: the rows this rank's experts receive (layer_graph.cpp's
-// routed_rows) and what is assumed of them.
+// A token dispatcher (Megatron-LM's or torchtitan's): the rows this rank's experts receive
+// (layer_graph.cpp's routed_rows) and what is assumed of them.
 void read_moe(const ParallelSpec& p, Notes notes, ActivationInputs& in) {
   if (p.moe_dispatcher == MoeDispatcher::hf || in.moe_layers == 0) return;
   in.moe_a2a = true;
   in.moe_allgather = p.moe_dispatcher == MoeDispatcher::allgather;
+  in.moe_torchtitan = p.moe_dispatcher == MoeDispatcher::torchtitan;
   in.ep = p.expert;
   in.moe_capacity = p.moe_capacity_factor;
   in.moe_worst = p.moe_capacity_factor == 0 && p.moe_routing == MoeRouting::worst;

@@ -29,7 +29,9 @@ class Saver {
   void all() {
     layer();
     mlp(Scope::dense_mlp, {sym::N}, dims_.I);
-    if (in_.moe_layers > 0 && in_.moe_a2a) {
+    if (in_.moe_layers > 0 && in_.moe_torchtitan) {
+      torchtitan_moe();
+    } else if (in_.moe_layers > 0 && in_.moe_a2a) {
       megatron_moe();
     } else if (in_.moe_layers > 0) {
       moe();
@@ -421,15 +423,110 @@ class Saver {
     }
     add("MoE experts: fc2 input (activation output)", sc, Slot::mlp, ec,
         routed_rows(in_, dims_.Imoe, i_rows));
-    // fp32 as 4 bytes a row, so that a capacity factor's rows stay whole bytes
-    add("MoE experts: routing probabilities received (fp32)", sc, Slot::mlp, 1,
-        routed_rows(in_, dim("4", 4), "k*c*4"));
-    if (in_.I_shared > 0) {
-      mlp(Scope::moe_mlp, {sym::N}, dims_.Ishared);
-      if (in_.shared_gate) {
-        add("MoE: shared expert gate (logit and sigmoid)", Scope::moe_mlp, Slot::mlp, in_.ec,
-            shape({dim("2", 2), sym::N}));
-      }
+    // In the logits' dtype, the router's input's (router.py gating: router_dtype = input.dtype
+    // unless --moe-router-dtype; moe_utils.py topk_routing_with_score_function ends with
+    // probs.type_as(logits)), as bytes a row so that a capacity factor's rows stay whole bytes.
+    add("MoE experts: routing probabilities received (the logits' dtype)", sc, Slot::mlp, 1,
+        routed_rows(in_, width_dim(ec), capacity_bytes_name(ec)));
+    shared_expert();
+  }
+
+  void shared_expert() {
+    if (in_.I_shared == 0) return;
+    mlp(Scope::moe_mlp, {sym::N}, dims_.Ishared);
+    if (in_.shared_gate) {
+      add("MoE: shared expert gate (logit and sigmoid)", Scope::moe_mlp, Slot::mlp, in_.ec,
+          shape({dim("2", 2), sym::N}));
+    }
+  }
+
+  // A byte width as a dimension ("2"), and the per-token product of top_k, the capacity factor
+  // and that width ("k*c*2"): names with static storage.
+  static Sym width_dim(u64 w) {
+    static constexpr std::array<const char*, 9> kNames = {"0", "1", "2", "3", "4",
+                                                          "5", "6", "7", "8"};
+    return dim(w < kNames.size() ? kNames.at(w) : "w", w);
+  }
+  static const char* capacity_bytes_name(u64 w) {
+    switch (w) {
+      case 1:
+        return "k*c*1";
+      case 2:
+        return "k*c*2";
+      case 4:
+        return "k*c*4";
+      default:
+        return "k*c*w";
+    }
+  }
+
+  // torchtitan's MoE layer (torchtitan @ b5bcd76c6, torchtitan/models/common/moe.py and
+  // token_dispatcher.py): the router computes its gate under autocast to float32 and keeps the
+  // fp32 softmax or sigmoid scores; the dispatcher sorts the N x k copies by expert
+  // (LocalTokenDispatcher._local_reorder), under EP sends them all-to-all and reorders the
+  // received rows expert-major (AllToAllTokenDispatcher._permute); GroupedExperts runs three
+  // bf16 grouped matmuls with SiLU; combine multiplies the routed outputs in fp32 by their
+  // scores and scatter_adds them back. The rows are not padded: bf16 grouped mm needs no
+  // alignment (#2774, fe80b63cf); only the FP8/MXFP8 converters' TorchAOTokenDispatcher pads.
+  void torchtitan_moe() {
+    const Scope sc = Scope::moe_mlp;
+    const Sym k = dims_.topk;
+    torchtitan_router();
+    // _local_reorder: argsort's indices kept by the scores' index, their // top_k kept by the
+    // tokens' index and by combine's scatter_add; _permute's indices by the rows' index.
+    add("MoE dispatch: argsort of the expert indices (int64)", sc, Slot::mlp, 8,
+        shape({sym::N, k}));
+    add("MoE dispatch: token indices in expert order (int64)", sc, Slot::mlp, 8,
+        shape({sym::N, k}));
+    if (in_.ep > 1) {
+      add("MoE dispatch: expert-major permutation of the rows received (int64)", sc, Slot::mlp, 1,
+          routed_rows(in_, dim("8", 8), "k*c*8"));
+    }
+    torchtitan_experts();
+    // combine: (routed_output.to(float32) * scores).to(dtype): the multiply keeps both.
+    add("MoE combine: routed outputs in fp32 (kept by the scores' multiply)", sc, Slot::mlp, 4,
+        shape({sym::N, k, dims_.h}));
+    add("MoE combine: scores in expert order (fp32)", sc, Slot::mlp, 4, shape({sym::N, k}));
+    shared_expert();
+  }
+
+  // TokenChoiceTopKRouter.forward: the gate under torch.autocast(dtype=torch.float32) keeps
+  // fp32 copies of its input and weight where they are not fp32 already; softmax or sigmoid
+  // keeps its fp32 output; topk and gather keep the indices.
+  void torchtitan_router() {
+    const Scope sc = Scope::moe_mlp;
+    if (in_.ec != 4) {
+      add("MoE router: gate input in fp32 (autocast to float32)", sc, Slot::mlp, 4,
+          shape({sym::N, dims_.h}));
+    }
+    if (in_.ex != 4) {
+      add("MoE router: gate weight in fp32 (autocast to float32)", sc, Slot::mlp, 4,
+          shape({dims_.E, dims_.h}));
+    }
+    add("MoE router: scores (fp32 softmax or sigmoid output)", sc, Slot::mlp, 4,
+        shape({sym::N, dims_.E}));
+    add("MoE router: top-k expert indices (int64)", sc, Slot::mlp, 8, shape({sym::N, dims_.topk}));
+  }
+
+  // GroupedExperts.forward: silu(x @ w1) * (x @ w3) @ w2, each a torch._grouped_mm on
+  // x.bfloat16() and w.bfloat16(): bf16 whatever the run's dtype. The matmuls keep x, their
+  // weights and the product; silu its input; the multiply both factors.
+  void torchtitan_experts() {
+    const Scope sc = Scope::moe_mlp;
+    const bool t = in_.t > 1;
+    const char* i_rows = t ? "k*c*I_moe/t" : "k*c*I_moe";
+    add("MoE experts: grouped mm input (bf16 rows)", sc, Slot::mlp, 2,
+        routed_rows(in_, dims_.h, "k*c*h"));
+    add("MoE experts: w1 output (silu input)", sc, Slot::mlp, 2,
+        routed_rows(in_, dims_.Imoe, i_rows));
+    add("MoE experts: silu output", sc, Slot::mlp, 2, routed_rows(in_, dims_.Imoe, i_rows));
+    add("MoE experts: w3 output", sc, Slot::mlp, 2, routed_rows(in_, dims_.Imoe, i_rows));
+    add("MoE experts: silu x w3 (w2 input)", sc, Slot::mlp, 2,
+        routed_rows(in_, dims_.Imoe, i_rows));
+    if (in_.ex != 2) {  // w.bfloat16() copies weights of another dtype
+      add("MoE experts: bf16 copies of the rank's expert weights", sc, Slot::mlp, 2,
+          shape({dim("3", 3), dim("E/e", in_.experts / std::max<u64>(in_.ep, 1)), dims_.Imoe,
+                 dims_.h}));
     }
   }
 

@@ -30,7 +30,8 @@ struct Dims {
         Ishared(dim(in.t > 1 ? "I_shared/t" : "I_shared", in.I_shared)) {}
 };
 
-/// The rows the routed experts of one rank compute under Megatron-LM's all-to-all dispatcher,
+/// The rows the routed experts of one rank compute under a token dispatcher (alltoall, allgather,
+/// torchtitan),
 /// each `per_row` elements wide (a width, or a count): N x top_k (dropless, balanced), N x
 /// top_k x c rounded up to whole elements per token (capacity factor c), or N x e x min(top_k,
 /// E/e) (dropless, the worst case). `capacity_name` names the per-token product under a

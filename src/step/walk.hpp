@@ -183,6 +183,7 @@ class Walker {
   void backward_mlp(u64 j);
   void llama_mlp_backward(u64 j, std::uint32_t down_grad);
   void allgather_backward(u64 j);
+  void torchtitan_combine_backward(u64 j);
   void gpt2_mlp_backward(u64 j, std::uint32_t down_grad);
   void backward_attention(u64 j);
   void attention_backward_base(u64 j, Slot also);

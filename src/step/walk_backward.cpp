@@ -97,9 +97,10 @@ void Walker::llama_mlp_backward(u64 j, std::uint32_t down_grad) {
   ++two.rank;
   writer_.add(temp("gradients of act(gate) and of up (MulBackward0)", Part::other, in_.ec, two));
   writer_.end();
+  if (in_.moe_layers > 0 && in_.moe_torchtitan) torchtitan_combine_backward(j);
   if (in_.moe_layers > 0 && in_.moe_allgather) {
     allgather_backward(j);
-  } else if (in_.moe_layers > 0 && in_.moe_a2a) {
+  } else if (in_.moe_layers > 0 && in_.moe_a2a && (!in_.moe_torchtitan || in_.ep > 1)) {
     // The combine's all-to-all in backward (the dispatch's is the same pair reversed): the
     // gradients of this rank's N x top_k routed copies sent, and of the rows its experts got;
     // with dense layers too, beside the layer the walk carries (the larger kind).
@@ -149,6 +150,26 @@ void Walker::allgather_backward(u64 j) {
       temp("MoE all-gather: gradients of the gathered tokens", Part::other, in_.ec, gathered));
   writer_.add(temp("MoE all-gather: gradients of the rows kept", Part::other, in_.ec,
                    routed_rows(in_, h, "k*c*h")));
+  writer_.end();
+}
+
+// torchtitan's combine in backward (torchtitan @ b5bcd76c6, token_dispatcher.py combine:
+// (routed_output.to(float32) * scores).to(dtype)): the cast's backward gives an fp32 gradient of
+// the N x top_k routed outputs, and MulBackward0 computes from it the gradients of both factors
+// at full size before the scores' is summed to N x top_k: three fp32 N x top_k x h tensors, with
+// the layer's saved tensors held. Its all-to-all (EP > 1) is the alltoall's candidate.
+void Walker::torchtitan_combine_backward(u64 j) {
+  begin(MomentKind::backward_mlp, j);
+  layer_backward_base(j);
+  layers(j, 1);
+  layer_copies_but_down();
+  const Shape routed = shape({sym::N, dims_.topk, dim("h", in_.h)});
+  writer_.add(
+      temp("MoE combine backward: fp32 gradient of the routed outputs", Part::other, 4, routed));
+  writer_.add(temp("MoE combine backward: gradient of the routed outputs (MulBackward0)",
+                   Part::other, 4, routed));
+  writer_.add(temp("MoE combine backward: gradient of the scores before its sum (MulBackward0)",
+                   Part::other, 4, routed));
   writer_.end();
 }
 
