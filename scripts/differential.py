@@ -93,7 +93,7 @@ VALUES = {
     "--transformer-impl": lambda r: r.choice(["local", "transformer_engine"]),
     "--loss": lambda r: r.choice(["hf", "vocab-parallel", "chunked", "chunked-tokens",
                                   "hf-upcast"]),
-    "--loop-keeps-output": None, "--softmax-keeps-input": None,
+    "--loop-keeps-output": None, "--softmax-keeps-input": None, "--output-fp32": None,
     "--loss-chunk": lambda r: str(r.choice([1, 4, 8, 128, 256])),
     "--dropout": lambda r: r.choice(["0", "0.1", "0.5"]),
     "--zero-grad": lambda r: r.choice(["none", "zero"]),

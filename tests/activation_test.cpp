@@ -350,6 +350,29 @@ TEST_CASE("LitGPT's chunked cross-entropy keeps bf16 log-probs and the logits",
   REQUIRE(hf - moment_bytes(r, "backward_start") == 2 * kNV + 8 * kNV - chunk - 2 * kNV);
 }
 
+TEST_CASE("Fabric's fp32 output: LitGPT's logits, log-probs and chunk gradients in fp32",
+          "[activation][loss]") {
+  // Lightning's _FabricModule.forward casts the bf16 logit chunks to fp32 (convert_output):
+  // the loss's log_softmax keeps 4 NV instead of 2 NV, the logits the loop holds are 4 NV
+  // instead of 2 NV, and the two gradients of one 128-position chunk are 2 x 4 x 128 x V
+  // instead of 2 x 2 x 128 x V.
+  auto r = llama_lora(0);
+  r.training.loss = Loss::chunked_tokens;
+  r.training.loss_chunk = 128;
+  const auto bf16_saved = saved(r);
+  const std::uint64_t bf16 = moment_bytes(r, "backward_start");
+  r.training.output_fp32 = true;
+  REQUIRE(saved(r).head - bf16_saved.head == 2 * kNV);
+  REQUIRE(saved(r).per_layer == bf16_saved.per_layer);
+  const std::uint64_t chunk = 2 * 2 * 128 * 32000ULL;
+  REQUIRE(moment_bytes(r, "backward_start") - bf16 == 2 * kNV + 2 * kNV + chunk);
+  // transformers' loss on logits already fp32: no bf16 N x V logits beside logits.float().
+  r.training.loss = Loss::hf;
+  const std::uint64_t cast = moment_bytes(r, "forward_end");
+  r.training.output_fp32 = false;
+  REQUIRE(moment_bytes(r, "forward_end") - cast == 2 * kNV);
+}
+
 TEST_CASE("QLoRA: down_proj's backward dequantises its weight beside the input gradient",
           "[activation][lora]") {
   // bitsandbytes' MatMul4Bit.backward: grad_A = grad_output @ dequantize_4bit(B): the h x I

@@ -329,8 +329,9 @@ RunOptions wider_run(Draw& d) {
   }
   if (d.below(10) == 0) set(o.pipeline_parallel, "2");
   if (d.below(6) == 0) set(o.offload, d.coin() ? "activations" : "optimizer");
-  for (FlagSetting* f : {&o.compile, &o.loop_keeps_output, &o.softmax_keeps_input, &o.amp,
-                         &o.fused_optimizer, &o.paged_optimizer, &o.ddp_bucket_view}) {
+  for (FlagSetting* f :
+       {&o.compile, &o.loop_keeps_output, &o.softmax_keeps_input, &o.amp, &o.fused_optimizer,
+        &o.paged_optimizer, &o.ddp_bucket_view, &o.output_fp32}) {
     if (d.below(8) == 0) on(*f);
   }
   if (d.below(8) == 0) on(o.layer_clones);

@@ -82,6 +82,7 @@ struct ActivationInputs {
   bool cuda = true;
   bool compile = false;              ///< torch.compile of each layer (src/step/rules/compile.cpp)
   bool keeps_output = false;         ///< the training loop holds the model's output (its logits)
+  bool output_fp32 = false;          ///< the loop gets the output cast to fp32 (Lightning Fabric)
   bool softmax_keeps_input = false;  ///< PyTorch < 1.11: softmax keeps its input as well
   bool litgpt = false;   ///< LitGPT's modelling code (--model-code litgpt; docs/activations.md)
   bool offload = false;  ///< activation offloading (--offload activations; docs/techniques.md)

@@ -52,6 +52,7 @@ struct RunOptions {
       context_reserve, loss, loss_chunk, stack, versions, transformer_impl;
   FlagSetting compile;              ///< torch.compile of each layer (docs/techniques.md)
   FlagSetting loop_keeps_output;    ///< the loop holds the model's output (docs/activations.md)
+  FlagSetting output_fp32;          ///< the loop gets the output cast to fp32 (Lightning Fabric)
   FlagSetting softmax_keeps_input;  ///< PyTorch < 1.11's softmax backward (docs/activations.md)
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,

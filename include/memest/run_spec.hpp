@@ -135,6 +135,9 @@ struct TrainingSpec {
   /// The training loop holds the model's output (`output = model(...)`) from one forward to
   /// the next: its logits live through backward and the next step's forward (--loop-keeps-output).
   bool loop_keeps_output = false;
+  /// The training loop gets the model's floating outputs cast to torch's default dtype, fp32
+  /// (Lightning Fabric's _FabricModule.forward: precision.convert_output) (--output-fp32).
+  bool output_fp32 = false;
   /// PyTorch before 1.11: softmax and log_softmax keep their input for backward besides their
   /// output (pytorch/pytorch#64000, fixed by #65242) (--softmax-keeps-input).
   bool softmax_keeps_input = false;

@@ -476,6 +476,7 @@ void resolve_framework(const RunOptions& o, Problems& problems, TrainingSpec& t)
   t.optimizer_in_backward = flag(o.optimizer_in_backward);
   t.compile = flag(o.compile);
   t.loop_keeps_output = flag(o.loop_keeps_output);
+  t.output_fp32 = flag(o.output_fp32);
   t.softmax_keeps_input = flag(o.softmax_keeps_input);
   if (o.offload) {  // its errors are reported once, by resolve_parallel
     try {

@@ -276,6 +276,11 @@ std::vector<RunOptionInfo> build_table() {
               "The training loop holds the model's output (output = model(...)) from one "
               "forward to the next: its logits live through backward and the next forward",
               &R::loop_keeps_output),
+      boolean("--output-fp32", "training", "output_fp32",
+              "The training loop gets the model's floating outputs cast to fp32 (Lightning "
+              "Fabric: _FabricModule.forward's precision.convert_output): the logits, the "
+              "loss's log-probs and their gradients in fp32",
+              &R::output_fp32),
       boolean("--softmax-keeps-input", "training", "softmax_keeps_input",
               "PyTorch before 1.11: softmax and log_softmax keep their input for backward "
               "besides their output (the attention scores, the loss's logits)",

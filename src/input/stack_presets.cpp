@@ -138,6 +138,10 @@ constexpr std::array kLitgpt{
                  "--lora-rank"},
     StackDefault{"--loss", "chunked-tokens",
                  "litgpt finetune/lora.py @8641822: lm_head_chunk_size=128, chunked_cross_entropy"},
+    StackDefault{"--output-fp32", "on",
+                 "lightning src/lightning/fabric/wrappers.py @2.1.0.rc0: _FabricModule.forward "
+                 "returns precision.convert_output(output), the floating outputs cast to "
+                 "torch.get_default_dtype(), fp32 (plugins/precision/half.py; 1.9 to 2.6)"},
     StackDefault{"--fsdp-orig-params", "on",
                  "lightning src/lightning/fabric/strategies/fsdp.py: FSDPStrategy sets "
                  "use_orig_params=True (torch >= 2.0)",

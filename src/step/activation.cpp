@@ -90,6 +90,7 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.compile = t.compile;
   in.loss = t.loss;
   in.keeps_output = t.loop_keeps_output;
+  in.output_fp32 = t.output_fp32;
   in.softmax_keeps_input = t.softmax_keeps_input;
   in.litgpt = t.model_code == ModelCode::litgpt;
   in.offload = t.offload_activations;

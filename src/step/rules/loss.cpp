@@ -6,7 +6,11 @@
 // place), torchtune's CEWithChunkedOutputLoss with TransformerDecoder.chunked_output (chunked;
 // compiled with training.compile_loss, @1814feb17) and LitGPT's chunked_cross_entropy with
 // lm_head_chunk_size (chunked-tokens, lit_gpt/utils.py and lit_gpt/lora.py @8641822, whose
-// finetune/lora.py keeps the logits through fabric.backward).
+// finetune/lora.py keeps the logits through fabric.backward). With --output-fp32 the logits
+// the loss reads are fp32 whatever the model computed them in: Lightning Fabric's
+// _FabricModule.forward returns precision.convert_output(output), and the half-precision
+// plugins cast every floating output to torch.get_default_dtype() (src/lightning/fabric/
+// wrappers.py and plugins/precision/half.py @2.1.0.rc0, the same from 1.9 to 2.6).
 #include "step/rules/rules.hpp"
 #include "step/step_build.hpp"
 
@@ -23,8 +27,8 @@ namespace {
 // layer's backward (LitGPT's loop keeps the logits).
 enum class LossLife : std::uint8_t { saved, forward_end, backward_start, through_backward };
 
-// Bytes per element: fp32, the logits' dtype (the activation dtype), fp32 under autocast and
-// the logits' dtype otherwise, int64.
+// Bytes per element: fp32, the logits' dtype (the activation dtype, or fp32 when the loop gets
+// the output cast to fp32), fp32 under autocast and the logits' dtype otherwise, int64.
 enum class LossWidth : std::uint8_t { fp32, logits, autocast_fp32, int64 };
 
 // The size: tokens x vocabulary, a row's (tokens), one of torchtune's chunks (tokens x
@@ -136,8 +140,13 @@ constexpr std::array<LossRow, 4> kEveryLoss = {{
      LossShape::padded_labels, LossWhen::always, Slot::none, Batch::many},
 }};
 
+// The logits as the loss reads them: in the activation dtype, or cast to fp32 by the loop's
+// framework (Lightning Fabric's convert_output, --output-fp32), the lm_head's own output then
+// freed.
+std::uint64_t loss_logits_width(const ActivationInputs& in) { return in.output_fp32 ? 4 : in.ec; }
+
 bool row_exists(LossWhen when, const ActivationInputs& in) {
-  const bool half = in.ec != 4;
+  const bool half = loss_logits_width(in) != 4;
   switch (when) {
     case LossWhen::always:
       return true;
@@ -158,9 +167,9 @@ std::uint64_t row_width(LossWidth w, const ActivationInputs& in) {
     case LossWidth::fp32:
       return 4;
     case LossWidth::logits:
-      return in.ec;
+      return loss_logits_width(in);
     case LossWidth::autocast_fp32:
-      return in.amp ? 4 : in.ec;
+      return in.amp ? 4 : loss_logits_width(in);
     case LossWidth::int64:
       return 8;
   }
@@ -253,7 +262,7 @@ void add_loss_lived(std::vector<Lived>& out, const ActivationInputs& in) {
 }  // namespace
 
 std::uint64_t output_logits_width(const ActivationInputs& in) {
-  return in.loss == Loss::hf_upcast ? 4 : in.ec;
+  return in.loss == Loss::hf_upcast ? 4 : loss_logits_width(in);
 }
 
 const Rule kLossRule = {
