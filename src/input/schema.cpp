@@ -94,7 +94,7 @@ ordered_json positive_number() {
 }
 
 // vLLM's --gpu-memory-utilization: above 0, at most 1.
-ordered_json fraction() {
+ordered_json fraction_schema() {
   return {
       {"anyOf", ordered_json::array(
                     {{{"type", "number"}, {"exclusiveMinimum", 0}, {"maximum", 1}},
@@ -142,7 +142,7 @@ ordered_json option_value_schema(const RunOptionInfo& info) {
     case ValueKind::number:
       return positive_number();
     case ValueKind::fraction:
-      return fraction();
+      return fraction_schema();
     case ValueKind::choice:
       return choice_of(info);
     case ValueKind::list:

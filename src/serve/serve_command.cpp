@@ -140,7 +140,7 @@ std::string choice(const ServeValues& g, std::string_view flag,
   return it->second.text;
 }
 
-double fraction(const ServeValues& g, std::string_view flag) {
+double fraction_of(const ServeValues& g, std::string_view flag) {
   const auto it = g.find(flag);
   double v = 0;
   if (it == g.end()) {
@@ -188,7 +188,7 @@ VllmSettings vllm_settings(const ServeValues& g, u64 total) {
   // vLLM's engine/arg_utils.py (get_batch_defaults, v0.19.0): the OpenAI server's defaults on
   // devices of >= 70 GiB (the A100s excepted) and on the others.
   const bool large = total >= 70 * (1ULL << 30);
-  s.gpu_memory_utilization = fraction(g, "--gpu-memory-utilization");
+  s.gpu_memory_utilization = fraction_of(g, "--gpu-memory-utilization");
   s.max_model_len = count_of(g, "--max-model-len");
   s.max_num_seqs = count_of(g, "--max-num-seqs", large ? 1024 : 256);
   s.max_num_batched_tokens = count_of(g, "--max-num-batched-tokens", large ? 8192 : 2048);
