@@ -285,7 +285,7 @@ async function serving(page, check) {
   await page.click('#serve-reset');
   await page.select('#serve-engine', 'llama.cpp');
   const llama = await page.evaluate(() => ({
-    hidden: [...document.querySelectorAll('#serve-fields .field')].filter((f) => f.hidden).map((f) => f.id.slice(12)),
+    hidden: [...document.querySelectorAll('#serve-fields .field')].filter((f) => f.offsetParent === null).map((f) => f.id.slice(12)),
     quantization: [...document.querySelectorAll('#serve-quantization option')].map((o) => o.value).filter((v) => v),
   }));
   const underLlama = schema.allOf[1].then.properties;
