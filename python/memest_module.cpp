@@ -7,6 +7,8 @@
 #include <memest/report.hpp>
 #include <memest/run_config.hpp>
 #include <memest/run_options.hpp>
+#include <memest/serve_config.hpp>
+#include <memest/serve_options.hpp>
 #include <memest/suggest.hpp>
 
 #include <fmt/format.h>
@@ -271,6 +273,93 @@ class Rows {
   std::size_t pos_ = 0;
 };
 
+// The serve options that are keywords of serve(): all but the output's form (always JSON) and
+// --help.
+bool serve_keyword(const memest::ServeOptionInfo& f) {
+  return f.flag != "--format" && f.flag != "--units" && f.flag != "--help" && f.flag != "-h";
+}
+
+/// The CLI's arguments of `memest serve --format json` with these keywords, each a serve flag
+/// without its dashes ('-' as '_'): a bool for a switch, else a str, int, float or path.
+Args serve_arguments(const py::kwargs& kwargs) {
+  Args args({"serve"});
+  args.option("--format", "json");
+  for (const auto& [k, v] : kwargs) {
+    const auto key = k.cast<std::string>();
+    if (v.is_none()) continue;
+    const auto& table = memest::serve_option_table();
+    const auto f = std::find_if(table.begin(), table.end(), [&](const auto& o) {
+      return serve_keyword(o) && memest::serve_config_key(o.flag) == key;
+    });
+    if (f == table.end()) {
+      std::vector<std::string> names;
+      for (const auto& o : table) {
+        if (serve_keyword(o)) names.push_back(memest::serve_config_key(o.flag));
+      }
+      const std::vector<std::string_view> views(names.begin(), names.end());
+      throw py::type_error(fmt::format("serve() got an unexpected keyword argument '{}'{}", key,
+                                       memest::did_you_mean(key, views)));
+    }
+    if (f->kind == memest::ValueKind::flag) {
+      add_flag(args, key, f->flag, v);
+    } else {
+      args.option(f->flag, text_of(key, v));
+    }
+  }
+  return args;
+}
+
+py::list names_list(std::span<const std::string_view> names) {
+  py::list out;
+  for (const auto name : names) out.append(std::string(name));
+  return out;
+}
+
+// serve_options(): the serve option table as the keywords of serve() see it.
+py::list serve_options() {
+  py::list out;
+  for (const auto& f : memest::serve_option_table()) {
+    if (!serve_keyword(f)) continue;
+    py::dict d;
+    d["keyword"] = memest::serve_config_key(f.flag);
+    d["flag"] = f.flag;
+    d["engine"] = f.engine == memest::ServeFor::vllm        ? "vllm"
+                  : f.engine == memest::ServeFor::llama_cpp ? "llama.cpp"
+                                                            : "both";
+    d["config_key"] = f.config_key;
+    d["type"] = f.kind == memest::ValueKind::flag ? std::string("bool") : f.type_name;
+    d["kind"] = std::string(memest::value_kind_name(f.kind));
+    d["choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::vllm));
+    d["llama_cpp_choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::llama_cpp));
+    d["default"] =
+        f.fallback.value.empty() ? py::none() : py::object(py::str(std::string(f.fallback.value)));
+    d["alias_of"] = f.alias_of.empty() ? py::none() : py::object(py::str(std::string(f.alias_of)));
+    d["help"] = f.help;
+    out.append(d);
+  }
+  return out;
+}
+
+// serve()'s docstring: its keywords with the serve table's help, each one's engine.
+std::string serve_doc() {
+  std::string doc =
+      "serve(**options) -> dict\n\n"
+      "The memory an inference engine allocates per device, as `memest serve --format json`\n"
+      "prints it (weights, kv_cache, activations, non_torch, cuda_graphs, max_concurrency;\n"
+      "with fit='context' or 'concurrency', the largest value that fits per weight format and\n"
+      "KV-cache type). Keywords (each a flag of `memest serve --help` without its dashes, '-'\n"
+      "as '_'; file= a serve run config the other keywords override):\n\n";
+  for (const auto& f : memest::serve_option_table()) {
+    if (!serve_keyword(f)) continue;
+    const std::string type = f.kind == memest::ValueKind::flag ? "bool" : f.type_name;
+    const std::string_view who = f.engine == memest::ServeFor::vllm        ? "[vllm] "
+                                 : f.engine == memest::ServeFor::llama_cpp ? "[llama.cpp] "
+                                                                           : "";
+    doc += fmt::format("    {} ({}): {}{}\n", memest::serve_config_key(f.flag), type, who, f.help);
+  }
+  return doc + "\n  None leaves a keyword out; False leaves a flag off.\n";
+}
+
 // help(): the keywords with the option table's help and each one's run-config key.
 std::string options_doc(const std::vector<Extra>& extras) {
   std::string doc = "\nKeywords (each a flag of `memest --help` without its dashes, '-' as '_'):\n";
@@ -373,8 +462,23 @@ PYBIND11_MODULE(memest, m) {
        options_doc(kSweepExtras))
           .c_str());
   m.def(
-      "schema", [] { return to_python(Json::parse(memest::run_config_schema())); },
-      "schema() -> dict\n\nThe JSON Schema of run config files, as `memest schema` prints it.");
+      "serve",
+      [](const py::kwargs& kw) { return to_python(Json::parse(run_cli(serve_arguments(kw)))); },
+      serve_doc().c_str());
+  m.def(
+      "schema",
+      [](bool serve) {
+        return to_python(
+            Json::parse(serve ? memest::serve_config_schema() : memest::run_config_schema()));
+      },
+      py::arg("serve") = false,
+      "schema(serve=False) -> dict\n\nThe JSON Schema of run config files, as `memest schema` "
+      "prints it;\nwith serve=True, of serve run configs (`memest schema --serve`).");
+  m.def("serve_options", &serve_options,
+        "serve_options() -> list of dict\n\n"
+        "The keywords of serve(): keyword, flag, engine (vllm, llama.cpp or both), config_key\n"
+        "(whether a serve run config has it), type, kind, choices (vLLM's names, or both\n"
+        "engines'), llama_cpp_choices, default (None when none is constant), alias_of and help.");
   m.def("options", &options,
         "options() -> list of dict\n\n"
         "The run options: keyword, flag, run-config section and key, type, kind (flag, count,\n"

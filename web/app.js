@@ -1,6 +1,7 @@
-// The memest web page: a form generated from the run-config schema that `memest schema` prints,
-// turned into the command line's arguments and run by the command line itself (memest.js, the
-// WebAssembly build of memest::cli::run). The page only draws what the JSON says.
+// The memest web page: a form generated from the run-config schema that `memest schema` prints
+// (and one for serving from `memest schema --serve`), turned into the command line's arguments
+// and run by the command line itself (memest.js, the WebAssembly build of memest::cli::run). The
+// page only draws what the JSON says.
 'use strict';
 
 // The options shown first, in this order; every other option of the schema is under "More".
@@ -402,6 +403,154 @@ function restore() {
   if (Object.keys(v).length) run();
 }
 
+// ---- Serving: a form generated from the serve run configs' schema (memest schema --serve) ----
+
+// The serve options that name a file: config.json is pasted as the training form's is. A GGUF
+// file (--gguf) is binary and read only by its header: not offered on the page.
+const SERVE_FILES = {config: 'config.json'};
+const SERVE_SKIPPED = ['gguf'];
+let serveOptions = [];
+// Per engine, what the schema's allOf says under it: a key false (the other engine's flag) or
+// the engine's own names ({"enum": [...]}, --quantization).
+const serveRules = new Map();
+
+function serveOptionsFromSchema(schema) {
+  for (const rule of schema.allOf || []) {
+    serveRules.set(rule.if.properties.engine.const, rule.then.properties);
+  }
+  const out = [];
+  for (const [key, v] of Object.entries(schema.properties)) {
+    const m = /\s*\(flag (--[a-z0-9-]+)\)$/.exec(v.description || '');
+    if (!m || SERVE_SKIPPED.includes(key)) continue;
+    const help = v.description.slice(0, m.index);
+    const alternatives = v.anyOf || [v];
+    const choices = [...new Set(alternatives.flatMap((a) => (a.enum || []).map(String)))];
+    const d = /\(default ([^;)]+)/.exec(help);
+    let kind = 'text';
+    if (v.type === 'boolean') kind = 'bool';
+    else if (SERVE_FILES[key]) kind = 'file';
+    else if (choices.length && alternatives.every((a) => a.enum)) kind = 'select';
+    out.push({key, flag: m[1], name: m[1].slice(2), help, kind, choices,
+              placeholder: d ? `default ${d[1]}` : ''});
+  }
+  return out;
+}
+
+// The engine chosen: the form's, else the first of the schema (memest serve's default).
+function serveEngine() {
+  return document.getElementById('serve-engine').value || [...serveRules.keys()][0];
+}
+
+// A field of the serve form, with ids of its own (the training form has --model and --gpu too).
+function serveField(o) {
+  const attrs = {id: `serve-${o.name}`, name: o.name, 'data-serve-flag': o.flag};
+  let c;
+  if (o.kind === 'bool') {
+    c = el('input', {...attrs, type: 'checkbox'});
+  } else if (o.kind === 'select') {
+    c = el('select', attrs);
+  } else if (o.kind === 'file') {
+    c = el('textarea', {...attrs, rows: 4, placeholder: `paste the ${SERVE_FILES[o.key]} here`,
+                        spellcheck: 'false'});
+  } else {
+    c = el('input', {...attrs, type: 'text', placeholder: o.placeholder});
+  }
+  const label = el('label', {for: c.id, title: o.help},
+                   el('span', {class: 'name', text: o.flag}), el('span', {class: 'help', text: o.help}));
+  return el('div', {class: `field ${o.kind}`, id: `serve-field-${o.name}`}, label, c);
+}
+
+// Shows the chosen engine's fields only, each select with that engine's names.
+function showServeEngine() {
+  const rules = serveRules.get(serveEngine()) || {};
+  for (const o of serveOptions) {
+    const f = document.getElementById(`serve-field-${o.name}`);
+    f.hidden = rules[o.key] === false;
+    if (o.kind !== 'select' || o.key === 'engine') continue;
+    const c = document.getElementById(`serve-${o.name}`);
+    const names = (rules[o.key] && rules[o.key].enum) || o.choices;
+    const kept = names.includes(c.value) ? c.value : '';
+    c.replaceChildren(el('option', {value: '', text: o.placeholder || '(default)'}),
+                      ...names.map((n) => el('option', {value: n, text: n})));
+    c.value = kept;
+  }
+}
+
+function buildServeForm(schema) {
+  serveOptions = serveOptionsFromSchema(schema);
+  const fields = document.getElementById('serve-fields');
+  for (const o of serveOptions) fields.append(serveField(o));
+  const engine = serveOptions.find((o) => o.key === 'engine');
+  const c = document.getElementById('serve-engine');
+  c.append(el('option', {value: '', text: engine.placeholder || '(default)'}),
+           ...engine.choices.map((n) => el('option', {value: n, text: n})));
+  c.addEventListener('change', showServeEngine);
+  showServeEngine();
+}
+
+// memest serve's arguments for the fields shown; a pasted file goes into the file system first.
+function serveArguments() {
+  const args = ['serve'];
+  for (const o of serveOptions) {
+    const c = document.getElementById(`serve-${o.name}`);
+    if (document.getElementById(`serve-field-${o.name}`).hidden) continue;
+    if (o.kind === 'bool') {
+      if (c.checked) args.push(o.flag);
+      continue;
+    }
+    let value = c.value;
+    if (value === '') continue;
+    if (o.kind === 'file') {
+      memest.FS.writeFile(SERVE_FILES[o.key], value);
+      value = SERVE_FILES[o.key];
+    }
+    if (value.startsWith('-')) args.push(`${o.flag}=${value}`);
+    else args.push(o.flag, value);
+  }
+  return args;
+}
+
+// The serve document's figures as they are keyed in its JSON (weights.bytes, kv_cache.tokens,
+// ..., max_concurrency): bytes in the units chosen, counts as they are, null as "-".
+function serveRows(doc, units) {
+  const rows = [];
+  for (const [part, v] of Object.entries(doc)) {
+    if (v === null || typeof v !== 'object' || Array.isArray(v)) continue;
+    for (const [field, x] of Object.entries(v)) rows.push([`${part}.${field}`, x]);
+  }
+  rows.push(['max_concurrency', doc.max_concurrency]);
+  const shownAs = (key, x) => {
+    if (x === null) return '-';
+    return /bytes/.test(key) ? size(x, units) : String(x);
+  };
+  return rows.map(([key, x]) => [key, shownAs(key, x), x]);
+}
+
+function runServe() {
+  const args = serveArguments();
+  const units = document.getElementById('serve-units').value;
+  const json = cli([...args, '--format', 'json']);
+  document.getElementById('serve-command').textContent =
+      ['memest', ...args].map(shellWord).join(' ');
+  document.body.dataset.serveRuns = String(Number(document.body.dataset.serveRuns || 0) + 1);
+  const error = document.getElementById('serve-error');
+  const output = document.getElementById('serve-output');
+  if (json.code !== 0 && json.code !== 1) {  // 1: vLLM would not start; still a result
+    error.textContent = json.err.replace(/\n$/, '');
+    error.hidden = false;
+    output.hidden = true;
+    return;
+  }
+  error.hidden = true;
+  const doc = JSON.parse(json.out);
+  const rows = serveRows(doc, units);
+  table(document.getElementById('serve-parts'), ['JSON key', `per device (${units} for bytes)`],
+        rows.map(([key, text]) => [key, text]), rows.map(([, , x]) => x));
+  const text = cli([...args, '--units', units]);
+  document.getElementById('serve-table').textContent = text.out;
+  output.hidden = false;
+}
+
 createMemest().then((m) => {
   memest = m;
   readKinds();
@@ -422,8 +571,24 @@ createMemest().then((m) => {
     document.getElementById('error').hidden = true;
   });
   window.addEventListener('hashchange', restore);
+  buildServeForm(JSON.parse(cli(['schema', '--serve']).out));
+  document.getElementById('serve-run').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    runServe();
+  });
+  document.getElementById('serve-reset').addEventListener('click', () => {
+    for (const o of serveOptions) {
+      const c = document.getElementById(`serve-${o.name}`);
+      if (o.kind === 'bool') c.checked = false;
+      else c.value = '';
+    }
+    showServeEngine();
+    document.getElementById('serve-output').hidden = true;
+    document.getElementById('serve-error').hidden = true;
+  });
   document.getElementById('loading').remove();
   document.getElementById('estimate').disabled = false;
+  document.getElementById('serve-estimate').disabled = false;
   if (location.hash.length > 1) restore();
   document.body.dataset.ready = '1';
 });

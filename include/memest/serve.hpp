@@ -53,6 +53,16 @@ struct GgmlType {
 
 /// The ggml types llama.cpp's --cache-type-k/-v accept, with their block sizes.
 std::span<const GgmlType> ggml_cache_types();
+/// Their names, in the same order ("f32", "f16", ...).
+std::span<const std::string_view> ggml_cache_type_names();
+
+/// vLLM's --kv-cache-dtype values modelled: auto (the model's dtype) and the fp8 ones
+/// (CacheDType in vllm/config/cache.py).
+std::span<const std::string_view> vllm_kv_cache_dtypes();
+/// vLLM's --quantization methods modelled (names of vllm/model_executor/layers/quantization).
+std::span<const std::string_view> vllm_quantization_methods();
+/// vLLM's --dtype values: auto (the config's), bfloat16 and float16 with their short spellings.
+std::span<const std::string_view> vllm_dtype_names();
 
 /// vLLM's settings, named as its flags (defaults of vLLM v0.19.0's OpenAI server on a GPU).
 struct VllmSettings {

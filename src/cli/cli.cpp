@@ -9,6 +9,7 @@
 #include <memest/run_config.hpp>
 #include <memest/search.hpp>
 #include <memest/serve.hpp>
+#include <memest/serve_config.hpp>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -526,6 +527,7 @@ struct Subcommands {
   CLI::App* sweep = nullptr;
   SweepFlags sweep_flags;
   CLI::App* schema = nullptr;
+  bool serve_schema = false;
   CLI::App* serve = nullptr;
 };
 
@@ -577,6 +579,8 @@ void add_search_commands(CLI::App& app, Subcommands& c) {
   c.sweep->add_option("--optimizers", sf.optimizers, "Optimizers, e.g. adamw,adam8bit")
       ->type_name("LIST");
   c.schema = app.add_subcommand("schema", "Print the JSON Schema of run config files");
+  c.schema->add_flag("--serve", c.serve_schema,
+                     "The JSON Schema of serve run configs instead (memest serve --file)");
   // Parsed by serve_command when it comes first (memest serve --help lists its flags).
   c.serve = app.add_subcommand(
       "serve", "Serving memory of vLLM or llama.cpp: weights, KV cache, profile peak");
@@ -612,7 +616,7 @@ int dispatch(const Subcommands& c, const RunOptions& options, const OutputFlags&
   if (c.compare->parsed()) return run_compare(c.policies, options, output, out);
   if (c.fit->parsed()) return run_fit(c.fit_flags, options, output, out);
   if (c.schema->parsed()) {
-    out << run_config_schema();
+    out << (c.serve_schema ? serve_config_schema() : run_config_schema());
     return kExitOk;
   }
   if (c.sweep->parsed()) return run_sweep(c.sweep_flags, options, output, out);

@@ -473,6 +473,7 @@ bool takes_number(const RunOptionInfo& info) {
     case ValueKind::size:
     case ValueKind::probability:
     case ValueKind::number:
+    case ValueKind::fraction:
       return true;
     case ValueKind::choice:  // --zero 3, --fsdp-version 2
       return numbered_choices(info);
@@ -516,9 +517,9 @@ void merge(RunOptions& b, const RunOptions& o) {
 }
 
 std::string_view value_kind_name(ValueKind kind) {
-  static constexpr std::array<std::string_view, 12> kNames = {
-      "flag", "count", "param_count", "size", "probability", "choice",
-      "list", "json",  "path",        "name", "versions",    "number"};
+  static constexpr std::array<std::string_view, 13> kNames = {
+      "flag", "count", "param_count", "size",     "probability", "choice",  "list",
+      "json", "path",  "name",        "versions", "number",      "fraction"};
   return kNames[static_cast<std::size_t>(kind)];
 }
 

@@ -1,6 +1,8 @@
 // The JSON Schema of run config files, generated from the run option table (each option's value
 // kind and names) so that the schema, the loader and the flags cannot disagree on which keys
 // exist and what they take.
+#include "input/schema.hpp"
+
 #include "input/hf_families.hpp"
 #include "input/versions.hpp"
 
@@ -91,6 +93,14 @@ ordered_json positive_number() {
                                      {{"type", "string"}, {"pattern", "^[0-9]*\\.?[0-9]+$"}}})}};
 }
 
+// vLLM's --gpu-memory-utilization: above 0, at most 1.
+ordered_json fraction_schema() {
+  return {
+      {"anyOf", ordered_json::array(
+                    {{{"type", "number"}, {"exclusiveMinimum", 0}, {"maximum", 1}},
+                     {{"type", "string"}, {"pattern", "^(0?\\.[0-9]*[1-9][0-9]*|1(\\.0+)?)$"}}})}};
+}
+
 // none, or a comma-separated list: the names that stand alone, or a list of the others.
 ordered_json list_schema(const RunOptionInfo& info) {
   ordered_json list = list_of(info.choices());
@@ -117,7 +127,9 @@ ordered_json versions_schema() {
           {"additionalProperties", {{"type", "string"}, {"pattern", "^[0-9]+(\\.[0-9]+)*"}}}};
 }
 
-ordered_json value_schema(const RunOptionInfo& info) {
+}  // namespace
+
+ordered_json option_value_schema(const RunOptionInfo& info) {
   switch (info.kind) {
     case ValueKind::flag:
       return {{"type", "boolean"}};
@@ -129,6 +141,8 @@ ordered_json value_schema(const RunOptionInfo& info) {
       return probability();
     case ValueKind::number:
       return positive_number();
+    case ValueKind::fraction:
+      return fraction_schema();
     case ValueKind::choice:
       return choice_of(info);
     case ValueKind::list:
@@ -153,8 +167,6 @@ ordered_json value_schema(const RunOptionInfo& info) {
   return {};
 }
 
-}  // namespace
-
 std::string run_config_schema() {
   ordered_json sections = ordered_json::object();
   for (const auto& info : run_option_table()) {
@@ -164,7 +176,7 @@ std::string run_config_schema() {
              {"additionalProperties", false},
              {"properties", ordered_json::object()}};
     }
-    ordered_json v = value_schema(info);
+    ordered_json v = option_value_schema(info);
     v["description"] = fmt::format("{} (flag {})", info.help, info.flag);
     sec["properties"][info.key] = v;
   }

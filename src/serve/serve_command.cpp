@@ -1,7 +1,8 @@
-// `memest serve`: the serve flags as one table (each engine's own flag names, so a launch line
-// can be pasted), read into the engine's settings, estimated and rendered. The flags have their
-// own table rather than rows of the run-option table: they describe an inference server, not a
-// training run, and no training flag applies here.
+// `memest serve`: the serve flags (the rows of serve_options.cpp, each engine's own flag names,
+// so a launch line can be pasted) and a serve run config under them, read into the engine's
+// settings, estimated and rendered. The serve options have their own table rather than rows of
+// the run-option table: they describe an inference server, not a training run, and no training
+// flag applies here.
 #include "base/numbers.hpp"
 #include "serve/gguf_header.hpp"
 #include "serve/serve_render.hpp"
@@ -9,7 +10,9 @@
 #include <memest/error.hpp>
 #include <memest/hardware.hpp>
 #include <memest/serve.hpp>
+#include <memest/serve_config.hpp>
 #include <memest/serve_fit.hpp>
+#include <memest/serve_options.hpp>
 #include <memest/suggest.hpp>
 #include <memest/units.hpp>
 
@@ -18,94 +21,29 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
-#include <map>
 
 namespace memest {
 namespace {
 
-enum class For { both, vllm, llama_cpp };
-
-struct ServeFlag {
-  std::string_view flag;
-  For engine;
-  std::string_view type;  // "" for a switch
-  std::string_view help;
-};
-
-// data table
-constexpr std::array<ServeFlag, 34> kFlags = {{
-    {"--model", For::both, "NAME", "Model preset, Hub id (local cache) or model folder"},
-    {"--config", For::both, "PATH", "A Hugging Face config.json"},
-    {"--engine", For::both, "NAME", "vllm or llama.cpp (default vllm)"},
-    {"--gpu", For::both, "NAME", "GPU preset: its memory is the total (default h100-80gb)"},
-    {"--gpu-memory", For::both, "SIZE",
-     "Total device memory as torch.cuda.mem_get_info reports it (overrides --gpu)"},
-    {"--format", For::both, "FORMAT", "table, json or markdown (default table)"},
-    {"--units", For::both, "UNIT", "Units of the table (default GiB)"},
-    {"--max-model-len", For::vllm, "N", "Longest request in tokens (default: the model's)"},
-    {"--max-num-seqs", For::vllm, "N", "Requests per step (default 1024 on >= 70 GiB, else 256)"},
-    {"--max-num-batched-tokens", For::vllm, "N",
-     "Tokens per step (default 8192 on >= 70 GiB, else 2048)"},
-    {"--gpu-memory-utilization", For::vllm, "F", "Fraction of the total vLLM may use (0.9)"},
-    {"--kv-cache-dtype", For::vllm, "NAME", "auto, fp8, fp8_e4m3 or fp8_e5m2 (default auto)"},
-    {"--dtype", For::vllm, "NAME", "auto, bfloat16, float16 (default auto: the config's)"},
-    {"--quantization", For::both, "NAME",
-     "vllm: fp8, compressed-tensors (FP8 weights), gptq, gptq_marlin, awq, awq_marlin (the "
-     "checkpoint's int4/int8 groups); llama.cpp: a GGUF file type (Q4_K_M, ...)"},
-    {"--tensor-parallel-size", For::vllm, "N", "Tensor-parallel ranks (default 1)"},
-    {"--tp", For::vllm, "N", "Short for --tensor-parallel-size"},
-    {"--block-size", For::vllm, "N", "Tokens per KV block (default 16)"},
-    {"--enforce-eager", For::vllm, "", "No CUDA graphs"},
-    {"--kv-cache-memory", For::vllm, "BYTES", "KV-cache bytes per device, instead of the budget"},
-    {"--non-torch-memory", For::vllm, "SIZE",
-     "Memory the profile run adds outside torch (default 0.25 GiB, 2 GiB under TP)"},
-    {"--ctx-size", For::llama_cpp, "N", "Context cells (default: the model's)"},
-    {"--batch-size", For::llama_cpp, "N", "Logical batch (default 2048)"},
-    {"--ubatch-size", For::llama_cpp, "N", "Micro-batch the compute buffer is sized for (512)"},
-    {"--parallel", For::llama_cpp, "N", "Sequences sharing the context (default 1)"},
-    {"--cache-type-k", For::llama_cpp, "TYPE", "f16, q8_0, q4_0, ... (default f16)"},
-    {"--cache-type-v", For::llama_cpp, "TYPE", "f16, q8_0, q4_0, ... (default f16)"},
-    {"--n-gpu-layers", For::llama_cpp, "N", "Layers on the GPU (default all)"},
-    {"--flash-attn", For::llama_cpp, "", "Flash attention (pads the context to 256)"},
-    {"--gguf", For::llama_cpp, "FILE",
-     "A GGUF file: its header's tensor types size the weights, its metadata is the model "
-     "without --model"},
-    {"--mla", For::llama_cpp, "", "MLA models: cache the latent only (ik_llama.cpp -mla 2/3)"},
-    {"--fit", For::both, "WHAT",
-     "context or concurrency: the largest --max-model-len/--ctx-size or "
-     "--max-num-seqs/--parallel that fits, per weight format and KV-cache type"},
-    {"--max", For::both, "N",
-     "--fit: the largest value tried (default: the model's positions "
-     "for a context; max_num_batched_tokens or n_ctx's 2^32 - 1 cells "
-     "for concurrency)"},
-    {"--help", For::both, "", "This help"},
-    {"-h", For::both, "", "This help"},
-}};
-
-const ServeFlag* find_flag(std::string_view name) {
-  for (const ServeFlag& f : kFlags) {
-    if (f.flag == name) return &f;
-  }
-  return nullptr;
-}
+const ServeOptionInfo& serve_row(std::string_view flag) { return *find_serve_option(flag); }
 
 std::string help_text() {
   std::string s =
       "memest serve: the memory an inference engine allocates per device for a model\n"
       "Usage: memest serve --model NAME [--engine vllm|llama.cpp] [engine flags]\n\n";
-  for (const ServeFlag& f : kFlags) {
+  for (const ServeOptionInfo& f : serve_option_table()) {
     if (f.flag == "-h") continue;
-    const std::string_view who = f.engine == For::vllm        ? "[vllm] "
-                                 : f.engine == For::llama_cpp ? "[llama.cpp] "
-                                                              : "";
-    s += fmt::format("  {:<32} {}{}\n", fmt::format("{} {}", f.flag, f.type), who, f.help);
+    const std::string_view who = f.engine == ServeFor::vllm        ? "[vllm] "
+                                 : f.engine == ServeFor::llama_cpp ? "[llama.cpp] "
+                                                                   : "";
+    s += fmt::format("  {:<32} {}{}\n", fmt::format("{} {}", f.flag, f.type_name), who, f.help);
   }
   return s + "\nUnits: GB = 10^9 bytes, GiB = 2^30 bytes. See docs/serving.md.\n";
 }
 
 // The flags given, by name; `--name=value` and `--name value` alike.
-std::map<std::string, std::string> read_flags(std::span<const std::string> args) {
-  std::map<std::string, std::string> given;
+ServeValues read_flags(std::span<const std::string> args) {
+  ServeValues given;
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string name = args[i];
     std::string value;
@@ -115,119 +53,156 @@ std::map<std::string, std::string> read_flags(std::span<const std::string> args)
       value = name.substr(eq + 1);
       name.resize(eq);
     }
-    const ServeFlag* f = find_flag(name);
+    const ServeOptionInfo* f = find_serve_option(name);
     if (!f) {
       std::vector<std::string_view> names;
-      names.reserve(kFlags.size());
-      for (const ServeFlag& g : kFlags) names.push_back(g.flag);
+      for (const ServeOptionInfo& g : serve_option_table()) names.push_back(g.flag);
       throw Error(fmt::format("serve: unknown flag \"{}\"{} (see memest serve --help)", name,
                               did_you_mean(name, names)));
     }
     if (given.contains(name)) throw Error(fmt::format("{}: given twice", name));
-    if (!f->type.empty() && !inline_value) {
-      if (i + 1 >= args.size()) throw Error(fmt::format("{}: needs a value ({})", name, f->type));
+    if (!f->type_name.empty() && !inline_value) {
+      if (i + 1 >= args.size()) {
+        throw Error(fmt::format("{}: needs a value ({})", name, f->type_name));
+      }
       value = args[++i];
     }
-    given[name] = value;
+    given[name] = ServeValue{value, name};
   }
   return given;
 }
 
-u64 count_of(const std::map<std::string, std::string>& g, const std::string& flag, u64 fallback) {
+// The flags laid over a serve run config (--file): a flag replaces the file's value, and the
+// file's other spelling of it (tp for --tensor-parallel-size) or its other way of naming the
+// model (config for --model).
+ServeValues with_file(ServeValues flags) {
+  const auto file = flags.find("--file");
+  if (file == flags.end()) return flags;
+  ServeValues out = load_serve_config(file->second.text);
+  const auto drop = [&](std::string_view flag) {
+    if (const auto it = out.find(flag); it != out.end()) out.erase(it);
+  };
+  for (const auto& [flag, value] : flags) {
+    const ServeOptionInfo& f = serve_row(flag);
+    if (!f.alias_of.empty()) drop(f.alias_of);
+    for (const ServeOptionInfo& g : serve_option_table()) {
+      if (g.alias_of == flag) drop(g.flag);
+    }
+    if (flag == "--model" || flag == "--config") {
+      drop("--model");
+      drop("--config");
+    }
+  }
+  for (auto& [flag, value] : flags) out[flag] = std::move(value);
+  return out;
+}
+
+// A count; absent: `fallback`, else the row's constant default, else 0.
+u64 count_of(const ServeValues& g, std::string_view flag, std::optional<u64> fallback = {}) {
   const auto it = g.find(flag);
-  if (it == g.end()) return fallback;
+  if (it == g.end()) {
+    if (fallback) return *fallback;
+    const std::string_view d = serve_row(flag).fallback.value;
+    return d.empty() ? 0 : parse_count(d);
+  }
   try {
-    return parse_count(it->second);
+    return parse_count(it->second.text);
   } catch (const Error& e) {
-    rethrow_with_context(e, flag);
+    rethrow_with_context(e, it->second.where);
   }
 }
 
-std::optional<u64> size_of(const std::map<std::string, std::string>& g, const std::string& flag) {
+std::optional<u64> size_of(const ServeValues& g, std::string_view flag) {
   const auto it = g.find(flag);
   if (it == g.end()) return std::nullopt;
-  const std::string& v = it->second;
+  const std::string& v = it->second.text;
   u64 n = 0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
   if (ec == std::errc() && end == v.data() + v.size()) return n;  // vLLM's bare byte count
   try {
     return parse_bytes(v);
   } catch (const Error& e) {
-    rethrow_with_context(e, flag);
+    rethrow_with_context(e, it->second.where);
   }
 }
 
-std::string choice(const std::map<std::string, std::string>& g, const std::string& flag,
-                   std::string fallback, std::initializer_list<std::string_view> accepted) {
+// One of the names the option takes on `engine`; absent: its default.
+std::string choice(const ServeValues& g, std::string_view flag,
+                   ServeEngine engine = ServeEngine::vllm) {
+  const ServeOptionInfo& f = serve_row(flag);
   const auto it = g.find(flag);
-  if (it == g.end()) return fallback;
-  if (std::find(accepted.begin(), accepted.end(), it->second) == accepted.end()) {
-    throw Error(fmt::format("{}: \"{}\" is not offered (expected one of: {})", flag, it->second,
-                            fmt::join(accepted, ", ")));
+  if (it == g.end()) return std::string(f.fallback.value);
+  const auto accepted = serve_choices(f, engine);
+  if (std::find(accepted.begin(), accepted.end(), it->second.text) == accepted.end()) {
+    throw Error(fmt::format("{}: \"{}\" is not offered (expected one of: {})", it->second.where,
+                            it->second.text, fmt::join(accepted, ", ")));
   }
-  return it->second;
+  return it->second.text;
 }
 
-double fraction(const std::map<std::string, std::string>& g, const std::string& flag,
-                double fallback) {
+double fraction_of(const ServeValues& g, std::string_view flag) {
   const auto it = g.find(flag);
-  if (it == g.end()) return fallback;
   double v = 0;
-  const std::string& t = it->second;
+  if (it == g.end()) {
+    parse_double(serve_row(flag).fallback.value, v);
+    return v;
+  }
+  const std::string& t = it->second.text;
   if (!parse_double(t, v) || !(v > 0.0) || v > 1.0) {
-    throw Error(fmt::format("{}: expected a fraction in (0, 1], got \"{}\"", flag, t));
+    throw Error(fmt::format("{}: expected a fraction in (0, 1], got \"{}\"", it->second.where, t));
   }
   return v;
 }
 
+// The text of a path or a name; empty when not given.
+std::string given_text(const ServeValues& g, std::string_view flag) {
+  const auto it = g.find(flag);
+  return it == g.end() ? std::string() : it->second.text;
+}
+
 // The engine's flags given to the other engine are refused, never ignored.
-void check_engine(const std::map<std::string, std::string>& g, ServeEngine engine) {
+void check_engine(const ServeValues& g, ServeEngine engine) {
   for (const auto& [name, value] : g) {
-    const For f = find_flag(name)->engine;
-    if (f == For::both) continue;
-    if ((f == For::vllm) != (engine == ServeEngine::vllm)) {
-      throw Error(fmt::format("{}: a {} flag, not used by --engine {}", name,
-                              f == For::vllm ? "vLLM" : "llama.cpp",
-                              engine == ServeEngine::vllm ? "vllm" : "llama.cpp"));
-    }
+    const ServeOptionInfo& f = serve_row(name);
+    if (serve_option_applies(f, engine)) continue;
+    throw Error(fmt::format("{}: a {} flag, not used by --engine {}", value.where,
+                            f.engine == ServeFor::vllm ? "vLLM" : "llama.cpp",
+                            serve_engine_name(engine)));
   }
 }
 
-u64 total_memory(const std::map<std::string, std::string>& g, std::string* gpu_label) {
+u64 total_memory(const ServeValues& g, std::string* gpu_label) {
   if (auto m = size_of(g, "--gpu-memory")) {
     *gpu_label = fmt::format("{} total", format_bytes(*m, Unit::GiB));
     return *m;
   }
   const auto it = g.find("--gpu");
-  const Gpu& gpu = find_gpu(it == g.end() ? "h100-80gb" : it->second);
+  const Gpu& gpu = find_gpu(it == g.end() ? serve_row("--gpu").fallback.value : it->second.text);
   *gpu_label = std::string(gpu.name);
   return gpu.capacity;
 }
 
-VllmSettings vllm_settings(const std::map<std::string, std::string>& g, u64 total) {
+VllmSettings vllm_settings(const ServeValues& g, u64 total) {
   VllmSettings s;
   s.total_memory = total;
   // vLLM's engine/arg_utils.py (get_batch_defaults, v0.19.0): the OpenAI server's defaults on
   // devices of >= 70 GiB (the A100s excepted) and on the others.
   const bool large = total >= 70 * (1ULL << 30);
-  s.gpu_memory_utilization = fraction(g, "--gpu-memory-utilization", 0.9);
-  s.max_model_len = count_of(g, "--max-model-len", 0);
+  s.gpu_memory_utilization = fraction_of(g, "--gpu-memory-utilization");
+  s.max_model_len = count_of(g, "--max-model-len");
   s.max_num_seqs = count_of(g, "--max-num-seqs", large ? 1024 : 256);
   s.max_num_batched_tokens = count_of(g, "--max-num-batched-tokens", large ? 8192 : 2048);
   if (g.contains("--tp") && g.contains("--tensor-parallel-size")) {
     throw Error("--tp: give --tp or --tensor-parallel-size, not both");
   }
-  s.tensor_parallel_size = count_of(g, g.contains("--tp") ? "--tp" : "--tensor-parallel-size", 1);
-  s.block_size = count_of(g, "--block-size", 16);
-  s.kv_cache_dtype = choice(g, "--kv-cache-dtype", "auto", {"auto", "fp8", "fp8_e4m3", "fp8_e5m2"});
-  if (const auto q = g.find("--quantization"); q != g.end() && q->second == "bitsandbytes") {
+  s.tensor_parallel_size = count_of(g, g.contains("--tp") ? "--tp" : "--tensor-parallel-size");
+  s.block_size = count_of(g, "--block-size");
+  s.kv_cache_dtype = choice(g, "--kv-cache-dtype");
+  if (const auto q = g.find("--quantization"); q != g.end() && q->second.text == "bitsandbytes") {
     throw Error("--quantization: bitsandbytes is not modelled for vLLM yet (docs/serving.md)");
   }
-  s.quantization =
-      choice(g, "--quantization", "",
-             {"fp8", "compressed-tensors", "gptq", "gptq_marlin", "awq", "awq_marlin"});
-  const std::string dtype =
-      choice(g, "--dtype", "auto", {"auto", "bfloat16", "bf16", "float16", "fp16", "half"});
+  s.quantization = choice(g, "--quantization");
+  const std::string dtype = choice(g, "--dtype");
   if (dtype != "auto") s.dtype = dtype.starts_with("b") ? Dtype::bf16 : Dtype::fp16;
   s.enforce_eager = g.contains("--enforce-eager");
   s.kv_cache_memory = size_of(g, "--kv-cache-memory");
@@ -235,29 +210,39 @@ VllmSettings vllm_settings(const std::map<std::string, std::string>& g, u64 tota
   return s;
 }
 
-LlamaCppSettings llama_cpp_settings(const std::map<std::string, std::string>& g) {
+// One of llama.cpp's names (ggml's cache types, the GGUF file types), refused in the words of
+// the estimate's own check; absent: the default.
+std::string llama_cpp_name(const ServeValues& g, std::string_view flag, std::string_view what) {
+  const ServeOptionInfo& f = serve_row(flag);
+  const auto it = g.find(flag);
+  if (it == g.end()) return std::string(f.fallback.value);
+  const auto names = serve_choices(f, ServeEngine::llama_cpp);
+  if (std::find(names.begin(), names.end(), it->second.text) == names.end()) {
+    throw Error(fmt::format("{}: unknown {} \"{}\" (expected one of: {})", it->second.where, what,
+                            it->second.text, fmt::join(names, ", ")));
+  }
+  return it->second.text;
+}
+
+LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
   LlamaCppSettings s;
-  s.ctx_size = count_of(g, "--ctx-size", 0);
-  s.parallel = count_of(g, "--parallel", 1);
+  s.ctx_size = count_of(g, "--ctx-size");
+  s.parallel = count_of(g, "--parallel");
   s.n_gpu_layers = count_of(g, "--n-gpu-layers", 999);
   s.flash_attn = g.contains("--flash-attn");
   s.mla = g.contains("--mla");
-  const auto type = [&](const char* flag) {
-    const auto it = g.find(flag);
-    return it == g.end() ? std::string("f16") : it->second;
-  };
-  if (const auto q = g.find("--quantization"); q != g.end()) s.quantization = q->second;
-  s.cache_type_k = type("--cache-type-k");
-  s.cache_type_v = type("--cache-type-v");
-  s.batch_size = count_of(g, "--batch-size", 2048);
-  s.ubatch_size = count_of(g, "--ubatch-size", 512);
+  s.quantization = llama_cpp_name(g, "--quantization", "GGUF file type");
+  s.cache_type_k = llama_cpp_name(g, "--cache-type-k", "cache type");
+  s.cache_type_v = llama_cpp_name(g, "--cache-type-v", "cache type");
+  s.batch_size = count_of(g, "--batch-size");
+  s.ubatch_size = count_of(g, "--ubatch-size");
   return s;
 }
 
 // What every serve command reads before it estimates: the flags, the engine, the output and
 // the model (a GGUF header's metadata when no --model or --config names one).
 struct ServeInputs {
-  std::map<std::string, std::string> given;
+  ServeValues given;
   ServeEngine engine = ServeEngine::vllm;
   std::string format;
   Unit unit = Unit::GiB;
@@ -266,17 +251,16 @@ struct ServeInputs {
   ServeModel model;
 };
 
-ServeInputs read_inputs(std::map<std::string, std::string> g) {
+ServeInputs read_inputs(ServeValues g) {
   ServeInputs in;
-  const std::string engine_name = choice(g, "--engine", "vllm", {"vllm", "llama.cpp"});
-  in.engine = engine_name == "vllm" ? ServeEngine::vllm : ServeEngine::llama_cpp;
+  const std::string engine_name = choice(g, "--engine");
+  in.engine = engine_name == serve_engine_name(ServeEngine::vllm) ? ServeEngine::vllm
+                                                                  : ServeEngine::llama_cpp;
   check_engine(g, in.engine);
-  in.format = choice(g, "--format", "table", {"table", "json", "markdown"});
-  if (const auto it = g.find("--units"); it != g.end()) in.unit = parse_unit(it->second);
-  const auto text = [&](const char* flag) {
-    const auto it = g.find(flag);
-    return it == g.end() ? std::string() : it->second;
-  };
+  in.format = choice(g, "--format");
+  in.unit = parse_unit(g.contains("--units") ? g.at("--units").text
+                                             : serve_row("--units").fallback.value);
+  const auto text = [&](const char* flag) { return given_text(g, flag); };
   in.gguf = text("--gguf");
   if (!in.gguf.empty() && g.contains("--quantization")) {
     throw Error("--quantization: give --gguf FILE or a --quantization file type, not both");
@@ -327,7 +311,7 @@ std::string_view searched_flag(ServeEngine e, ServeFitTarget t) {
 
 // A value the search sets is not given as well; --max bounds the search instead.
 ServeFitTarget fit_target(const ServeInputs& in) {
-  const std::string what = choice(in.given, "--fit", "", {"context", "concurrency"});
+  const std::string what = choice(in.given, "--fit");
   const ServeFitTarget t =
       what == "context" ? ServeFitTarget::context : ServeFitTarget::concurrency;
   const std::string flag(searched_flag(in.engine, t));
@@ -343,7 +327,7 @@ constexpr u64 kFitSearchMax = 1ULL << 20;  // a context search's bound without t
 // The largest context the search tries: --max, else the model's max_position_embeddings (vLLM
 // refuses a longer max_model_len: config/model.py, _get_and_verify_max_len).
 void context_limit(const ServeInputs& in, ServeFit& fit) {
-  fit.limit = count_of(in.given, "--max", 0);
+  fit.limit = count_of(in.given, "--max");
   if (fit.limit == 0) {
     fit.limit_is_model = in.model.max_positions > 0;
     fit.limit = fit.limit_is_model ? in.model.max_positions : kFitSearchMax;
@@ -479,6 +463,7 @@ ServeOutput fit_output(const ServeInputs& in) {
 ServeOutput serve_command(std::span<const std::string> args) {
   auto g = read_flags(args);
   if (g.contains("--help") || g.contains("-h")) return {help_text(), 0};
+  g = with_file(std::move(g));
   if (g.contains("--max") && !g.contains("--fit")) {
     throw Error("--max: bounds the search of --fit (give --fit context or --fit concurrency)");
   }

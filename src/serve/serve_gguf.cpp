@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 namespace memest {
 namespace {
@@ -166,14 +167,21 @@ const FileType& file_type(std::string_view name) {
   for (const FileType& f : kFileTypes) {
     if (f.name == name) return f;
   }
-  std::vector<std::string_view> names;
-  names.reserve(kFileTypes.size());
-  for (const FileType& f : kFileTypes) names.push_back(f.name);
   throw Error(fmt::format("--quantization: unknown GGUF file type \"{}\" (expected one of: {})",
-                          name, fmt::join(names, ", ")));
+                          name, fmt::join(gguf_file_type_names(), ", ")));
 }
 
 }  // namespace
+
+std::span<const std::string_view> gguf_file_type_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> v;
+    v.reserve(kFileTypes.size());
+    for (const FileType& f : kFileTypes) v.push_back(f.name);
+    return v;
+  }();
+  return names;
+}
 
 std::span<const GgmlType> ggml_weight_types() { return kWeightTypes; }
 

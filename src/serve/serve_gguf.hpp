@@ -22,6 +22,10 @@ struct GgufWeights {
 /// The ggml types a weight can take, with their block sizes (ggml's type traits).
 std::span<const GgmlType> ggml_weight_types();
 
+/// The GGUF file types llama.cpp's quantizer is modelled for, as --quantization takes them
+/// ("Q4_K_M", ...): the names of the table gguf_weights reads.
+std::span<const std::string_view> gguf_file_type_names();
+
 /// The weights of `m` as file type `ftype` with the last `gpu_layers` layers on the GPU. Throws
 /// Error naming --quantization for an unknown file type.
 GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::uint64_t gpu_layers);

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 namespace memest {
 namespace {
@@ -36,11 +37,8 @@ const GgmlType& cache_type(std::string_view name, std::string_view flag) {
   for (const GgmlType& t : kCacheTypes) {
     if (t.name == name) return t;
   }
-  std::vector<std::string_view> names;
-  names.reserve(kCacheTypes.size());
-  for (const GgmlType& t : kCacheTypes) names.push_back(t.name);
   throw Error(fmt::format("{}: unknown cache type \"{}\" (expected one of: {})", flag, name,
-                          fmt::join(names, ", ")));
+                          fmt::join(ggml_cache_type_names(), ", ")));
 }
 
 // ggml_row_size: whole blocks of the type.
@@ -106,6 +104,16 @@ void add_weights(ServeEstimate& e, const ServeModel& m, const LlamaCppSettings& 
 }  // namespace
 
 std::span<const GgmlType> ggml_cache_types() { return kCacheTypes; }
+
+std::span<const std::string_view> ggml_cache_type_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> v;
+    v.reserve(kCacheTypes.size());
+    for (const GgmlType& t : kCacheTypes) v.push_back(t.name);
+    return v;
+  }();
+  return names;
+}
 
 ServeEstimate estimate_llama_cpp(const ServeModel& m, const LlamaCppSettings& s) {
   const Architecture& a = *m.spec.arch;

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -322,7 +323,21 @@ void check_one_request(ServeEstimate& e, const ServeModel& m, const VllmSettings
   e.largest_context = lo;
 }
 
+// data table
+constexpr std::array<std::string_view, 4> kVllmKvCacheDtypes = {"auto", "fp8", "fp8_e4m3",
+                                                                "fp8_e5m2"};
+// data table
+constexpr std::array<std::string_view, 6> kVllmQuantizationMethods = {
+    "fp8", "compressed-tensors", "gptq", "gptq_marlin", "awq", "awq_marlin"};
+// data table
+constexpr std::array<std::string_view, 6> kVllmDtypeNames = {"auto",    "bfloat16", "bf16",
+                                                             "float16", "fp16",     "half"};
+
 }  // namespace
+
+std::span<const std::string_view> vllm_kv_cache_dtypes() { return kVllmKvCacheDtypes; }
+std::span<const std::string_view> vllm_quantization_methods() { return kVllmQuantizationMethods; }
+std::span<const std::string_view> vllm_dtype_names() { return kVllmDtypeNames; }
 
 ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   const Architecture& a = *m.spec.arch;

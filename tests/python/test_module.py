@@ -279,3 +279,82 @@ def test_from_file_takes_a_path_and_its_overrides_as_a_list():
     assert doc == json.loads(cli_json("estimate", ["--from", path, *overrides, "--gpu", "a100-80gb"]))
     assert doc["from"]["format"] == "torchtune"
     assert memest.estimate(from_file=path, batch=2, seq=512)["inputs"]["training"]["micro_batch"] == 2
+
+
+# ---- memest.serve: keywords from the serve option table ----
+
+SERVE_OPTIONS = memest.serve_options()
+SERVE_BY_FLAG = {o["flag"]: o for o in SERVE_OPTIONS}
+SERVE_RUNS = [
+    ["--model", "llama-3.1-8b", "--max-model-len", "8192"],
+    ["--model", "qwen3-8b", "--gpu", "a100-80gb", "--kv-cache-dtype", "fp8", "--enforce-eager",
+     "--gpu-memory-utilization", "0.95"],
+    ["--model", "llama-3-70b", "--tp", "2", "--gpu", "a100-80gb", "--max-model-len", "131072"],
+    ["--model", "llama-3.1-8b", "--engine", "llama.cpp", "--ctx-size", "16384", "--parallel", "4",
+     "--cache-type-k", "q8_0", "--cache-type-v", "q8_0", "--flash-attn",
+     "--quantization", "Q4_K_M"],
+    ["--model", "qwen3-8b", "--engine", "llama.cpp", "--quantization", "Q5_K_M",
+     "--gpu", "rtx-4090", "--fit", "context"],
+    ["--model", "llama-3.1-8b", "--gpu-memory", "24GiB", "--fit", "concurrency", "--max", "512"],
+]
+
+
+def serve_kwargs_of(args):
+    """serve()'s keywords of a serve command line: `--ctx-size 8192` is ctx_size="8192"."""
+    kw, i = {}, 0
+    while i < len(args):
+        o = SERVE_BY_FLAG[args[i]]
+        if o["type"] == "bool":
+            kw[o["keyword"]] = True
+        else:
+            i += 1
+            kw[o["keyword"]] = args[i]
+        i += 1
+    return kw
+
+
+@pytest.mark.parametrize("args", SERVE_RUNS, ids=[" ".join(a) for a in SERVE_RUNS])
+def test_serve_gives_the_cli_document(args):
+    code, out, err = cli(["serve", *args, "--format", "json"])
+    assert code in (0, 1), err
+    assert memest.serve(**serve_kwargs_of(args)) == json.loads(out)
+
+
+def test_serve_keywords_are_the_table_rows_and_take_numbers():
+    keywords = {o["keyword"] for o in SERVE_OPTIONS}
+    assert {"model", "engine", "max_model_len", "kv_cache_dtype", "ctx_size", "cache_type_k",
+            "flash_attn", "fit", "file"} <= keywords
+    assert not keywords & {"format", "units", "help", "h"}
+    by_kw = {o["keyword"]: o for o in SERVE_OPTIONS}
+    assert by_kw["ctx_size"]["engine"] == "llama.cpp"
+    assert by_kw["kv_cache_dtype"]["choices"] == ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+    assert "Q4_K_M" in by_kw["quantization"]["llama_cpp_choices"]
+    assert by_kw["tp"]["alias_of"] == "--tensor-parallel-size"
+    # An int is its decimal text, as the CLI takes it.
+    assert memest.serve(model="llama-3.1-8b", max_model_len=8192) == memest.serve(
+        model="llama-3.1-8b", max_model_len="8192")
+    assert memest.serve(model="llama-3.1-8b", enforce_eager=True)["cuda_graphs"]["bytes"] == 0
+
+
+def test_serve_errors_are_the_cli_messages():
+    code, _, err = cli(["serve", "--model", "llama-3.1-8b", "--ctx-size", "4096"])
+    assert code == 2
+    with pytest.raises(memest.Error) as e:
+        memest.serve(model="llama-3.1-8b", ctx_size=4096)
+    assert str(e.value) == err.removeprefix("memest: error: ").rstrip("\n")
+    with pytest.raises(TypeError, match="did you mean 'max_model_len'|did you mean \"max_model_len\""):
+        memest.serve(model="llama-3.1-8b", max_modle_len=4096)
+    with pytest.raises(TypeError):
+        memest.serve(model="llama-3.1-8b", enforce_eager="yes")
+
+
+def test_serve_file_and_schema(tmp_path):
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"model": "llama-3.1-8b", "max_model_len": 4096, "tp": 2}))
+    by_file = memest.serve(file=run, max_model_len=2048)
+    assert by_file == memest.serve(model="llama-3.1-8b", tp=2, max_model_len=2048)
+    assert memest.schema(serve=True) == json.loads(cli(["schema", "--serve"])[1])
+    schema = memest.schema(serve=True)
+    for o in SERVE_OPTIONS:
+        if o["config_key"] and o["kind"] == "choice" and o["llama_cpp_choices"] == o["choices"]:
+            assert schema["properties"][o["keyword"]]["enum"] == o["choices"], o["flag"]

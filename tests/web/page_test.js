@@ -61,6 +61,25 @@ const BAD = [
 
 const FILE_NAMES = {config: 'config.json', file: 'run.json'};
 
+// Serving runs typed into the serve form (memest serve's flags without dashes); each is compared
+// with `memest serve ... --format json` on every figure and with its table byte for byte.
+const SERVE_RUNS = [
+  {model: 'llama-3.1-8b', 'max-model-len': '8192'},
+  {model: 'qwen3-8b', gpu: 'a100-80gb', 'kv-cache-dtype': 'fp8', 'enforce-eager': true,
+   'gpu-memory-utilization': '0.95', units: 'GB'},
+  {engine: 'llama.cpp', model: 'llama-3.1-8b', 'ctx-size': '16384', parallel: '4',
+   'cache-type-k': 'q8_0', 'cache-type-v': 'q8_0', 'flash-attn': true, quantization: 'Q4_K_M'},
+  // vLLM would not start (exit 1): still a result, with the longest context that fits.
+  {model: 'llama-3-70b', 'tensor-parallel-size': '2', gpu: 'a100-80gb', 'max-model-len': '131072'},
+  {paste: {config: read('configs/models/gemma-3-27b-it.json')}, 'max-model-len': '32768',
+   quantization: 'fp8'},
+];
+const SERVE_BAD = [
+  {model: 'llama-3.1-8b', 'gpu-memory-utilization': '1.5'},
+  {model: 'llama-3-70b', gpu: 'a10'},
+  {engine: 'llama.cpp', model: 'llama-3.1-8b', 'cache-type-v': 'q8_0'},
+];
+
 // The command line's arguments for a run, written here independently of the page's own code.
 function argsOf(run) {
   const args = [];
@@ -78,12 +97,12 @@ function argsOf(run) {
 }
 
 // The native command line in a directory holding the pasted files under the page's names.
-function native(run, extra) {
+function native(run, extra, command = []) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'memest-web-'));
   for (const [k, text] of Object.entries(run.paste || {})) {
     fs.writeFileSync(path.join(dir, FILE_NAMES[k]), text);
   }
-  const r = spawnSync(memest, [...argsOf(run), ...extra], {cwd: dir, encoding: 'utf8'});
+  const r = spawnSync(memest, [...command, ...argsOf(run), ...extra], {cwd: dir, encoding: 'utf8'});
   if (r.error) throw r.error;
   const files = Object.fromEntries(fs.readdirSync(dir).map((f) => [f, fs.readFileSync(path.join(dir, f), 'utf8')]));
   fs.rmSync(dir, {recursive: true});
@@ -201,6 +220,102 @@ function compare(label, run, got) {
   const c = JSON.parse(cmp.out);
   // Each policy's bar is what compare weighs: the peak, or without one the sum of the rows.
   assert.deepStrictEqual(got.policies, c.runs.map((r) => [r.precision.name, r.peak_bytes ?? r.total_bytes]), `${label}: compare`);
+}
+
+// ---- Serving ----
+
+// Types one serving run into the serve form (the engine first: it decides the fields shown).
+async function fillServe(page, run) {
+  await page.click('#serve-reset');
+  await page.select('#serve-units', run.units || 'GiB');
+  const ordered = Object.entries(run).sort(([a], [b]) => (b === 'engine') - (a === 'engine'));
+  for (const [name, v] of ordered) {
+    if (name === 'units') continue;
+    if (name === 'paste') {
+      for (const [k, text] of Object.entries(v)) {
+        await page.$eval(`#serve-${k}`, (e, t) => { e.value = t; }, text);
+      }
+    } else if (v === true) {
+      await page.click(`#serve-${name}`);
+    } else if (await page.$eval(`#serve-${name}`, (e) => e.tagName === 'SELECT')) {
+      const got = await page.select(`#serve-${name}`, v);
+      assert.deepStrictEqual(got, [v], `serve --${name}: the form has no choice "${v}"`);
+    } else {
+      await page.type(`#serve-${name}`, v);
+    }
+  }
+  const before = await page.$eval('body', (b) => Number(b.dataset.serveRuns || 0));
+  await page.click('#serve-estimate');
+  await page.waitForFunction((n) => Number(document.body.dataset.serveRuns || 0) > n, {timeout: 30000}, before);
+}
+
+async function serveShown(page) {
+  return page.evaluate(() => ({
+    error: document.getElementById('serve-error').hidden ? null : document.getElementById('serve-error').textContent,
+    rows: [...document.querySelectorAll('#serve-parts tbody tr')].map((r) => [r.cells[0].textContent, JSON.parse(r.dataset.bytes)]),
+    text: document.getElementById('serve-table').textContent,
+  }));
+}
+
+// The serve document's figures by JSON key, written here independently of the page's code.
+function serveFigures(doc) {
+  const out = [];
+  for (const [part, v] of Object.entries(doc)) {
+    if (v && typeof v === 'object' && !Array.isArray(v)) {
+      for (const [field, x] of Object.entries(v)) out.push([`${part}.${field}`, x]);
+    }
+  }
+  out.push(['max_concurrency', doc.max_concurrency]);
+  return out;
+}
+
+async function serving(page, check) {
+  // The form: a field for every option of the serve schema (--gguf aside), a select for each
+  // choice, the other engine's fields hidden.
+  const schema = JSON.parse(spawnSync(memest, ['schema', '--serve'], {encoding: 'utf8'}).stdout);
+  const keys = Object.keys(schema.properties).filter((k) => k !== '$schema' && k !== 'description' && k !== 'gguf');
+  const fields = await page.$$eval('[data-serve-flag]', (els) => els.map((e) => [e.name, e.tagName]));
+  check('the serve form has a field for every serve option of the schema', () =>
+    assert.deepStrictEqual(fields.map(([n]) => n.replace(/-/g, '_')), keys));
+  const choices = keys.filter((k) => schema.properties[k].enum);
+  check('each choice of the serve schema is a select', () => {
+    const selects = fields.filter(([, t]) => t === 'SELECT').map(([n]) => n.replace(/-/g, '_'));
+    assert.deepStrictEqual(selects, choices);
+  });
+  await page.click('#serve-reset');
+  await page.select('#serve-engine', 'llama.cpp');
+  const llama = await page.evaluate(() => ({
+    hidden: [...document.querySelectorAll('#serve-fields .field')].filter((f) => f.offsetParent === null).map((f) => f.id.slice(12)),
+    quantization: [...document.querySelectorAll('#serve-quantization option')].map((o) => o.value).filter((v) => v),
+  }));
+  const underLlama = schema.allOf[1].then.properties;
+  check('under llama.cpp the vLLM fields are hidden and --quantization lists GGUF types', () => {
+    assert.deepStrictEqual(llama.hidden.map((n) => n.replace(/-/g, '_')),
+                           Object.keys(underLlama).filter((k) => underLlama[k] === false));
+    assert.deepStrictEqual(llama.quantization, underLlama.quantization.enum);
+  });
+  for (const [i, run] of SERVE_RUNS.entries()) {
+    await fillServe(page, run);
+    const got = await serveShown(page);
+    const want = native(run, ['--format', 'json'], ['serve']);
+    const table = native(run, ['--units', run.units || 'GiB'], ['serve']);
+    check(`serve run ${i + 1} (${argsOf(run).join(' ')})`, () => {
+      assert.ok(want.code === 0 || want.code === 1, `native memest serve failed: ${want.err}`);
+      assert.strictEqual(got.error, null);
+      assert.deepStrictEqual(got.rows, serveFigures(JSON.parse(want.out)));
+      assert.strictEqual(got.text, table.out);
+    });
+  }
+  for (const [i, run] of SERVE_BAD.entries()) {
+    await fillServe(page, run);
+    const got = await serveShown(page);
+    const want = native(run, ['--format', 'json'], ['serve']);
+    check(`serve bad ${i + 1}: the message`, () => {
+      assert.strictEqual(want.code, 2, `native memest exit ${want.code}`);
+      assert.strictEqual(got.error, want.err.replace(/\n$/, ''));
+    });
+  }
+  return SERVE_RUNS.length;
 }
 
 // ---- The page's polish (issue 23, part 6) ----
@@ -482,6 +597,7 @@ async function main() {
         assert.strictEqual(got.error, want.err.replace(/\n$/, ''));
       });
     }
+    compared += await serving(page, check);
     // The committed pictures (README's, docs/parallelism.md's) too.
     for (const f of fs.readdirSync(path.join(root, 'docs')).filter((n) => n.endsWith('.svg'))) {
       pictures.push([`docs/${f}`, read(`docs/${f}`)]);
@@ -495,7 +611,8 @@ async function main() {
     console.error(`web page test FAILED: ${failures.length} checks\n${failures.map((f) => `  - ${f}`).join('\n')}`);
     process.exit(1);
   }
-  console.log(`web page: ${compared} runs match the native command line, ${BAD.length} messages ` +
+  console.log(`web page: ${compared} runs match the native command line (${SERVE_RUNS.length} of ` +
+              `them serve runs), ${BAD.length + SERVE_BAD.length} messages ` +
               `match its stderr, the polish checks pass (${((Date.now() - start) / 1000).toFixed(1)} s); ` +
               'screenshots build/web/page-1400.png and page-400.png');
 }

@@ -1,0 +1,270 @@
+// `memest serve`'s options: one row per flag, with the engine it belongs to, its value kind, the
+// names it takes (each engine's own name table: vLLM's KV-cache dtypes and quantization methods,
+// ggml's cache types, the GGUF file types) and its default. The rows are the serve flags' one
+// source: serve_command.cpp parses them, serve_config.cpp reads and describes run configs with
+// them, and the Python module and the web page are generated from them.
+#include "serve/serve_gguf.hpp"
+
+#include <memest/error.hpp>
+#include <memest/serve_options.hpp>
+#include <memest/units.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+namespace memest {
+namespace {
+
+using ServeNames = std::span<const std::string_view> (*)();
+
+constexpr std::array<std::string_view, 2> kEngineNames = {"vllm", "llama.cpp"};
+constexpr std::array<std::string_view, 3> kFormatNames = {"table", "json", "markdown"};
+constexpr std::array<std::string_view, 2> kFitNames = {"context", "concurrency"};
+
+std::span<const std::string_view> serve_engine_list() { return kEngineNames; }
+std::span<const std::string_view> serve_format_names() { return kFormatNames; }
+std::span<const std::string_view> serve_fit_names() { return kFitNames; }
+
+// "a, b or c", as the help lists a few names.
+std::string serve_or_list(std::span<const std::string_view> names) {
+  if (names.size() < 2) return fmt::format("{}", fmt::join(names, ""));
+  return fmt::format("{} or {}", fmt::join(names.first(names.size() - 1), ", "), names.back());
+}
+
+struct ServeRow {
+  ServeOptionInfo info;
+  ServeRow(std::string flag, ServeFor engine, std::string type, std::string help) {
+    info.flag = std::move(flag);
+    info.engine = engine;
+    info.type_name = std::move(type);
+    info.help = std::move(help);
+  }
+  ServeRow&& kind(ValueKind k, ServeNames names = nullptr) && {
+    info.kind = k;
+    info.choices = names;
+    return std::move(*this);
+  }
+  ServeRow&& fallback(std::string_view value, std::string_view from = "") && {
+    info.fallback = {value, from};
+    return std::move(*this);
+  }
+  ServeRow&& llama_cpp(ServeNames names) && {
+    info.llama_cpp_choices = names;
+    return std::move(*this);
+  }
+  ServeRow&& alias_of(std::string_view of) && {
+    info.alias_of = of;
+    return std::move(*this);
+  }
+  ServeRow&& flag_only() && {
+    info.config_key = false;
+    return std::move(*this);
+  }
+};
+
+// The model, the device and the output, which both engines take.
+std::vector<ServeRow> serve_common_rows() {
+  std::vector<ServeRow> r;
+  r.push_back(ServeRow("--model", ServeFor::both, "NAME",
+                       "Model preset, Hub id (local cache) or model folder")
+                  .kind(ValueKind::name, run_option("--model").choices));
+  r.push_back(ServeRow("--config", ServeFor::both, "PATH", "A Hugging Face config.json")
+                  .kind(ValueKind::path));
+  r.push_back(
+      ServeRow("--engine", ServeFor::both, "NAME", serve_or_list(kEngineNames) + " (default vllm)")
+          .kind(ValueKind::choice, serve_engine_list)
+          .fallback("vllm"));
+  r.push_back(ServeRow("--gpu", ServeFor::both, "NAME",
+                       "GPU preset: its memory is the total (default h100-80gb)")
+                  .kind(ValueKind::choice, run_option("--gpu").choices)
+                  .fallback("h100-80gb"));
+  r.push_back(
+      ServeRow("--gpu-memory", ServeFor::both, "SIZE",
+               "Total device memory as torch.cuda.mem_get_info reports it (overrides --gpu)")
+          .kind(ValueKind::size)
+          .fallback("", "--gpu's memory"));
+  r.push_back(ServeRow("--format", ServeFor::both, "FORMAT",
+                       serve_or_list(kFormatNames) + " (default table)")
+                  .kind(ValueKind::choice, serve_format_names)
+                  .fallback("table")
+                  .flag_only());
+  r.push_back(ServeRow("--units", ServeFor::both, "UNIT", "Units of the table (default GiB)")
+                  .kind(ValueKind::choice, unit_names)
+                  .fallback("GiB")
+                  .flag_only());
+  return r;
+}
+
+// data table: vLLM's flags, as its engine/arg_utils.py names them
+std::vector<ServeRow> serve_vllm_rows() {
+  std::vector<ServeRow> r;
+  r.push_back(ServeRow("--max-model-len", ServeFor::vllm, "N",
+                       "Longest request in tokens (default: the model's)")
+                  .kind(ValueKind::count)
+                  .fallback("", "the model's max_position_embeddings"));
+  r.push_back(ServeRow("--max-num-seqs", ServeFor::vllm, "N",
+                       "Requests per step (default 1024 on >= 70 GiB, else 256)")
+                  .kind(ValueKind::count)
+                  .fallback("", "1024 on >= 70 GiB, else 256"));
+  r.push_back(ServeRow("--max-num-batched-tokens", ServeFor::vllm, "N",
+                       "Tokens per step (default 8192 on >= 70 GiB, else 2048)")
+                  .kind(ValueKind::count)
+                  .fallback("", "8192 on >= 70 GiB, else 2048"));
+  r.push_back(ServeRow("--gpu-memory-utilization", ServeFor::vllm, "F",
+                       "Fraction of the total vLLM may use (0.9)")
+                  .kind(ValueKind::fraction)
+                  .fallback("0.9"));
+  r.push_back(ServeRow("--kv-cache-dtype", ServeFor::vllm, "NAME",
+                       serve_or_list(vllm_kv_cache_dtypes()) + " (default auto)")
+                  .kind(ValueKind::choice, vllm_kv_cache_dtypes)
+                  .fallback("auto"));
+  r.push_back(ServeRow("--dtype", ServeFor::vllm, "NAME",
+                       "auto, bfloat16, float16 (default auto: the config's)")
+                  .kind(ValueKind::choice, vllm_dtype_names)
+                  .fallback("auto"));
+  r.push_back(
+      ServeRow("--quantization", ServeFor::both, "NAME",
+               "vllm: fp8, compressed-tensors (FP8 weights), gptq, gptq_marlin, awq, "
+               "awq_marlin (the checkpoint's int4/int8 groups); llama.cpp: a GGUF file type "
+               "(Q4_K_M, ...)")
+          .kind(ValueKind::choice, vllm_quantization_methods)
+          .llama_cpp(gguf_file_type_names)
+          .fallback("", "the checkpoint's"));
+  r.push_back(
+      ServeRow("--tensor-parallel-size", ServeFor::vllm, "N", "Tensor-parallel ranks (default 1)")
+          .kind(ValueKind::count)
+          .fallback("1"));
+  r.push_back(ServeRow("--tp", ServeFor::vllm, "N", "Short for --tensor-parallel-size")
+                  .kind(ValueKind::count)
+                  .alias_of("--tensor-parallel-size"));
+  r.push_back(ServeRow("--block-size", ServeFor::vllm, "N", "Tokens per KV block (default 16)")
+                  .kind(ValueKind::count)
+                  .fallback("16"));
+  r.push_back(ServeRow("--enforce-eager", ServeFor::vllm, "", "No CUDA graphs").fallback("false"));
+  r.push_back(ServeRow("--kv-cache-memory", ServeFor::vllm, "BYTES",
+                       "KV-cache bytes per device, instead of the budget")
+                  .kind(ValueKind::size)
+                  .fallback("", "the budget"));
+  r.push_back(
+      ServeRow("--non-torch-memory", ServeFor::vllm, "SIZE",
+               "Memory the profile run adds outside torch (default 0.25 GiB, 2 GiB under TP)")
+          .kind(ValueKind::size)
+          .fallback("", "0.25 GiB, 2 GiB under TP"));
+  return r;
+}
+
+// data table: llama.cpp's flags, as its common/arg.cpp names them
+std::vector<ServeRow> serve_llama_cpp_rows() {
+  std::vector<ServeRow> r;
+  r.push_back(
+      ServeRow("--ctx-size", ServeFor::llama_cpp, "N", "Context cells (default: the model's)")
+          .kind(ValueKind::count)
+          .fallback("", "the model's max_position_embeddings"));
+  r.push_back(ServeRow("--batch-size", ServeFor::llama_cpp, "N", "Logical batch (default 2048)")
+                  .kind(ValueKind::count)
+                  .fallback("2048"));
+  r.push_back(ServeRow("--ubatch-size", ServeFor::llama_cpp, "N",
+                       "Micro-batch the compute buffer is sized for (512)")
+                  .kind(ValueKind::count)
+                  .fallback("512"));
+  r.push_back(
+      ServeRow("--parallel", ServeFor::llama_cpp, "N", "Sequences sharing the context (default 1)")
+          .kind(ValueKind::count)
+          .fallback("1"));
+  for (const char* flag : {"--cache-type-k", "--cache-type-v"}) {
+    r.push_back(ServeRow(flag, ServeFor::llama_cpp, "TYPE", "f16, q8_0, q4_0, ... (default f16)")
+                    .kind(ValueKind::choice, ggml_cache_type_names)
+                    .fallback("f16"));
+  }
+  r.push_back(
+      ServeRow("--n-gpu-layers", ServeFor::llama_cpp, "N", "Layers on the GPU (default all)")
+          .kind(ValueKind::count)
+          .fallback("", "every layer"));
+  r.push_back(
+      ServeRow("--flash-attn", ServeFor::llama_cpp, "", "Flash attention (pads the context to 256)")
+          .fallback("false"));
+  r.push_back(
+      ServeRow("--gguf", ServeFor::llama_cpp, "FILE",
+               "A GGUF file: its header's tensor types size the weights, its metadata is the "
+               "model without --model")
+          .kind(ValueKind::path));
+  r.push_back(ServeRow("--mla", ServeFor::llama_cpp, "",
+                       "MLA models: cache the latent only (ik_llama.cpp -mla 2/3)")
+                  .fallback("false"));
+  return r;
+}
+
+// The question asked of the estimate, the run config itself and the help.
+std::vector<ServeRow> serve_command_rows() {
+  std::vector<ServeRow> r;
+  r.push_back(
+      ServeRow("--fit", ServeFor::both, "WHAT",
+               serve_or_list(kFitNames) +
+                   ": the largest --max-model-len/--ctx-size or --max-num-seqs/--parallel that "
+                   "fits, per weight format and KV-cache type")
+          .kind(ValueKind::choice, serve_fit_names)
+          .flag_only());
+  r.push_back(ServeRow("--max", ServeFor::both, "N",
+                       "--fit: the largest value tried (default: the model's positions for a "
+                       "context; max_num_batched_tokens or n_ctx's 2^32 - 1 cells for concurrency)")
+                  .kind(ValueKind::count)
+                  .fallback("", "the model's positions, or the engine's limit")
+                  .flag_only());
+  r.push_back(
+      ServeRow("--file", ServeFor::both, "PATH",
+               "A serve run config (JSON; keys as the flags: max_model_len); flags override it")
+          .kind(ValueKind::path)
+          .flag_only());
+  r.push_back(ServeRow("--help", ServeFor::both, "", "This help").flag_only());
+  r.push_back(ServeRow("-h", ServeFor::both, "", "This help").flag_only());
+  return r;
+}
+
+std::vector<ServeOptionInfo> build_serve_table() {
+  std::vector<ServeOptionInfo> out;
+  for (auto rows :
+       {serve_common_rows(), serve_vllm_rows(), serve_llama_cpp_rows(), serve_command_rows()}) {
+    for (ServeRow& r : rows) out.push_back(std::move(r.info));
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<ServeOptionInfo>& serve_option_table() {
+  static const std::vector<ServeOptionInfo> table = build_serve_table();
+  return table;
+}
+
+const ServeOptionInfo* find_serve_option(std::string_view flag) {
+  for (const ServeOptionInfo& f : serve_option_table()) {
+    if (f.flag == flag) return &f;
+  }
+  return nullptr;
+}
+
+std::string serve_config_key(std::string_view flag) {
+  std::string key(flag.substr(flag.find_first_not_of('-')));
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
+bool serve_option_applies(const ServeOptionInfo& info, ServeEngine engine) {
+  if (info.engine == ServeFor::both) return true;
+  return (info.engine == ServeFor::vllm) == (engine == ServeEngine::vllm);
+}
+
+std::span<const std::string_view> serve_choices(const ServeOptionInfo& info, ServeEngine engine) {
+  if (engine == ServeEngine::llama_cpp && info.llama_cpp_choices) return info.llama_cpp_choices();
+  return info.choices ? info.choices() : std::span<const std::string_view>();
+}
+
+std::span<const std::string_view> serve_engine_names() { return kEngineNames; }
+
+std::string_view serve_engine_name(ServeEngine engine) {
+  return kEngineNames[static_cast<std::size_t>(engine)];
+}
+
+}  // namespace memest

@@ -1,0 +1,129 @@
+// The serve option table: each row is consistent with itself (its kind, names and default), with
+// `memest serve --help`, and with what `memest serve` accepts; and each engine's flags are
+// refused under the other engine, row by row.
+#include "testutil.hpp"
+
+#include <memest/serve_options.hpp>
+#include <memest/units.hpp>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+using namespace memest;
+using memest::test::run_cli;
+
+namespace {
+
+// A value the row's kind takes (its first name for a choice).
+std::string serve_sample(const ServeOptionInfo& f, ServeEngine e) {
+  switch (f.kind) {
+    case ValueKind::choice:
+    case ValueKind::name:
+      return std::string(serve_choices(f, e).front());
+    case ValueKind::size:
+      return "1GiB";
+    case ValueKind::fraction:
+      return "0.5";
+    case ValueKind::path:
+      return "no-such-file.json";
+    default:
+      return "1";
+  }
+}
+
+std::vector<ServeEngine> serve_engines() { return {ServeEngine::vllm, ServeEngine::llama_cpp}; }
+
+}  // namespace
+
+TEST_CASE("serve options: each row's kind, names and default agree", "[serve][options]") {
+  for (const ServeOptionInfo& f : serve_option_table()) {
+    INFO(f.flag);
+    CHECK(f.flag.starts_with("-"));
+    CHECK((f.kind == ValueKind::flag) == f.type_name.empty());
+    CHECK(find_serve_option(f.flag) == &f);
+    const bool named = f.kind == ValueKind::choice || f.kind == ValueKind::name;
+    for (const ServeEngine e : serve_engines()) {
+      if (!serve_option_applies(f, e)) continue;
+      const auto names = serve_choices(f, e);
+      CHECK(named == !names.empty());
+      // A constant default is one of the names, a count's parses, and the help says it.
+      const std::string_view d = f.fallback.value;
+      if (d.empty() || f.kind == ValueKind::flag) continue;
+      if (named) CHECK(std::find(names.begin(), names.end(), d) != names.end());
+      if (f.kind == ValueKind::count) CHECK(parse_count(d) > 0);
+      CHECK((f.help.find(fmt::format("(default {}", d)) != std::string::npos ||
+             f.help.find(fmt::format("({})", d)) != std::string::npos));
+    }
+    if (!f.alias_of.empty()) {
+      REQUIRE(find_serve_option(f.alias_of) != nullptr);
+      CHECK(find_serve_option(f.alias_of)->kind == f.kind);
+    }
+  }
+  CHECK(serve_config_key("--max-model-len") == "max_model_len");
+  CHECK(serve_config_key("-h") == "h");
+  CHECK(serve_engine_name(ServeEngine::llama_cpp) == "llama.cpp");
+}
+
+TEST_CASE("serve options: --help lists every row once, with its engine", "[serve][options]") {
+  const auto help = run_cli({"serve", "--help"}).out;
+  for (const ServeOptionInfo& f : serve_option_table()) {
+    if (f.flag == "-h") continue;
+    INFO(f.flag);
+    const std::string who = f.engine == ServeFor::vllm        ? "[vllm] "
+                            : f.engine == ServeFor::llama_cpp ? "[llama.cpp] "
+                                                              : "";
+    const std::string head =
+        fmt::format("  {:<32} {}{}\n", f.flag + " " + f.type_name, who, f.help);
+    CHECK(help.find(head) != std::string::npos);
+  }
+}
+
+TEST_CASE("serve options: every name of a choice is taken on its engine", "[serve][options]") {
+  for (const ServeOptionInfo& f : serve_option_table()) {
+    if (f.kind != ValueKind::choice || !f.config_key || f.flag == "--gpu") continue;
+    for (const ServeEngine e : serve_engines()) {
+      if (!serve_option_applies(f, e)) continue;
+      for (const std::string_view name : serve_choices(f, e)) {
+        INFO(f.flag << " " << name);
+        std::vector<std::string> args = {"serve", "--model", "llama-3.1-8b", "--gpu-memory",
+                                         "200GiB"};
+        if (f.flag != "--engine") {
+          args.insert(args.end(), {"--engine", std::string(serve_engine_name(e))});
+        }
+        args.insert(args.end(), {f.flag, std::string(name)});
+        const bool llama = f.flag == "--engine" ? name == "llama.cpp" : e == ServeEngine::llama_cpp;
+        if (llama) args.emplace_back("--flash-attn");
+        const auto r = run_cli(args);
+        // Accepted as a name: a GPTQ or AWQ kernel refuses this checkpoint, not the name.
+        CHECK(r.err.find("is not offered") == std::string::npos);
+        CHECK(r.err.find("unknown") == std::string::npos);
+        if (r.code == 2) CHECK(r.err.find("checkpoint's packed weights") != std::string::npos);
+      }
+    }
+  }
+}
+
+TEST_CASE("serve options: an engine's flag under the other engine is one line, exit 2",
+          "[serve][options]") {
+  int refused = 0;
+  for (const ServeOptionInfo& f : serve_option_table()) {
+    for (const ServeEngine e : serve_engines()) {
+      if (serve_option_applies(f, e)) continue;
+      INFO(f.flag);
+      std::vector<std::string> args = {
+          "serve", "--model", "llama-3.1-8b", "--engine", std::string(serve_engine_name(e)),
+          f.flag};
+      const ServeEngine own = e == ServeEngine::vllm ? ServeEngine::llama_cpp : ServeEngine::vllm;
+      if (f.kind != ValueKind::flag) args.push_back(serve_sample(f, own));
+      const auto r = run_cli(args);
+      CHECK(r.code == 2);
+      CHECK(r.err == fmt::format("memest: error: {}: a {} flag, not used by --engine {}\n", f.flag,
+                                 own == ServeEngine::vllm ? "vLLM" : "llama.cpp",
+                                 serve_engine_name(e)));
+      ++refused;
+    }
+  }
+  CHECK(refused >= 20);
+}
