@@ -33,7 +33,7 @@ struct ServeFlag {
 };
 
 // data table
-constexpr std::array<ServeFlag, 34> kFlags = {{
+constexpr std::array<ServeFlag, 39> kFlags = {{
     {"--model", For::both, "NAME", "Model preset, Hub id (local cache) or model folder"},
     {"--config", For::both, "PATH", "A Hugging Face config.json"},
     {"--engine", For::both, "NAME", "vllm or llama.cpp (default vllm)"},
@@ -71,6 +71,16 @@ constexpr std::array<ServeFlag, 34> kFlags = {{
      "A GGUF file: its header's tensor types size the weights, its metadata is the model "
      "without --model"},
     {"--mla", For::llama_cpp, "", "MLA models: cache the latent only (ik_llama.cpp -mla 2/3)"},
+    {"--device", For::llama_cpp, "LIST",
+     "The GPUs to use, comma-separated (CUDA0,CUDA1,...; default CUDA0), each a --gpu"},
+    {"--split-mode", For::llama_cpp, "MODE",
+     "none (--main-gpu only), layer (layers by --tensor-split) or row (matrices split by rows "
+     "too) (default layer)"},
+    {"--tensor-split", For::llama_cpp, "LIST",
+     "Each device's share, comma-separated (3,1; default: by free memory, equal here)"},
+    {"--main-gpu", For::llama_cpp, "N", "The device of --split-mode none (default 0)"},
+    {"--override-tensor", For::llama_cpp, "LIST",
+     "PATTERN=BUFT,...: tensors whose name matches the regex go to CPU or a device (exps=CPU)"},
     {"--fit", For::both, "WHAT",
      "context or concurrency: the largest --max-model-len/--ctx-size or "
      "--max-num-seqs/--parallel that fits, per weight format and KV-cache type"},
@@ -235,6 +245,66 @@ VllmSettings vllm_settings(const std::map<std::string, std::string>& g, u64 tota
   return s;
 }
 
+// A comma-separated list, each item non-empty.
+std::vector<std::string> list_of(const std::string& flag, const std::string& text) {
+  std::vector<std::string> items;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', at);
+    items.push_back(text.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (items.back().empty()) throw Error(fmt::format("{}: an empty item in \"{}\"", flag, text));
+    if (comma == std::string::npos) return items;
+    at = comma + 1;
+  }
+}
+
+// llama.cpp's multi-GPU flags (common/arg.cpp): --device names, --split-mode, --tensor-split's
+// shares, --main-gpu, and --override-tensor's PATTERN=BUFT pairs.
+void read_split_flags(const std::map<std::string, std::string>& g, LlamaCppSettings& s) {
+  for (const char* f :
+       {"--device", "--split-mode", "--tensor-split", "--main-gpu", "--override-tensor"}) {
+    s.per_device = s.per_device || g.contains(f);
+  }
+  if (const auto it = g.find("--device"); it != g.end()) {
+    s.device_names = list_of("--device", it->second);
+    for (auto it2 = s.device_names.begin(); it2 != s.device_names.end(); ++it2) {
+      const std::string& d = *it2;
+      const bool cuda = d.size() > 4 && d.starts_with("CUDA") &&
+                        d.find_first_not_of("0123456789", 4) == std::string::npos;
+      if (!cuda || std::find(s.device_names.begin(), it2, d) != it2) {
+        throw Error(
+            fmt::format("--device: \"{}\" is not a new device name (CUDA0, CUDA1, ...)", d));
+      }
+    }
+  }
+  s.split_mode = choice(g, "--split-mode", "layer", {"none", "layer", "row"});
+  if (const auto it = g.find("--main-gpu"); it != g.end()) {
+    const std::string& v = it->second;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), s.main_gpu);
+    if (ec != std::errc() || end != v.data() + v.size()) {
+      throw Error(fmt::format("--main-gpu: expected a device index (0, 1, ...), got \"{}\"", v));
+    }
+  }
+  if (const auto it = g.find("--tensor-split"); it != g.end()) {
+    for (const std::string& v : list_of("--tensor-split", it->second)) {
+      double x = 0;
+      if (!parse_double(v, x) || !(x >= 0.0) || x > 1e30) {
+        throw Error(fmt::format("--tensor-split: expected shares >= 0, got \"{}\"", v));
+      }
+      s.tensor_split.push_back(x);
+    }
+  }
+  if (const auto it = g.find("--override-tensor"); it != g.end()) {
+    for (const std::string& o : list_of("--override-tensor", it->second)) {
+      const std::size_t eq = o.find('=');  // the first '=', as parse_tensor_buffer_overrides
+      if (eq == std::string::npos || eq + 1 == o.size()) {
+        throw Error(fmt::format("--override-tensor: expected PATTERN=BUFT, got \"{}\"", o));
+      }
+      s.overrides.emplace_back(o.substr(0, eq), o.substr(eq + 1));
+    }
+  }
+}
+
 LlamaCppSettings llama_cpp_settings(const std::map<std::string, std::string>& g) {
   LlamaCppSettings s;
   s.ctx_size = count_of(g, "--ctx-size", 0);
@@ -251,6 +321,7 @@ LlamaCppSettings llama_cpp_settings(const std::map<std::string, std::string>& g)
   s.cache_type_v = type("--cache-type-v");
   s.batch_size = count_of(g, "--batch-size", 2048);
   s.ubatch_size = count_of(g, "--ubatch-size", 512);
+  read_split_flags(g, s);
   return s;
 }
 
@@ -297,9 +368,7 @@ std::string as_format(const std::string& format, const std::string& text) {
 // The llama.cpp estimate with the weights of a GGUF file's header where one is given.
 LlamaCppEstimateFn llama_cpp_estimator(const ServeInputs& in) {
   return [&in](const LlamaCppSettings& s) {
-    ServeEstimate e = estimate_llama_cpp(in.model, s);
-    if (in.header) add_gguf_weights(e, *in.header, s.n_gpu_layers, in.model.spec.arch->num_layers);
-    return e;
+    return in.header ? estimate_gguf(in.model, s, *in.header) : estimate_llama_cpp(in.model, s);
   };
 }
 
