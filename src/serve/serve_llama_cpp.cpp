@@ -4,7 +4,9 @@
 // blocks of the cache type (ggml's type traits, ggml/src/ggml.c: blck_size and type_size).
 // kv_size is the context padded to 256 cells with flash attention and to 32 without
 // (llama_kv_cache_get_padding). Every layer keeps the whole context (sliding windows ignored,
-// as the builds before the iSWA cache do); --parallel slots share it (the unified cache).
+// as the builds before the iSWA cache do); --parallel slots share it (the unified cache). Each
+// layer's K and V are on its layer's device (src/serve/llama_cpp_split.cpp), the CPU layers' in
+// host memory; each device with layers computes them, the output's device the logits.
 #include "serve/llama_cpp_split.hpp"
 #include "serve/serve_gguf.hpp"
 
