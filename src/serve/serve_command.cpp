@@ -51,7 +51,8 @@ constexpr std::array<ServeFlag, 39> kFlags = {{
     {"--dtype", For::vllm, "NAME", "auto, bfloat16, float16 (default auto: the config's)"},
     {"--quantization", For::both, "NAME",
      "vllm: fp8, compressed-tensors (FP8 weights), gptq, gptq_marlin, awq, awq_marlin (the "
-     "checkpoint's int4/int8 groups); llama.cpp: a GGUF file type (Q4_K_M, ...)"},
+     "checkpoint's int4/int8 groups), bitsandbytes (NF4); llama.cpp: a GGUF file type (Q4_K_M, "
+     "...)"},
     {"--tensor-parallel-size", For::vllm, "N", "Tensor-parallel ranks (default 1)"},
     {"--tp", For::vllm, "N", "Short for --tensor-parallel-size"},
     {"--block-size", For::vllm, "N", "Tokens per KV block (default 16)"},
@@ -230,12 +231,9 @@ VllmSettings vllm_settings(const std::map<std::string, std::string>& g, u64 tota
   s.tensor_parallel_size = count_of(g, g.contains("--tp") ? "--tp" : "--tensor-parallel-size", 1);
   s.block_size = count_of(g, "--block-size", 16);
   s.kv_cache_dtype = choice(g, "--kv-cache-dtype", "auto", {"auto", "fp8", "fp8_e4m3", "fp8_e5m2"});
-  if (const auto q = g.find("--quantization"); q != g.end() && q->second == "bitsandbytes") {
-    throw Error("--quantization: bitsandbytes is not modelled for vLLM yet (docs/serving.md)");
-  }
-  s.quantization =
-      choice(g, "--quantization", "",
-             {"fp8", "compressed-tensors", "gptq", "gptq_marlin", "awq", "awq_marlin"});
+  s.quantization = choice(
+      g, "--quantization", "",
+      {"fp8", "compressed-tensors", "gptq", "gptq_marlin", "awq", "awq_marlin", "bitsandbytes"});
   const std::string dtype =
       choice(g, "--dtype", "auto", {"auto", "bfloat16", "bf16", "float16", "fp16", "half"});
   if (dtype != "auto") s.dtype = dtype.starts_with("b") ? Dtype::bf16 : Dtype::fp16;
