@@ -244,7 +244,7 @@ VllmSettings vllm_settings(const std::map<std::string, std::string>& g, u64 tota
 }
 
 // A comma-separated list, each item non-empty.
-std::vector<std::string> list_of(const std::string& flag, const std::string& text) {
+std::vector<std::string> comma_list(const std::string& flag, const std::string& text) {
   std::vector<std::string> items;
   std::size_t at = 0;
   while (true) {
@@ -264,7 +264,7 @@ void read_split_flags(const std::map<std::string, std::string>& g, LlamaCppSetti
     s.per_device = s.per_device || g.contains(f);
   }
   if (const auto it = g.find("--device"); it != g.end()) {
-    s.device_names = list_of("--device", it->second);
+    s.device_names = comma_list("--device", it->second);
     for (auto it2 = s.device_names.begin(); it2 != s.device_names.end(); ++it2) {
       const std::string& d = *it2;
       const bool cuda = d.size() > 4 && d.starts_with("CUDA") &&
@@ -284,7 +284,7 @@ void read_split_flags(const std::map<std::string, std::string>& g, LlamaCppSetti
     }
   }
   if (const auto it = g.find("--tensor-split"); it != g.end()) {
-    for (const std::string& v : list_of("--tensor-split", it->second)) {
+    for (const std::string& v : comma_list("--tensor-split", it->second)) {
       double x = 0;
       if (!parse_double(v, x) || !(x >= 0.0) || x > 1e30) {
         throw Error(fmt::format("--tensor-split: expected shares >= 0, got \"{}\"", v));
@@ -293,7 +293,7 @@ void read_split_flags(const std::map<std::string, std::string>& g, LlamaCppSetti
     }
   }
   if (const auto it = g.find("--override-tensor"); it != g.end()) {
-    for (const std::string& o : list_of("--override-tensor", it->second)) {
+    for (const std::string& o : comma_list("--override-tensor", it->second)) {
       const std::size_t eq = o.find('=');  // the first '=', as parse_tensor_buffer_overrides
       if (eq == std::string::npos || eq + 1 == o.size()) {
         throw Error(fmt::format("--override-tensor: expected PATTERN=BUFT, got \"{}\"", o));
