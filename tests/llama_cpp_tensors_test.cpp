@@ -204,3 +204,28 @@ TEST_CASE("llama.cpp tensors: bad multi-GPU flags are one line and exit 2", "[se
   CHECK(v.code == 2);
   CHECK(v.err.find("a llama.cpp flag") != std::string::npos);
 }
+
+TEST_CASE("llama.cpp tensors: --fit with several devices tests the fullest one", "[serve]") {
+  // Qwen3-30B-A3B in Q4_K_M (17.1 GiB of weights) does not fit one T4 (15 GiB) at any context;
+  // split over two, each holds about half, and the model's whole 40,960 positions fit.
+  const std::vector<std::string> fit = {
+      "serve",         "--engine",       "llama.cpp", "--model",
+      "qwen3-30b-a3b", "--quantization", "Q4_K_M",    "--fit",
+      "context",       "--gpu",          "t4",        "--cache-type-k",
+      "f16",           "--cache-type-v", "f16",       "--format",
+      "json"};
+  const auto one = run_cli(fit);
+  CHECK(one.code == 1);
+  CHECK(Json::parse(one.out)["rows"][0]["best"].is_null());
+  auto args = fit;
+  args.insert(args.end(), {"--device", "CUDA0,CUDA1"});
+  const auto two = run_cli(args);
+  REQUIRE(two.code == 0);
+  const Json j = Json::parse(two.out);
+  CHECK(j["devices"] == 2);
+  CHECK(j["rows"][0]["best"] == 40960);
+  const Json at = j["rows"][0]["at_best"];
+  CHECK(at["need_bytes"].get<std::uint64_t>() ==
+        at["weights"]["bytes"].get<std::uint64_t>() + at["kv_cache"]["bytes"].get<std::uint64_t>() +
+            at["compute_buffer"]["bytes"].get<std::uint64_t>());
+}

@@ -483,6 +483,7 @@ void llama_cpp_limits(const ServeInputs& in, const LlamaCppSettings& base, Serve
 void llama_cpp_fit_rows(const ServeInputs& in, ServeFit& fit) {
   const auto& g = in.given;
   const LlamaCppSettings base = llama_cpp_settings(g);
+  fit.devices = std::max<std::size_t>(1, base.device_names.size());
   llama_cpp_limits(in, base, fit);
   std::vector<std::string> weights;
   if (in.header) {
