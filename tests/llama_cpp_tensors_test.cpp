@@ -190,6 +190,10 @@ TEST_CASE("llama.cpp tensors: bad multi-GPU flags are one line and exit 2", "[se
       {"--device", "gpu0"},
       {"--tensor-split", "1,1,1"},
       {"--device", "CUDA0,CUDA1", "--tensor-split", "0,-2"},
+      // Patterns std::regex's backtracking would take exponential or long polynomial time on.
+      {"--override-tensor", "(.*)*z=CPU"},
+      {"--override-tensor", "([0-9]+)+=CPU"},
+      {"--override-tensor", ".*.*.*z=CPU"},
   };
   for (const auto& extra : bad) {
     std::vector<std::string> args = {"serve",        "--engine",   "llama.cpp", "--model",
@@ -203,6 +207,35 @@ TEST_CASE("llama.cpp tensors: bad multi-GPU flags are one line and exit 2", "[se
   const auto v = run_cli({"serve", "--model", "llama-3.1-8b", "--tensor-split", "1,1"});
   CHECK(v.code == 2);
   CHECK(v.err.find("a llama.cpp flag") != std::string::npos);
+}
+
+TEST_CASE("llama.cpp tensors: the logs' --override-tensor patterns are taken", "[serve]") {
+  // Qwen3-235B's command line (ik_llama.cpp#629): the MLP tensors of layers 0-19 on CUDA0, of
+  // 20-33 on CUDA1, every other layer's in host memory; the attention stays with its layer.
+  const Json j =
+      serve_json({"--config", memest::test::data_path("data/inference/qwen3-235b-a22b.json"),
+                  "--ctx-size", "4096", "--quantization", "Q8_0", "--device", "CUDA0,CUDA1",
+                  "--tensor-split", "32,24", "--override-tensor",
+                  "blk\\.([0-9]|1[0-9])\\.ffn_.*=CUDA0,blk\\.(2[0-9]|3[0-3])\\.ffn_.*=CUDA1,"
+                  "blk\\.[0-9]+\\.ffn.*=CPU"});
+  // In host memory: token_embd (151,936 x 4,096 in q8_0, 34 bytes per 32) and 60 layers' MLP
+  // tensors: 128 x 3 expert matrices of 1536 x 4096 in q8_0, the f32 router (128 x 4096) and
+  // ffn_norm (4096).
+  const std::uint64_t experts = 128ULL * 3 * (1536ULL * 4096 / 32 * 34);
+  const std::uint64_t mlp = experts + 128 * 4096 * 4 + 4096 * 4;
+  const auto bytes = [](const Json& v) { return v.get<std::uint64_t>(); };
+  CHECK(bytes(j["host"]["weights"]["bytes"]) == 151936ULL * 4096 / 32 * 34 + 60 * mlp);
+  CHECK(bytes(j["per_device"][0]["weights"]["bytes"]) > 20 * mlp);
+  CHECK(bytes(j["per_device"][1]["weights"]["bytes"]) > 14 * mlp);
+  // Nothing lost or counted twice: the same total as without the overrides.
+  const Json plain = serve_json(
+      {"--config", memest::test::data_path("data/inference/qwen3-235b-a22b.json"), "--ctx-size",
+       "4096", "--quantization", "Q8_0", "--device", "CUDA0,CUDA1", "--tensor-split", "32,24"});
+  const auto total = [&](const Json& x) {
+    return bytes(x["host"]["weights"]["bytes"]) + bytes(x["per_device"][0]["weights"]["bytes"]) +
+           bytes(x["per_device"][1]["weights"]["bytes"]);
+  };
+  CHECK(total(j) == total(plain));
 }
 
 TEST_CASE("llama.cpp tensors: --fit with several devices tests the fullest one", "[serve]") {

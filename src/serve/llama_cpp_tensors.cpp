@@ -17,6 +17,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -27,6 +29,50 @@ struct TensorOverride {
   std::regex pattern;
   int device = kLlamaHost;
 };
+
+// std::regex backtracks (libstdc++ and libc++ alike, as in llama.cpp itself), so a repeated
+// group that itself holds a repeat takes exponential time on a name, and a chain of repeats a
+// high power of its length; such patterns are refused rather than left to run.
+constexpr int kMostRepeats = 2;
+
+void check_pattern_cost(const std::string& p) {
+  std::vector<char> group_repeats;  // per open group: whether it holds a repeat
+  int repeats = 0;
+  bool after_repeating_group = false;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    bool closed_repeating = false;
+    if (c == '\\') {
+      ++i;
+    } else if (c == '[') {  // a class: its ( ) * + { are characters
+      i += i + 1 < p.size() && p[i + 1] == '^' ? 2U : 1U;
+      if (i < p.size() && p[i] == ']') ++i;
+      while (i < p.size() && p[i] != ']') i += p[i] == '\\' ? 2U : 1U;
+    } else if (c == '(') {
+      group_repeats.push_back(0);
+    } else if (c == ')' && !group_repeats.empty()) {
+      closed_repeating = group_repeats.back() != 0;
+      group_repeats.pop_back();
+    } else if (c == '*' || c == '+' || c == '{') {
+      if (after_repeating_group) {
+        throw Error(fmt::format(
+            "--override-tensor: \"{}\" repeats a group that repeats (std::regex would take "
+            "exponential time)",
+            p));
+      }
+      ++repeats;
+      std::fill(group_repeats.begin(), group_repeats.end(), 1);
+      if (c == '{') i = std::min(p.find('}', i), p.size());
+    }
+    after_repeating_group = closed_repeating;
+  }
+  if (repeats > kMostRepeats) {
+    throw Error(
+        fmt::format("--override-tensor: \"{}\" has {} repeats (*, + or {{}}); at most {} are taken "
+                    "(std::regex backtracks)",
+                    p, repeats, kMostRepeats));
+  }
+}
 
 std::vector<TensorOverride> compile_overrides(const LlamaCppSettings& s,
                                               const LlamaCppPlacement& p) {
@@ -42,6 +88,7 @@ std::vector<TensorOverride> compile_overrides(const LlamaCppSettings& s,
       }
       o.device = static_cast<int>(it - p.names.begin());
     }
+    check_pattern_cost(pattern);
     try {
       o.pattern = std::regex(pattern);
     } catch (const std::regex_error& e) {
@@ -67,15 +114,32 @@ struct Buffer {
   bool operator==(const Buffer&) const = default;
 };
 
-Buffer buffer_of(const LlamaTensor& t, const LlamaCppPlacement& p,
-                 const std::vector<TensorOverride>& overrides, bool* overridden) {
+// The override device of each name, searched once per name (the inventory's experts share one
+// GGUF name per layer): the first pattern found in it, or none.
+using OverrideCache = std::map<std::string, std::optional<int>>;
+
+std::optional<int> override_of(const std::string& name,
+                               const std::vector<TensorOverride>& overrides, OverrideCache& cache) {
+  const auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  std::optional<int> found;
   for (const TensorOverride& o : overrides) {
-    if (std::regex_search(t.name, o.pattern)) {
-      *overridden = true;
-      return {o.device, false};
+    if (std::regex_search(name, o.pattern)) {
+      found = o.device;
+      break;
     }
   }
-  *overridden = false;
+  cache.emplace(name, found);
+  return found;
+}
+
+Buffer buffer_of(const LlamaTensor& t, const LlamaCppPlacement& p,
+                 const std::vector<TensorOverride>& overrides, OverrideCache& cache,
+                 bool* overridden) {
+  const std::optional<int> o =
+      overrides.empty() ? std::nullopt : override_of(t.name, overrides, cache);
+  *overridden = o.has_value();
+  if (o) return {*o, false};
   const int d = default_device(t, p);
   if (d == kLlamaHost || !p.row || !t.matrix) return {d, false};
   const auto [low, high] = llama_cpp_row_range(p, t.rows, static_cast<std::size_t>(d));
@@ -91,9 +155,10 @@ LlamaWeightBytes place_llama_cpp_weights(const std::vector<LlamaTensor>& tensors
   w.device.assign(p.names.size(), 0);
   std::optional<Buffer> embd;  // token_embd's buffer, for a tied copy
   std::set<std::string> moved;
+  OverrideCache cache;
   for (const LlamaTensor& t : tensors) {
     bool overridden = false;
-    const Buffer b = buffer_of(t, p, overrides, &overridden);
+    const Buffer b = buffer_of(t, p, overrides, cache, &overridden);
     if (t.input && !t.tied_copy) embd = b;
     if (t.tied_copy && embd && *embd == b) continue;  // the same buffer: token_embd reused
     if (overridden) moved.insert(t.name);
