@@ -5,6 +5,8 @@
 
 #include <memest/report.hpp>
 
+#include <fmt/format.h>
+
 #include <map>
 #include <regex>
 #include <string>

@@ -78,7 +78,7 @@ TEST_CASE("serve: bad input is one line and exit 2", "[serve]") {
          "Q4_0, Q5_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, IQ4_XS)");
   expect({"--model", "llama-3.1-8b", "--quantization", "Q4_K_M"},
          "--quantization: \"Q4_K_M\" is not offered (expected one of: fp8, compressed-tensors, "
-         "gptq, gptq_marlin, awq, awq_marlin)");
+         "gptq, gptq_marlin, awq, awq_marlin, bitsandbytes)");
   expect({"--model", "mamba-2.8b", "--max-model-len", "2048"},
          "serve: model preset \"mamba-2.8b\": a state-space model has no attention KV cache (its "
          "recurrent state is not modelled)");

@@ -36,6 +36,8 @@ std::pair<nlohmann::json, std::string> serve_config_sample(const ServeOptionInfo
       return {0.5, "0.5"};
     case ValueKind::path:
       return {"/abs/file", "/abs/file"};
+    case ValueKind::text:
+      return {"3,1", "3,1"};
     default: {
       const std::string n(serve_choices(f, ServeEngine::vllm).back());
       return {n, n};

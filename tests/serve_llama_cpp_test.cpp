@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 
 namespace {
 
@@ -195,4 +196,63 @@ TEST_CASE("llama.cpp: MoE and MLA compute buffers are outside the model (unmet)"
   const Json moe = llama_cpp_json({"--model", "qwen3-30b-a3b", "--ctx-size", "32768",
                                    "--batch-size", "2048", "--ubatch-size", "512", "--flash-attn"});
   CHECK(moe["compute_buffer"]["bytes"].get<double>() / (1 << 20) / 444.77 - 1 < -0.20);
+}
+
+TEST_CASE("llama.cpp: each GPU's KV buffer of the multi-GPU logs, exact to the printed MiB",
+          "[serve]") {
+  // The layer split as load_tensors makes it: equal devices unless --tensor-split says (the
+  // RTX 5090 + 4090 run's 32 and 24 GB stand for their free memory); each layer's K and V on
+  // its layer's device.
+  const std::string data = data_path("data/inference/");
+  struct Case {
+    std::string id;
+    std::vector<std::string> args;
+  };
+  const std::vector<Case> cases = {
+      {"lcpp-deepseek-r1-8gpu-kq40-vf16-16k-nomla",
+       {"--model", "deepseek-v3", "--ctx-size", "16384", "--cache-type-k", "q4_0", "--device",
+        "CUDA0,CUDA1,CUDA2,CUDA3,CUDA4,CUDA5,CUDA6,CUDA7"}},
+      {"ik-qwen3-235b-iq3k-5090-4090-32k-f16kv",
+       {"--config", data + "qwen3-235b-a22b.json", "--ctx-size", "32768", "--flash-attn",
+        "--device", "CUDA0,CUDA1", "--tensor-split", "32,24"}},
+      {"ik-deepseek-r1-f16-3x3090-512-nomla",
+       {"--model", "deepseek-v3", "--ctx-size", "512", "--n-gpu-layers", "3", "--device",
+        "CUDA0,CUDA1,CUDA2"}},
+      {"ik-qwen3-30b-a3b-q4km-2xT4-32k",
+       {"--model", "qwen3-30b-a3b", "--ctx-size", "32768", "--flash-attn", "--device",
+        "CUDA0,CUDA1"}},
+      {"ik-deepseek-r1-0528-iq2kr4-3x3090-150k-mla-q8",
+       {"--model", "deepseek-v3", "--ctx-size", "153600", "--flash-attn", "--mla", "--cache-type-k",
+        "q8_0", "--device", "CUDA0,CUDA1,CUDA2"}},
+  };
+  std::ifstream in(data_path("data/inference/cases.jsonl"));
+  std::map<std::string, Json> logs;
+  for (std::string line; std::getline(in, line);) {
+    const Json c = Json::parse(line);
+    logs[c.at("id")] = c;
+  }
+  int checked = 0;
+  for (const Case& c : cases) {
+    INFO(c.id);
+    const Json j = llama_cpp_json(c.args);
+    for (const Json& m : logs.at(c.id).at("measured")) {
+      const std::string what = m.at("what");
+      if (what != "kv_buffer_bytes_device" && what != "kv_cache_bytes_device" &&
+          what != "kv_buffer_bytes_host") {
+        continue;
+      }
+      const std::string device = m.at("device");
+      double bytes = j["host"]["kv_cache"]["bytes"].get<double>();
+      if (device.starts_with("CUDA") && device != "CUDA_Host") {
+        bytes = j["per_device"][std::stoul(device.substr(4))]["kv_cache"]["bytes"].get<double>();
+      }
+      INFO(device);
+      // Exact to the printed two decimals, but for the q8_0 MLA buffers of ik_llama.cpp, which
+      // exceed their layers' K tensors by 0.01-0.02 MiB (its buffer padding, not modelled).
+      const double slack = c.id.find("mla-q8") != std::string::npos ? 0.02 : 0.0051;
+      CHECK(std::abs(bytes - m.at("bytes").get<double>()) / (1 << 20) <= slack);
+      ++checked;
+    }
+  }
+  CHECK(checked == 15);
 }

@@ -318,9 +318,75 @@ TEST_CASE("vLLM: --quantization gptq or awq needs that checkpoint", "[serve]") {
   CHECK(r.err ==
         "memest: error: --quantization: gptq reads a gptq checkpoint's packed weights; the "
         "model's quantization_config is absent\n");
-  const auto bnb = run_cli({"serve", "--model", "llama-3.1-8b", "--quantization", "bitsandbytes"});
-  CHECK(bnb.code == 2);
-  CHECK(bnb.err ==
-        "memest: error: --quantization: bitsandbytes is not modelled for vLLM yet "
-        "(docs/serving.md)\n");
+}
+
+namespace {
+
+// bitsandbytes' NF4 layout of one tensor of n elements in blocks of 64 (quantize_4bit): n / 2
+// bytes of packed pairs and the 16-entry fp32 code, then either an fp32 absmax per block, or
+// (double quantisation) a uint8 absmax per block, an fp32 absmax per 256 blocks, an fp32
+// offset and, from a checkpoint, its own 256-entry fp32 nested code.
+std::uint64_t nf4(std::uint64_t n, bool nested, bool checkpoint) {
+  const std::uint64_t blocks = n / 64;
+  if (!nested) return n / 2 + 16 * 4 + 4 * blocks;
+  return n / 2 + 16 * 4 + blocks + 4 * (blocks / 256) + 4 + (checkpoint ? 256 * 4 : 0);
+}
+
+// The small Llama's linear weights: q and o 256 x 256, k and v 128 x 256, gate, up and down
+// 512 x 256 (and 256 x 512), each sized by `linear` from its rows and elements.
+template <class F>
+std::uint64_t small_llama(F linear) {
+  const std::uint64_t layer = 2 * linear(256, 256 * 256) + 2 * linear(128, 128 * 256) +
+                              2 * linear(512, 512 * 256) + linear(256, 256 * 512);
+  return 2 * layer + kInt4Rest;
+}
+
+}  // namespace
+
+TEST_CASE("vLLM: bitsandbytes NF4 and int8 weights, bytes from shapes", "[serve]") {
+  // An unquantised checkpoint with --quantization bitsandbytes: quantised as it loads, NF4 with
+  // the absmax double-quantised (compress_statistics=True).
+  CHECK(int_quant_weights("null", {"--quantization", "bitsandbytes"}) ==
+        small_llama([](std::uint64_t, std::uint64_t n) { return nf4(n, true, false); }));
+  // A 4-bit checkpoint without double quantisation: an fp32 absmax per 64.
+  const std::string four =
+      R"({"quant_method": "bitsandbytes", "load_in_4bit": true, "bnb_4bit_quant_type": "nf4"})";
+  CHECK(int_quant_weights(four, {}) ==
+        small_llama([](std::uint64_t, std::uint64_t n) { return nf4(n, false, false); }));
+  const std::string nested =
+      R"({"quant_method": "bitsandbytes", "load_in_4bit": true, "bnb_4bit_quant_type": "nf4",
+          "bnb_4bit_use_double_quant": true})";
+  CHECK(int_quant_weights(nested, {"--quantization", "bitsandbytes"}) ==
+        small_llama([](std::uint64_t, std::uint64_t n) { return nf4(n, true, true); }));
+  // LLM.int8: a byte a weight and an fp32 scale (SCB) per output row.
+  const std::string eight = R"({"quant_method": "bitsandbytes", "load_in_8bit": true})";
+  CHECK(int_quant_weights(eight, {}) ==
+        small_llama([](std::uint64_t rows, std::uint64_t n) { return n + 4 * rows; }));
+  // llm_int8_skip_modules: down_proj stays fp16 (256 x 512 x 2 bytes).
+  const std::string skip =
+      R"({"quant_method": "bitsandbytes", "load_in_8bit": true,
+          "llm_int8_skip_modules": ["down_proj"]})";
+  CHECK(int_quant_weights(skip, {}) == small_llama([](std::uint64_t rows, std::uint64_t n) {
+                                         return n + 4 * rows;
+                                       }) + 2 * (256 * 512 * 2 - (256 * 512 + 4 * 256)));
+}
+
+TEST_CASE("vLLM: bitsandbytes refusals", "[serve]") {
+  const auto path = std::filesystem::temp_directory_path() / "memest-serve-bnb-config.json";
+  std::ofstream(path) << R"({"model_type": "llama", "vocab_size": 1024, "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "max_position_embeddings": 4096,
+    "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": true}})";
+  // vLLM cannot split a bitsandbytes checkpoint's quant states over ranks.
+  const auto tp = run_cli({"serve", "--config", path.string(), "--tp", "2"});
+  CHECK(tp.code == 2);
+  CHECK(tp.err.find("--tensor-parallel-size: vLLM refuses tensor parallelism") !=
+        std::string::npos);
+  std::filesystem::remove(path);
+  // A quantised checkpoint of another method is not what the bitsandbytes loader reads.
+  const auto fp8 = run_cli({"serve", "--model", "deepseek-v3", "--quantization", "bitsandbytes"});
+  CHECK(fp8.code == 2);
+  CHECK(fp8.err ==
+        "memest: error: --quantization: bitsandbytes loads an unquantised or a bitsandbytes "
+        "checkpoint; the model's quantization_config is fp8\n");
 }

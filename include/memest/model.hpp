@@ -238,6 +238,10 @@ struct CheckpointQuant {
   std::uint64_t group_size = 0;  ///< inputs per group; 0: one group per output (group_size -1)
   bool desc_act = false;         ///< GPTQ's activation order (g_idx kept)
   bool sym = true;               ///< GPTQ: symmetric (no zero points in Marlin's layout)
+  /// bitsandbytes (bits 4 or 8): bnb_4bit_use_double_quant, and llm_int8_skip_modules (the
+  /// modules left unquantised).
+  bool double_quant = false;
+  std::vector<std::string> skip_modules;
 
   bool operator==(const CheckpointQuant&) const = default;
 };

@@ -84,6 +84,7 @@ enum class ValueKind {
   versions,     ///< package versions, torch=2.4,transformers=4.46; in a run config an object
   number,       ///< a positive number (1.25); JSON number or string
   fraction,     ///< a number in (0, 1] (vLLM's --gpu-memory-utilization); JSON number or string
+  text,  ///< text the option reads itself (llama.cpp's --tensor-split 3,1); JSON string or number
 };
 
 /// The kind's name as the Python module's options() and docs/design.md write it ("count").

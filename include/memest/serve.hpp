@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace memest {
@@ -93,6 +94,28 @@ struct LlamaCppSettings {
   bool flash_attn = false;
   bool mla = false;          ///< MLA models: cache the latent (ik_llama.cpp -mla 2/3), K only
   std::string quantization;  ///< GGUF file type ("Q4_K_M", ...); empty: weights not sized
+  /// --device: the GPUs llama.cpp uses, by name (empty: one, CUDA0); --split-mode none, layer
+  /// or row; --tensor-split: each device's share (empty: by free memory, equal devices here);
+  /// --main-gpu: the one device of --split-mode none.
+  std::vector<std::string> device_names;
+  std::string split_mode = "layer";
+  std::vector<double> tensor_split;
+  std::uint64_t main_gpu = 0;
+  /// --override-tensor PATTERN=BUFT pairs, in order: the first pattern found in a tensor's
+  /// name (std::regex_search) puts it in that buffer ("CPU", "CUDA0", ...).
+  std::vector<std::pair<std::string, std::string>> overrides;
+  /// Whether the estimate reports each device and the host (the multi-GPU flags given).
+  bool per_device = false;
+};
+
+/// What one GPU of a llama.cpp launch holds (llama_model::load_tensors, llama_kv_cache).
+struct ServeDevice {
+  std::string name;                        ///< "CUDA0", ...
+  std::uint64_t layers = 0;                ///< repeating layers assigned to it
+  bool output = false;                     ///< it holds the output layer
+  std::uint64_t weights_bytes = 0;         ///< its buffers, the split buffer's rows included
+  std::uint64_t kv_bytes = 0;              ///< the KV cache of its layers
+  std::uint64_t compute_buffer_bytes = 0;  ///< its share of the graph (0 without layers)
 };
 
 /// What one device holds. Bytes are per device; a figure the engine does not have is absent.
@@ -128,6 +151,12 @@ struct ServeEstimate {
   std::optional<std::uint64_t> request_kv_bytes;
   std::optional<std::uint64_t> request_blocks;
   std::vector<std::string> notes;
+  /// llama.cpp: every device, and what stays in host memory; shown (table rows, JSON
+  /// "per_device" and "host") when the multi-GPU flags are given.
+  std::vector<ServeDevice> per_device;
+  bool devices_shown = false;
+  std::optional<std::uint64_t> host_weights_bytes;
+  std::optional<std::uint64_t> host_kv_bytes;
 };
 
 /// vLLM's allocation on each tensor-parallel rank (docs/serving.md). Throws Error for settings

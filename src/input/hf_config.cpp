@@ -51,6 +51,22 @@ void check(const JsonObject& r, Architecture& a, bool head_dim_given) {
   }
 }
 
+// bitsandbytes: 4-bit (NF4 or FP4) or LLM.int8, and what vLLM's BitsAndBytesConfig.from_config
+// reads besides (serving sizes the quant state).
+void read_bitsandbytes(const JsonObject& q, CheckpointQuant& c) {
+  const bool four = q.boolean({"load_in_4bit"}, false);
+  if (!four && !q.boolean({"load_in_8bit"}, false)) {
+    q.fail("load_in_4bit", "expected load_in_4bit or load_in_8bit to be true");
+  }
+  c.bits_per_weight = four ? 4.5 : 8.0;
+  c.detail = four ? fmt::format("4-bit {} values + an fp32 absmax per 64",
+                                q.string({"bnb_4bit_quant_type"}, "fp4"))
+                  : "int8 values (LLM.int8)";
+  c.bits = four ? 4 : 8;
+  c.double_quant = q.boolean({"bnb_4bit_use_double_quant"}, false);
+  c.skip_modules = q.string_list("llm_int8_skip_modules");
+}
+
 // quantization_config: how the checkpoint stores its weights, in bits per weight with the
 // scales (each method's format as transformers' quantizers read it). The estimate itself sizes
 // parameters by the precision policy; an unknown method is refused, never ignored.
@@ -73,14 +89,7 @@ std::optional<CheckpointQuant> read_quantization(const JsonObject& root) {
     c.bits_per_weight = 4.25;
     c.detail = "4-bit e2m1 values + an 8-bit scale per 32 (MXFP4)";
   } else if (c.method == "bitsandbytes") {
-    const bool four = q.boolean({"load_in_4bit"}, false);
-    if (!four && !q.boolean({"load_in_8bit"}, false)) {
-      q.fail("load_in_4bit", "expected load_in_4bit or load_in_8bit to be true");
-    }
-    c.bits_per_weight = four ? 4.5 : 8.0;
-    c.detail = four ? fmt::format("4-bit {} values + an fp32 absmax per 64",
-                                  q.string({"bnb_4bit_quant_type"}, "fp4"))
-                    : "int8 values (LLM.int8)";
+    read_bitsandbytes(q, c);
   } else if (c.method == "gptq" || c.method == "awq") {
     const std::uint64_t bits = q.uint({"bits", "w_bit"}, 4);
     // group_size -1: one group over each output's whole input (GPTQ's channelwise), kept as 0.

@@ -253,6 +253,16 @@ std::vector<std::uint64_t> JsonValue::as_index_list() const {
   return out;
 }
 
+std::vector<std::string> JsonValue::as_string_list() const {
+  if (!json().is_array()) fail("expected an array of names, got " + describe(json()));
+  std::vector<std::string> out;
+  for (const Json& e : json()) {
+    if (!e.is_string()) fail("expected an array of names, got an element " + describe(e));
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
 JsonObject::JsonObject(JsonValue v) : value_(std::move(v)) {
   if (!value_.json().is_object()) {
     value_.fail("expected an object, got " + describe(value_.json()));
@@ -321,6 +331,11 @@ std::string JsonObject::string(std::initializer_list<std::string_view> keys,
 std::vector<std::uint64_t> JsonObject::uint_list(std::string_view key) const {
   const auto v = find({key});
   return v ? v->as_index_list() : std::vector<std::uint64_t>{};
+}
+
+std::vector<std::string> JsonObject::string_list(std::string_view key) const {
+  const auto v = find({key});
+  return v ? v->as_string_list() : std::vector<std::string>{};
 }
 
 }  // namespace memest::detail

@@ -64,6 +64,7 @@ class JsonValue {
   std::string as_string() const;
   std::string as_text() const;  ///< a string, or a number as the file writes it
   std::vector<std::uint64_t> as_index_list() const;  ///< an array of non-negative integers
+  std::vector<std::string> as_string_list() const;   ///< an array of strings
 
  private:
   friend class JsonObject;
@@ -108,6 +109,8 @@ class JsonObject {
   std::string string(std::initializer_list<std::string_view> keys, std::string fallback) const;
   /// A list of layer indices (Qwen2-MoE mlp_only_layers); empty when absent.
   std::vector<std::uint64_t> uint_list(std::string_view key) const;
+  /// A list of names (bitsandbytes' llm_int8_skip_modules); empty when absent or null.
+  std::vector<std::string> string_list(std::string_view key) const;
 
  private:
   JsonValue value_;

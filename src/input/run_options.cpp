@@ -517,9 +517,9 @@ void merge(RunOptions& b, const RunOptions& o) {
 }
 
 std::string_view value_kind_name(ValueKind kind) {
-  static constexpr std::array<std::string_view, 13> kNames = {
-      "flag", "count", "param_count", "size",     "probability", "choice",  "list",
-      "json", "path",  "name",        "versions", "number",      "fraction"};
+  static constexpr std::array<std::string_view, 14> kNames = {
+      "flag", "count", "param_count", "size",     "probability", "choice",   "list",
+      "json", "path",  "name",        "versions", "number",      "fraction", "text"};
   return kNames[static_cast<std::size_t>(kind)];
 }
 

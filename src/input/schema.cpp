@@ -153,6 +153,9 @@ ordered_json option_value_schema(const RunOptionInfo& info) {
       return versions_schema();
     case ValueKind::path:
       return {{"type", "string"}, {"minLength", 1}};
+    case ValueKind::text:  // read by the option itself: a string, or a number for one number
+      return {{"anyOf", ordered_json::array({{{"type", "string"}, {"minLength", 1}},
+                                             {{"type", "number"}, {"minimum", 0}}})}};
     case ValueKind::name:  // a name listed, or a Hub id ("org/name") looked up
       return {{"anyOf",
                ordered_json::array({enum_of(names_of(info.choices())),

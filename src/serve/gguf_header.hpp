@@ -82,15 +82,16 @@ std::optional<u64> gguf_unsigned(const GgufHeader& h, const std::string& key);
 // What `memest serve --gguf` takes from a header (src/serve/gguf_model.cpp).
 struct ServeModel;
 struct ServeEstimate;
+struct LlamaCppSettings;
 
 /// The model's shapes from the header's metadata ({arch}.block_count, embedding_length, ...,
 /// the vocabulary from tokenizer.ggml.tokens), read as the config.json they stand for. Throws
 /// Error naming `source` and the key for a missing or unusable value.
 ServeModel gguf_serve_model(const GgufHeader& h, const std::string& source);
 
-/// Sets the estimate's weights from each tensor's own type and dims: token_embd in host memory,
-/// the last `gpu_layers` of `num_layers` layers (blk.N) on the GPU, the other tensors (the
-/// output, and token_embd's copy where the output is tied to it) when every layer is.
-void add_gguf_weights(ServeEstimate& e, const GgufHeader& h, u64 gpu_layers, u64 num_layers);
+/// llama.cpp's estimate with the weights of the header: each tensor's own type and dims,
+/// token_embd in host memory, blk.N on layer N's device, the other tensors (the output, and
+/// token_embd's copy where the output is tied to it) on the output's device.
+ServeEstimate estimate_gguf(const ServeModel& m, const LlamaCppSettings& s, const GgufHeader& h);
 
 }  // namespace memest

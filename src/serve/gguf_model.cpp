@@ -4,6 +4,7 @@
 // .expert_count, the vocabulary as tokenizer.ggml.tokens' length), written as the config.json
 // they stand for so that one parser builds the model; the weights are each tensor's own bytes.
 #include "serve/gguf_header.hpp"
+#include "serve/serve_gguf.hpp"
 
 #include <memest/error.hpp>
 #include <memest/hf_config.hpp>
@@ -123,35 +124,42 @@ ServeModel gguf_serve_model(const GgufHeader& h, const std::string& source) {
   return m;
 }
 
-void add_gguf_weights(ServeEstimate& e, const GgufHeader& h, u64 gpu_layers, u64 num_layers) {
-  const u64 first_gpu_layer = num_layers - std::min(gpu_layers, num_layers);
-  const bool output_on_gpu = gpu_layers > num_layers;
-  u64 device = 0;
-  u64 host = 0;
+ServeEstimate estimate_gguf(const ServeModel& m, const LlamaCppSettings& s, const GgufHeader& h) {
+  LlamaWeightsInput w;
+  w.note_last = true;
   bool has_output = false;
   std::map<std::string, u64> by_type;
+  std::optional<LlamaTensor> embd;
   for (const GgufTensorInfo& t : h.tensors) {
     by_type[t.type_name] += 1;
     has_output = has_output || t.name == "output.weight";
-    const auto layer = gguf_layer(t.name);
-    const bool on_gpu =
-        layer ? *layer >= first_gpu_layer : t.name != "token_embd.weight" && output_on_gpu;
-    (on_gpu ? device : host) = checked_add(on_gpu ? device : host, t.bytes);
+    LlamaTensor x;
+    x.name = t.name;
+    x.layer = gguf_layer(t.name);
+    x.input = t.name == "token_embd.weight";
+    x.bytes = t.bytes;
+    const u64 ne0 = t.dims.empty() ? 0 : t.dims[0];
+    const u64 rows = t.dims.size() == 2 && ne0 > 0 ? t.dims[1] : 0;
+    // A 2-D weight multiplied by GGML_OP_MUL_MAT: not the input, a norm or a 3-D expert stack.
+    x.matrix = rows > 0 && !x.input && t.name.ends_with(".weight") &&
+               t.name.find("norm") == std::string::npos;
+    x.rows = x.matrix ? rows : 0;
+    x.ne0 = ne0;
+    x.pad_bytes = x.matrix && ne0 % 512 != 0 ? t.bytes / rows * (512 - ne0 % 512) / ne0 : 0;
+    if (x.input) embd = x;
+    w.tensors.push_back(std::move(x));
   }
   // A tied output: llama.cpp loads token_embd a second time as the output layer.
-  for (const GgufTensorInfo& t : h.tensors) {
-    if (t.name == "token_embd.weight" && !has_output && output_on_gpu) {
-      device = checked_add(device, t.bytes);
-    }
+  if (embd && !has_output) {
+    embd->input = false;
+    embd->tied_copy = true;
+    w.tensors.push_back(*embd);
   }
-  e.weights_bytes = device;
   std::vector<std::string> counts;
   counts.reserve(by_type.size());
   for (const auto& [type, n] : by_type) counts.push_back(fmt::format("{} {}", n, type));
-  e.weights_basis = fmt::format("GGUF tensors: {}", fmt::join(counts, " + "));
-  e.notes.push_back(fmt::format("{} of weights in host memory (token_embd{})",
-                                format_bytes(host, Unit::MiB),
-                                gpu_layers < num_layers ? " and the CPU layers" : ""));
+  w.basis = fmt::format("GGUF tensors: {}", fmt::join(counts, " + "));
+  return estimate_llama_cpp_weights(m, s, &w);
 }
 
 }  // namespace memest

@@ -198,9 +198,6 @@ VllmSettings vllm_settings(const ServeValues& g, u64 total) {
   s.tensor_parallel_size = count_of(g, g.contains("--tp") ? "--tp" : "--tensor-parallel-size");
   s.block_size = count_of(g, "--block-size");
   s.kv_cache_dtype = choice(g, "--kv-cache-dtype");
-  if (const auto q = g.find("--quantization"); q != g.end() && q->second.text == "bitsandbytes") {
-    throw Error("--quantization: bitsandbytes is not modelled for vLLM yet (docs/serving.md)");
-  }
   s.quantization = choice(g, "--quantization");
   const std::string dtype = choice(g, "--dtype");
   if (dtype != "auto") s.dtype = dtype.starts_with("b") ? Dtype::bf16 : Dtype::fp16;
@@ -224,6 +221,80 @@ std::string llama_cpp_name(const ServeValues& g, std::string_view flag, std::str
   return it->second.text;
 }
 
+// A comma-separated list, each item non-empty; `where` names the flag or run-config key.
+std::vector<std::string> comma_list(const ServeValue& v) {
+  std::vector<std::string> items;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = v.text.find(',', at);
+    items.push_back(v.text.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (items.back().empty()) {
+      throw Error(fmt::format("{}: an empty item in \"{}\"", v.where, v.text));
+    }
+    if (comma == std::string::npos) return items;
+    at = comma + 1;
+  }
+}
+
+// --device: CUDA0, CUDA1, ..., each named once.
+std::vector<std::string> device_names_of(const ServeValue& v) {
+  std::vector<std::string> names = comma_list(v);
+  for (auto it = names.begin(); it != names.end(); ++it) {
+    const std::string& d = *it;
+    const bool cuda = d.size() > 4 && d.starts_with("CUDA") &&
+                      d.find_first_not_of("0123456789", 4) == std::string::npos;
+    if (!cuda || std::find(names.begin(), it, d) != it) {
+      throw Error(
+          fmt::format("{}: \"{}\" is not a new device name (CUDA0, CUDA1, ...)", v.where, d));
+    }
+  }
+  return names;
+}
+
+// --tensor-split: each device's share, a number >= 0.
+std::vector<double> shares_of(const ServeValue& v) {
+  std::vector<double> shares;
+  for (const std::string& item : comma_list(v)) {
+    double x = 0;
+    if (!parse_double(item, x) || !(x >= 0.0) || x > 1e30) {
+      throw Error(fmt::format("{}: expected shares >= 0, got \"{}\"", v.where, item));
+    }
+    shares.push_back(x);
+  }
+  return shares;
+}
+
+// llama.cpp's multi-GPU flags (common/arg.cpp): --device names, --split-mode, --tensor-split's
+// shares, --main-gpu, and --override-tensor's PATTERN=BUFT pairs.
+void read_split_flags(const ServeValues& g, LlamaCppSettings& s) {
+  for (const char* f :
+       {"--device", "--split-mode", "--tensor-split", "--main-gpu", "--override-tensor"}) {
+    s.per_device = s.per_device || g.contains(f);
+  }
+  if (const auto it = g.find("--device"); it != g.end())
+    s.device_names = device_names_of(it->second);
+  s.split_mode = choice(g, "--split-mode", ServeEngine::llama_cpp);
+  if (const auto it = g.find("--main-gpu"); it != g.end()) {
+    const std::string& v = it->second.text;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), s.main_gpu);
+    if (ec != std::errc() || end != v.data() + v.size()) {
+      throw Error(
+          fmt::format("{}: expected a device index (0, 1, ...), got \"{}\"", it->second.where, v));
+    }
+  }
+  if (const auto it = g.find("--tensor-split"); it != g.end())
+    s.tensor_split = shares_of(it->second);
+  if (const auto it = g.find("--override-tensor"); it != g.end()) {
+    for (const std::string& o : comma_list(it->second)) {
+      const std::size_t eq = o.find('=');  // the first '=', as parse_tensor_buffer_overrides
+      if (eq == std::string::npos || eq + 1 == o.size()) {
+        throw Error(fmt::format("{}: expected PATTERN=BUFT, got \"{}\"", it->second.where, o));
+      }
+      s.overrides.emplace_back(o.substr(0, eq), o.substr(eq + 1));
+    }
+  }
+}
+
 LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
   LlamaCppSettings s;
   s.ctx_size = count_of(g, "--ctx-size");
@@ -236,6 +307,7 @@ LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
   s.cache_type_v = llama_cpp_name(g, "--cache-type-v", "cache type");
   s.batch_size = count_of(g, "--batch-size");
   s.ubatch_size = count_of(g, "--ubatch-size");
+  read_split_flags(g, s);
   return s;
 }
 
@@ -281,9 +353,7 @@ std::string as_format(const std::string& format, const std::string& text) {
 // The llama.cpp estimate with the weights of a GGUF file's header where one is given.
 LlamaCppEstimateFn llama_cpp_estimator(const ServeInputs& in) {
   return [&in](const LlamaCppSettings& s) {
-    ServeEstimate e = estimate_llama_cpp(in.model, s);
-    if (in.header) add_gguf_weights(e, *in.header, s.n_gpu_layers, in.model.spec.arch->num_layers);
-    return e;
+    return in.header ? estimate_gguf(in.model, s, *in.header) : estimate_llama_cpp(in.model, s);
   };
 }
 
@@ -400,6 +470,7 @@ void llama_cpp_limits(const ServeInputs& in, const LlamaCppSettings& base, Serve
 void llama_cpp_fit_rows(const ServeInputs& in, ServeFit& fit) {
   const auto& g = in.given;
   const LlamaCppSettings base = llama_cpp_settings(g);
+  fit.devices = std::max<std::size_t>(1, base.device_names.size());
   llama_cpp_limits(in, base, fit);
   std::vector<std::string> weights;
   if (in.header) {

@@ -30,7 +30,7 @@ std::vector<std::pair<std::string, const ServeOptionInfo*>> serve_config_rows() 
 // A count, a size or a fraction is a JSON number too (vLLM's bare byte counts among them).
 bool serve_number_too(ValueKind kind) {
   return kind == ValueKind::count || kind == ValueKind::size || kind == ValueKind::fraction ||
-         kind == ValueKind::number;
+         kind == ValueKind::number || kind == ValueKind::text;
 }
 
 // The value as its flag would take it: "" for a switch given true, nullopt for one given false.

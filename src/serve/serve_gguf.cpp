@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
+#include <utility>
 #include <vector>
 
 namespace memest {
@@ -171,6 +173,69 @@ const FileType& file_type(std::string_view name) {
                           name, fmt::join(gguf_file_type_names(), ", ")));
 }
 
+// The layer of tensor j of a group: groups of every layer hold count / layers tensors each; a
+// group of the MoE layers (DeepSeek's experts, routers and shared experts) covers the last
+// moe_layers layers, one of the dense MLP layers the first ones (first_k_dense_replace).
+std::optional<u64> group_layer(const TensorGroup& g, const Architecture& a, u64 j) {
+  if (g.name.find('*') == std::string::npos) return std::nullopt;
+  const u64 n = a.num_layers;
+  const u64 moe = a.num_experts > 0 ? a.moe_layers : 0;
+  if (g.count % n == 0) return j / (g.count / n);
+  if (moe > 0 && moe < n && g.count % moe == 0) return n - moe + j / (g.count / moe);
+  if (moe > 0 && moe < n && g.count % (n - moe) == 0) return j / (g.count / (n - moe));
+  return j * n / g.count;
+}
+
+// data table
+constexpr std::array<std::pair<std::string_view, std::string_view>, 13> kModuleNames = {{
+    {"q_a_proj", "attn_q_a"},
+    {"q_b_proj", "attn_q_b"},
+    {"kv_a_proj_with_mqa", "attn_kv_a_mqa"},
+    {"kv_b_proj", "attn_kv_b"},
+    {"q_a_layernorm", "attn_q_a_norm"},
+    {"kv_a_layernorm", "attn_kv_a_norm"},
+    {"q_norm", "attn_q_norm"},
+    {"k_norm", "attn_k_norm"},
+    {"input_layernorm", "attn_norm"},
+    {"post_attention_layernorm", "ffn_norm"},
+    {"gate_proj", "ffn_gate"},
+    {"up_proj", "ffn_up"},
+    {"down_proj", "ffn_down"},
+}};
+
+// The name llama.cpp gives a tensor (convert_hf_to_gguf's tensor map, gguf-py's
+// tensor_mapping.py, for the modules memest's inventory has): token_embd, output, output_norm,
+// blk.N.attn_q/k/v/output/qkv, the MLA projections, the norms, blk.N.ffn_gate/up/down, with
+// _exps for routed experts and _shexp for shared ones, ffn_gate_inp for the router.
+std::string gguf_tensor_name(const TensorGroup& g, TensorCategory c, std::optional<u64> layer) {
+  const bool bias = g.name.ends_with(".bias");
+  std::string module = g.name.substr(0, g.name.rfind('.'));
+  module = module.substr(module.rfind('.') + 1);
+  std::string base;
+  if (c == TensorCategory::token_embd) base = "token_embd";
+  if (c == TensorCategory::output) base = "output";
+  if (base.empty() && g.role == Role::norm && !layer) base = "output_norm";
+  if (base.empty() && g.role == Role::router) base = "ffn_gate_inp";
+  for (const auto& [hf, gguf] : kModuleNames) {
+    if (base.empty() && module == hf) base = gguf;
+  }
+  const std::string& k = g.kind;
+  if (base.empty() && (k == "q" || k == "k" || k == "v" || k == "qkv")) base = "attn_" + k;
+  if (base.empty() && k == "o") base = "attn_output";
+  if (base.empty() && (k == "gate" || k == "up" || k == "down")) base = "ffn_" + k;
+  if (base.empty() && k == "gate_up") base = "ffn_up";
+  if (base.empty() && k == "fused_experts") {
+    base = g.name.find("down") != std::string::npos ? "ffn_down" : "ffn_gate_up";
+  }
+  if (base.empty()) base = module;
+  if (base.starts_with("ffn_") && (g.role == Role::expert || k == "fused_experts")) base += "_exps";
+  if (base.starts_with("ffn_") && g.name.find("shared_expert") != std::string::npos) {
+    base += "_shexp";
+  }
+  const std::string prefix = layer ? fmt::format("blk.{}.", *layer) : std::string();
+  return prefix + base + (bias ? ".bias" : ".weight");
+}
+
 }  // namespace
 
 std::span<const std::string_view> gguf_file_type_names() {
@@ -185,7 +250,7 @@ std::span<const std::string_view> gguf_file_type_names() {
 
 std::span<const GgmlType> ggml_weight_types() { return kWeightTypes; }
 
-GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::uint64_t gpu_layers) {
+GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype) {
   const Architecture& a = *m.spec.arch;
   const FileType& f = file_type(ftype);
   const Quantizer q{f.name,
@@ -195,28 +260,38 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::uint6
                     a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1,
                     a.num_layers == 80 && a.model_type == "llama"};
   GgufWeights w;
-  const u64 first_gpu_layer = a.num_layers - std::min(gpu_layers, a.num_layers);
-  const bool output_on_gpu = gpu_layers > a.num_layers;
+  std::optional<LlamaTensor> tied_copy;
   for (const TensorGroup& g : m.spec.inventory.groups) {
     const TensorCategory c = category_of(g, a);
-    const bool layered = g.name.find('*') != std::string::npos && g.count >= a.num_layers;
-    const u64 per_layer = layered ? g.count / a.num_layers : g.count;
     for (u64 j = 0; j < g.count; ++j) {
-      const u64 layer = layered ? j / per_layer : 0;
+      const std::optional<u64> layer = group_layer(g, a, j);
       // 1-D tensors (norms, biases) and the router stay F32 as convert_hf_to_gguf writes them.
       const bool quantised = g.rows > 1 && g.role != Role::router && g.role != Role::norm;
       // A tied embedding is typed as the output, and llama.cpp keeps a copy of it as the output.
       const bool tied = c == TensorCategory::token_embd && a.tied_embeddings;
       const TensorCategory typed = tied ? TensorCategory::output : c;
-      const std::string_view type = quantised ? tensor_type(q, typed, layer, g.cols) : "f32";
-      const u64 bytes = tensor_bytes(weight_type(type), g.rows, g.cols);
-      w.tensors_by_type[std::string(type)] += quantised ? 1 : 0;
-      const bool on_gpu =
-          layered ? layer >= first_gpu_layer : c != TensorCategory::token_embd && output_on_gpu;
-      (on_gpu ? w.device_bytes : w.host_bytes) += bytes;
-      if (tied && output_on_gpu) w.device_bytes += bytes;
+      const GgmlType& type =
+          weight_type(quantised ? tensor_type(q, typed, layer.value_or(0), g.cols) : "f32");
+      w.tensors_by_type[std::string(type.name)] += quantised ? 1 : 0;
+      LlamaTensor t;
+      t.name = gguf_tensor_name(g, c, layer);
+      t.layer = layer;
+      t.input = c == TensorCategory::token_embd;
+      t.matrix =
+          g.matmul && g.rows > 1 && g.role != Role::expert && !t.input && g.kind != "fused_experts";
+      t.bytes = tensor_bytes(type, g.rows, g.cols);
+      t.rows = g.rows;
+      t.ne0 = g.cols;
+      t.pad_bytes = g.cols % 512 == 0 ? 0 : tensor_bytes(type, 1, 512 - g.cols % 512);
+      if (tied) {
+        tied_copy = t;
+        tied_copy->tied_copy = true;
+        tied_copy->input = false;
+      }
+      w.tensors.push_back(std::move(t));
     }
   }
+  if (tied_copy) w.tensors.push_back(*tied_copy);
   w.tensors_by_type.erase("f32");
   return w;
 }

@@ -1,6 +1,8 @@
 #pragma once
-// Private to src/serve: a GGUF file type's weights as llama.cpp's quantizer types them and as
-// llama.cpp places them between host and GPU (src/serve/serve_gguf.cpp).
+// Private to src/serve: a GGUF file type's weights as llama.cpp's quantizer types them and names
+// them (src/serve/serve_gguf.cpp), and the llama.cpp estimate given its weights.
+
+#include "serve/llama_cpp_tensors.hpp"
 
 #include <memest/serve.hpp>
 
@@ -9,14 +11,15 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace memest {
 
-/// The weights of a model quantised to a GGUF file type ("Q4_K_M", ...).
+/// The weights of a model quantised to a GGUF file type ("Q4_K_M", ...): every tensor with
+/// llama.cpp's name, its type's bytes and its layer, and the count of quantised tensors per type.
 struct GgufWeights {
-  std::uint64_t device_bytes = 0;  ///< the offloaded layers and, with every layer, the output
-  std::uint64_t host_bytes = 0;    ///< token_embd and the layers left on the CPU
-  std::map<std::string, std::uint64_t> tensors_by_type;  ///< quantised tensors per ggml type
+  std::vector<LlamaTensor> tensors;
+  std::map<std::string, std::uint64_t> tensors_by_type;
 };
 
 /// The ggml types a weight can take, with their block sizes (ggml's type traits).
@@ -26,8 +29,21 @@ std::span<const GgmlType> ggml_weight_types();
 /// ("Q4_K_M", ...): the names of the table gguf_weights reads.
 std::span<const std::string_view> gguf_file_type_names();
 
-/// The weights of `m` as file type `ftype` with the last `gpu_layers` layers on the GPU. Throws
-/// Error naming --quantization for an unknown file type.
-GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::uint64_t gpu_layers);
+/// The weights of `m` as file type `ftype`. Throws Error naming --quantization for an unknown
+/// file type.
+GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype);
+
+/// What the llama.cpp estimate is given for the weights: the tensors, the basis shown, and
+/// whether the weights' note comes after the others (as `--gguf` files have it).
+struct LlamaWeightsInput {
+  std::vector<LlamaTensor> tensors;
+  std::string basis;
+  bool note_last = false;
+};
+
+/// llama.cpp's estimate (estimate_llama_cpp) with the weights `w` placed on the devices (none:
+/// not sized).
+ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSettings& s,
+                                         const LlamaWeightsInput* w);
 
 }  // namespace memest

@@ -4,7 +4,10 @@
 // blocks of the cache type (ggml's type traits, ggml/src/ggml.c: blck_size and type_size).
 // kv_size is the context padded to 256 cells with flash attention and to 32 without
 // (llama_kv_cache_get_padding). Every layer keeps the whole context (sliding windows ignored,
-// as the builds before the iSWA cache do); --parallel slots share it (the unified cache).
+// as the builds before the iSWA cache do); --parallel slots share it (the unified cache). Each
+// layer's K and V are on its layer's device (src/serve/llama_cpp_split.cpp), the CPU layers' in
+// host memory; each device with layers computes them, the output's device the logits.
+#include "serve/llama_cpp_split.hpp"
 #include "serve/serve_gguf.hpp"
 
 #include <memest/error.hpp>
@@ -60,12 +63,13 @@ u64 row_bytes(const GgmlType& t, u64 elements) {
 // same two hidden states) when the output layer is on the GPU. Not counted: what the MoE
 // experts' matmuls and MLA's absorbed attention keep.
 struct ComputeBuffer {
-  u64 bytes = 0;
-  std::string basis;
+  u64 attention = 0;  // the attention moment of a device with layers
+  u64 output = 0;     // the output moment of the device with the output layer
+  std::string attention_basis;
+  std::string output_basis;
 };
 
-ComputeBuffer compute_buffer(const Architecture& a, u64 n_kv, u64 tokens, bool flash_attn,
-                             bool output_on_gpu) {
+ComputeBuffer compute_buffer(const Architecture& a, u64 n_kv, u64 tokens, bool flash_attn) {
   const u64 f32 = 4;
   const u64 hidden = checked_mul(checked_mul(2 * a.hidden_size, tokens), f32);
   const u64 q_width =
@@ -77,28 +81,119 @@ ComputeBuffer compute_buffer(const Architecture& a, u64 n_kv, u64 tokens, bool f
     attention = checked_add(attention,
                             checked_mul(checked_mul(checked_mul(n_kv, tokens), a.num_heads), f32));
   }
-  const u64 output =
-      output_on_gpu ? checked_add(hidden, checked_mul(checked_mul(a.vocab_size, tokens), f32)) : 0;
   ComputeBuffer c;
-  c.bytes = std::max(attention, output);
-  c.basis =
-      output >= attention
-          ? fmt::format("logits of {} tokens x {} vocab in f32", tokens, a.vocab_size)
-          : fmt::format("KQ of {} cells x {} tokens x {} heads in f32", n_kv, tokens, a.num_heads);
-  if (flash_attn && output < attention) c.basis = "the attention's inputs and output";
+  c.attention = attention;
+  c.output = checked_add(hidden, checked_mul(checked_mul(a.vocab_size, tokens), f32));
+  c.output_basis = fmt::format("logits of {} tokens x {} vocab in f32", tokens, a.vocab_size);
+  c.attention_basis = flash_attn ? "the attention's inputs and output"
+                                 : fmt::format("KQ of {} cells x {} tokens x {} heads in f32", n_kv,
+                                               tokens, a.num_heads);
   return c;
 }
 
-// The weights of a GGUF file type: what the GPU holds, and a note of the host's share.
-void add_weights(ServeEstimate& e, const ServeModel& m, const LlamaCppSettings& s) {
-  const GgufWeights w = gguf_weights(m, s.quantization, s.n_gpu_layers);
-  e.weights_bytes = w.device_bytes;
-  std::vector<std::string> counts;
-  for (const auto& [type, n] : w.tensors_by_type) counts.push_back(fmt::format("{} {}", n, type));
-  e.weights_basis = fmt::format("{}: {} tensors", s.quantization, fmt::join(counts, " + "));
-  e.notes.push_back(fmt::format(
-      "{} of weights in host memory (token_embd{})", format_bytes(w.host_bytes, Unit::MiB),
-      s.n_gpu_layers < m.spec.arch->num_layers ? " and the CPU layers" : ""));
+// The KV cache of one layer (K and V of every cell), the widths as the cache types store them.
+struct LayerKv {
+  u64 bytes = 0;
+  std::string basis;  // "(K 512 x f16 + V 512 x f16)"
+};
+
+void check_cache_types(const LlamaCppSettings& s) {
+  cache_type(s.cache_type_k, "--cache-type-k");
+  const GgmlType& tv = cache_type(s.cache_type_v, "--cache-type-v");
+  if (tv.block > 1 && !s.flash_attn) {
+    throw Error(
+        fmt::format("--cache-type-v: {} needs --flash-attn (llama.cpp quantises V only "
+                    "with flash attention)",
+                    tv.name));
+  }
+}
+
+LayerKv layer_kv(const Architecture& a, const LlamaCppSettings& s, u64 cells) {
+  const GgmlType& tk = cache_type(s.cache_type_k, "--cache-type-k");
+  const GgmlType& tv = cache_type(s.cache_type_v, "--cache-type-v");
+  // n_embd_k_gqa / n_embd_v_gqa: heads x head width; without an MLA cache DeepSeek's keys are
+  // qk_nope + qk_rope wide and its values v_head_dim, for every head. With one (ik_llama.cpp's
+  // -mla 2/3) the K cache holds the latent and the rotary key, kv_lora_rank + qk_rope_head_dim,
+  // and there is no V cache.
+  const bool mla_model = a.kv_lora_rank > 0;
+  if (s.mla && !mla_model) throw Error("--mla: the model has no multi-head latent attention");
+  const u64 k_width = s.mla       ? a.kv_lora_rank + a.qk_rope_head_dim
+                      : mla_model ? a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim)
+                                  : a.num_kv_heads * a.head_dim;
+  const u64 v_width = s.mla       ? 0
+                      : mla_model ? a.num_heads * a.v_head_dim
+                                  : a.num_kv_heads * a.head_dim;
+  return {checked_add(row_bytes(tk, checked_mul(k_width, cells)),
+                      row_bytes(tv, checked_mul(v_width, cells))),
+          fmt::format("(K {} x {} + V {} x {})", k_width, tk.name, v_width, tv.name)};
+}
+
+// Each device's layers, output, KV cache and compute buffer (llama_kv_cache puts a layer's K
+// and V on the layer's device; each device computes its layers, the output's device the
+// logits); what the CPU layers keep in host memory.
+std::vector<ServeDevice> device_shares(const LlamaCppPlacement& p, u64 layer_bytes,
+                                       const ComputeBuffer& c, u64* host_kv) {
+  std::vector<ServeDevice> d(p.names.size());
+  for (std::size_t i = 0; i < d.size(); ++i) d[i].name = p.names[i];
+  *host_kv = 0;
+  for (const int dev : p.layer_device) {
+    if (dev == kLlamaHost) {
+      *host_kv = checked_add(*host_kv, layer_bytes);
+      continue;
+    }
+    ServeDevice& x = d[static_cast<std::size_t>(dev)];
+    ++x.layers;
+    x.kv_bytes = checked_add(x.kv_bytes, layer_bytes);
+  }
+  if (p.output_device != kLlamaHost) d[static_cast<std::size_t>(p.output_device)].output = true;
+  for (ServeDevice& x : d) {
+    x.compute_buffer_bytes = std::max(x.layers > 0 ? c.attention : 0, x.output ? c.output : 0);
+  }
+  return d;
+}
+
+// The figures of one device at the top of the estimate: the fullest one (weights, KV cache and
+// compute buffer), which is the only one with a single device.
+void show_fullest(ServeEstimate& e, const ComputeBuffer& c, const std::string& kv_basis) {
+  const auto total = [](const ServeDevice& x) {
+    return x.weights_bytes + x.kv_bytes + x.compute_buffer_bytes;
+  };
+  const ServeDevice* top = &e.per_device.front();
+  for (const ServeDevice& x : e.per_device) {
+    if (total(x) > total(*top)) top = &x;
+  }
+  if (e.weights_bytes) e.weights_bytes = top->weights_bytes;
+  e.kv_bytes = top->kv_bytes;
+  e.kv_bytes_per_token = e.kv_bytes / e.context;
+  e.kv_basis = fmt::format("{} cells x {} layers x {}", e.context, top->layers, kv_basis);
+  e.compute_buffer_bytes.reset();
+  e.compute_basis.clear();
+  if (top->layers > 0 || top->output) {
+    e.compute_buffer_bytes = top->compute_buffer_bytes;
+    const bool output = top->output && c.output >= c.attention;
+    e.compute_basis = output ? c.output_basis : c.attention_basis;
+  }
+  if (e.per_device.size() > 1) {
+    e.notes.push_back(
+        fmt::format("figures of {}, the fullest of {} devices", top->name, e.per_device.size()));
+  }
+}
+
+// The weights placed: each device's, the host's, and the note of the host's share.
+void add_weights(ServeEstimate& e, const LlamaCppPlacement& p, const LlamaCppSettings& s,
+                 const LlamaWeightsInput& w) {
+  const LlamaWeightBytes b = place_llama_cpp_weights(w.tensors, p, s);
+  for (std::size_t i = 0; i < b.device.size(); ++i) e.per_device[i].weights_bytes = b.device[i];
+  e.weights_bytes = 0;
+  e.weights_basis = w.basis;
+  e.host_weights_bytes = b.host;
+  const bool cpu_layers = std::any_of(p.layer_device.begin(), p.layer_device.end(),
+                                      [](int d) { return d == kLlamaHost; });
+  const std::string moved =
+      b.overridden > 0 ? fmt::format(", {} tensors by --override-tensor", b.overridden) : "";
+  e.notes.push_back(fmt::format("{} of weights in host memory (token_embd{}{})",
+                                format_bytes(b.host, Unit::MiB), moved,
+                                cpu_layers ? " and the CPU layers" : ""));
 }
 
 }  // namespace
@@ -115,59 +210,50 @@ std::span<const std::string_view> ggml_cache_type_names() {
   return names;
 }
 
-ServeEstimate estimate_llama_cpp(const ServeModel& m, const LlamaCppSettings& s) {
+ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSettings& s,
+                                         const LlamaWeightsInput* w) {
   const Architecture& a = *m.spec.arch;
-  const GgmlType& tk = cache_type(s.cache_type_k, "--cache-type-k");
-  const GgmlType& tv = cache_type(s.cache_type_v, "--cache-type-v");
-  if (tv.block > 1 && !s.flash_attn) {
-    throw Error(
-        fmt::format("--cache-type-v: {} needs --flash-attn (llama.cpp quantises V only "
-                    "with flash attention)",
-                    tv.name));
-  }
+  check_cache_types(s);
   ServeEstimate e;
   e.engine = ServeEngine::llama_cpp;
   e.model = m.spec.name;
   const u64 ctx = s.ctx_size > 0 ? s.ctx_size : m.max_positions;
   if (ctx == 0) throw Error("--ctx-size: the config has no max_position_embeddings");
   e.context = ceil_div(ctx, s.flash_attn ? 256 : 32) * (s.flash_attn ? 256 : 32);
-  // n_embd_k_gqa / n_embd_v_gqa: heads x head width; without an MLA cache DeepSeek's keys are
-  // qk_nope + qk_rope wide and its values v_head_dim, for every head. With one (ik_llama.cpp's
-  // -mla 2/3) the K cache holds the latent and the rotary key, kv_lora_rank + qk_rope_head_dim,
-  // and there is no V cache.
-  const bool mla_model = a.kv_lora_rank > 0;
-  if (s.mla && !mla_model) throw Error("--mla: the model has no multi-head latent attention");
-  const u64 k_width = s.mla       ? a.kv_lora_rank + a.qk_rope_head_dim
-                      : mla_model ? a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim)
-                                  : a.num_kv_heads * a.head_dim;
-  const u64 v_width = s.mla       ? 0
-                      : mla_model ? a.num_heads * a.v_head_dim
-                                  : a.num_kv_heads * a.head_dim;
-  const u64 per_layer = checked_add(row_bytes(tk, checked_mul(k_width, e.context)),
-                                    row_bytes(tv, checked_mul(v_width, e.context)));
-  const u64 gpu_layers = std::min(s.n_gpu_layers, a.num_layers);
-  e.kv_bytes = checked_mul(per_layer, gpu_layers);
-  e.kv_tokens = e.context;
-  e.kv_bytes_per_token = e.kv_bytes / e.context;
-  e.kv_basis = fmt::format("{} cells x {} layers x (K {} x {} + V {} x {})", e.context, gpu_layers,
-                           k_width, tk.name, v_width, tv.name);
-  if (gpu_layers < a.num_layers) {
-    e.notes.push_back(fmt::format(
-        "the KV cache of {} layers ({}) stays in host memory", a.num_layers - gpu_layers,
-        format_bytes(per_layer * (a.num_layers - gpu_layers), Unit::MiB)));
-  }
+  const LayerKv kv = layer_kv(a, s, e.context);
+  const LlamaCppPlacement p = place_llama_cpp_layers(a.num_layers, s);
   const u64 tokens = std::min({s.ubatch_size, s.batch_size, e.context});
-  const ComputeBuffer c =
-      compute_buffer(a, e.context, tokens, s.flash_attn, s.n_gpu_layers > a.num_layers);
-  if (gpu_layers > 0 || s.n_gpu_layers > a.num_layers) {
-    e.compute_buffer_bytes = c.bytes;
-    e.compute_basis = c.basis;
+  const ComputeBuffer c = compute_buffer(a, e.context, tokens, s.flash_attn);
+  u64 host_kv = 0;
+  e.per_device = device_shares(p, kv.bytes, c, &host_kv);
+  e.devices = p.names.size();
+  e.devices_shown = s.per_device;
+  e.host_kv_bytes = host_kv;
+  e.kv_tokens = e.context;
+  const u64 cpu_layers = host_kv / std::max<u64>(kv.bytes, 1);
+  if (host_kv > 0) {
+    e.notes.push_back(fmt::format("the KV cache of {} layers ({}) stays in host memory", cpu_layers,
+                                  format_bytes(host_kv, Unit::MiB)));
   }
-  if (!s.quantization.empty()) add_weights(e, m, s);
+  if (!w) place_llama_cpp_weights({}, p, s);  // --override-tensor checked without weights
+  if (w && !w->note_last) add_weights(e, p, s, *w);
   if (m.attention.sliding > 0) {
     e.notes.push_back("sliding-window layers keep the whole context (no iSWA cache modelled)");
   }
+  if (w && w->note_last) add_weights(e, p, s, *w);
+  show_fullest(e, c, kv.basis);
   return e;
+}
+
+ServeEstimate estimate_llama_cpp(const ServeModel& m, const LlamaCppSettings& s) {
+  if (s.quantization.empty()) return estimate_llama_cpp_weights(m, s, nullptr);
+  GgufWeights g = gguf_weights(m, s.quantization);
+  LlamaWeightsInput w;
+  w.tensors = std::move(g.tensors);
+  std::vector<std::string> counts;
+  for (const auto& [type, n] : g.tensors_by_type) counts.push_back(fmt::format("{} {}", n, type));
+  w.basis = fmt::format("{}: {} tensors", s.quantization, fmt::join(counts, " + "));
+  return estimate_llama_cpp_weights(m, s, &w);
 }
 
 }  // namespace memest

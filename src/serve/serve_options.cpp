@@ -22,10 +22,12 @@ using ServeNames = std::span<const std::string_view> (*)();
 constexpr std::array<std::string_view, 2> kEngineNames = {"vllm", "llama.cpp"};
 constexpr std::array<std::string_view, 3> kFormatNames = {"table", "json", "markdown"};
 constexpr std::array<std::string_view, 2> kFitNames = {"context", "concurrency"};
+constexpr std::array<std::string_view, 3> kSplitModeNames = {"none", "layer", "row"};
 
 std::span<const std::string_view> serve_engine_list() { return kEngineNames; }
 std::span<const std::string_view> serve_format_names() { return kFormatNames; }
 std::span<const std::string_view> serve_fit_names() { return kFitNames; }
+std::span<const std::string_view> serve_split_mode_names() { return kSplitModeNames; }
 
 // "a, b or c", as the help lists a few names.
 std::string serve_or_list(std::span<const std::string_view> names) {
@@ -125,10 +127,11 @@ std::vector<ServeRow> serve_vllm_rows() {
                   .kind(ValueKind::choice, vllm_dtype_names)
                   .fallback("auto"));
   r.push_back(
-      ServeRow("--quantization", ServeFor::both, "NAME",
-               "vllm: fp8, compressed-tensors (FP8 weights), gptq, gptq_marlin, awq, "
-               "awq_marlin (the checkpoint's int4/int8 groups); llama.cpp: a GGUF file type "
-               "(Q4_K_M, ...)")
+      ServeRow(
+          "--quantization", ServeFor::both, "NAME",
+          "vllm: fp8, compressed-tensors (FP8 weights), gptq, gptq_marlin, awq, "
+          "awq_marlin (the checkpoint's int4/int8 groups), bitsandbytes (NF4); llama.cpp: a GGUF "
+          "file type (Q4_K_M, ...)")
           .kind(ValueKind::choice, vllm_quantization_methods)
           .llama_cpp(gguf_file_type_names)
           .fallback("", "the checkpoint's"));
@@ -196,6 +199,35 @@ std::vector<ServeRow> serve_llama_cpp_rows() {
   return r;
 }
 
+// data table: llama.cpp's flags for several GPUs and for tensors kept elsewhere (common/arg.cpp)
+std::vector<ServeRow> serve_llama_cpp_device_rows() {
+  std::vector<ServeRow> r;
+  r.push_back(
+      ServeRow("--device", ServeFor::llama_cpp, "LIST",
+               "The GPUs to use, comma-separated, CUDA0,CUDA1,... (default CUDA0), each a --gpu")
+          .kind(ValueKind::text)
+          .fallback("CUDA0"));
+  r.push_back(ServeRow("--split-mode", ServeFor::llama_cpp, "MODE",
+                       "none (--main-gpu only), layer (layers by --tensor-split) or row (matrices "
+                       "split by rows too) (default layer)")
+                  .kind(ValueKind::choice, serve_split_mode_names)
+                  .fallback("layer"));
+  r.push_back(
+      ServeRow("--tensor-split", ServeFor::llama_cpp, "LIST",
+               "Each device's share, comma-separated (3,1; default: by free memory, equal here)")
+          .kind(ValueKind::text)
+          .fallback("", "equal shares"));
+  r.push_back(ServeRow("--main-gpu", ServeFor::llama_cpp, "N",
+                       "The device of --split-mode none (default 0)")
+                  .kind(ValueKind::text)
+                  .fallback("0"));
+  r.push_back(ServeRow("--override-tensor", ServeFor::llama_cpp, "LIST",
+                       "PATTERN=BUFT,...: tensors whose name matches the regex go to CPU or a "
+                       "device (exps=CPU)")
+                  .kind(ValueKind::text));
+  return r;
+}
+
 // The question asked of the estimate, the run config itself and the help.
 std::vector<ServeRow> serve_command_rows() {
   std::vector<ServeRow> r;
@@ -224,8 +256,8 @@ std::vector<ServeRow> serve_command_rows() {
 
 std::vector<ServeOptionInfo> build_serve_table() {
   std::vector<ServeOptionInfo> out;
-  for (auto rows :
-       {serve_common_rows(), serve_vllm_rows(), serve_llama_cpp_rows(), serve_command_rows()}) {
+  for (auto rows : {serve_common_rows(), serve_vllm_rows(), serve_llama_cpp_rows(),
+                    serve_llama_cpp_device_rows(), serve_command_rows()}) {
     for (ServeRow& r : rows) out.push_back(std::move(r.info));
   }
   return out;

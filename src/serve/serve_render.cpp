@@ -32,6 +32,23 @@ std::string kv_rows(const ServeEstimate& e, Unit unit) {
   return s;
 }
 
+// llama.cpp's devices, one row each, and the host's share (--device, --split-mode, ...).
+std::string device_rows(const ServeEstimate& e, Unit unit) {
+  if (!e.devices_shown) return "";
+  std::string s = fmt::format("\n{:<10} {:>6} {:>6} {:>14} {:>14} {:>14}\n", "device", "layers",
+                              "output", "weights", "KV cache", "compute buffer");
+  for (const ServeDevice& d : e.per_device) {
+    s += fmt::format("{:<10} {:>6} {:>6} {:>14} {:>14} {:>14}\n", d.name, d.layers,
+                     d.output ? "yes" : "",
+                     e.weights_bytes ? format_bytes(d.weights_bytes, unit) : "-",
+                     format_bytes(d.kv_bytes, unit), format_bytes(d.compute_buffer_bytes, unit));
+  }
+  s += fmt::format("{:<10} {:>6} {:>6} {:>14} {:>14} {:>14}\n", "host", "", "",
+                   e.host_weights_bytes ? format_bytes(*e.host_weights_bytes, unit) : "-",
+                   format_bytes(e.host_kv_bytes.value_or(0), unit), "-");
+  return s;
+}
+
 }  // namespace
 
 std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, Unit unit) {
@@ -58,6 +75,7 @@ std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, U
         "CUDA graphs", optional_bytes(e.cuda_graphs_bytes, unit),
         e.cuda_graphs_bytes ? "--enforce-eager" : "taken after the KV cache; not in the budget");
   }
+  s += device_rows(e, unit);
   for (const std::string& n : e.notes) s += fmt::format("note: {}\n", n);
   if (!e.fits) {
     s += fmt::format(
@@ -90,6 +108,22 @@ std::string render_serve_json(const ServeEstimate& e) {
   j["fits"] = e.fits;
   j["largest_max_model_len"] = opt(e.largest_context);
   j["notes"] = e.notes;
+  if (e.devices_shown) {
+    ordered_json devices = ordered_json::array();
+    for (const ServeDevice& d : e.per_device) {
+      devices.push_back(
+          {{"device", d.name},
+           {"layers", d.layers},
+           {"output", d.output},
+           {"weights",
+            {{"bytes", e.weights_bytes ? ordered_json(d.weights_bytes) : ordered_json(nullptr)}}},
+           {"kv_cache", {{"bytes", d.kv_bytes}}},
+           {"compute_buffer", {{"bytes", d.compute_buffer_bytes}}}});
+    }
+    j["per_device"] = devices;
+    j["host"] = {{"weights", {{"bytes", opt(e.host_weights_bytes)}}},
+                 {"kv_cache", {{"bytes", opt(e.host_kv_bytes)}}}};
+  }
   return j.dump(2) + "\n";
 }
 

@@ -104,6 +104,78 @@ u64 int_quant_bytes(const IntQuant& q, u64 k, u64 n, u64 k_full, bool row_parall
   return checked_add(checked_add(packed, scales), checked_add(zeros, g_idx));
 }
 
+// bitsandbytes, as vLLM loads it (vllm/model_executor/layers/quantization/bitsandbytes.py at
+// commit 01f5395f, BitsAndBytesConfig and BitsAndBytesLinearMethod.create_weights;
+// model_loader/bitsandbytes_loader.py at commit 0406fb9f): every LinearBase layer not named by
+// llm_int8_skip_modules (is_layer_skipped_bnb: a module name equal to a component or a prefix of
+// the layer's name), the MoE experts too (BitsAndBytesMoEMethod); the embeddings, lm_head and
+// the routers (ReplicatedLinear without a quant_config) stay in the model dtype. An unquantised
+// checkpoint is quantised as it loads, each rank's shard on the GPU, by bitsandbytes'
+// quantize_4bit(compress_statistics=True, quant_type="nf4") with blocks of 64: n elements keep
+// ceil(n / 2) bytes of packed pairs, the absmax of each block quantised to one byte, an fp32
+// absmax per 256 of those, an fp32 offset and the 16-value fp32 code. A bitsandbytes checkpoint
+// (quantization_config quant_method bitsandbytes) keeps its own state (QuantState.from_dict):
+// 4-bit with bnb_4bit_use_double_quant as above plus its 256-value nested code per tensor, else
+// an fp32 absmax per 64; load_in_8bit: int8 weights and an fp32 SCB per output row (Int8Params).
+// vLLM refuses tensor parallelism for a bitsandbytes checkpoint.
+struct BnbQuant {
+  bool eight = false;
+  bool double_quant = true;
+  bool pre_quant = false;
+  std::vector<std::string> skip;
+};
+
+u64 bnb_bytes(const BnbQuant& b, u64 rows, u64 n) {
+  if (b.eight) return checked_add(n, checked_mul(4, rows));
+  const u64 blocks = ceil_div(n, 64);
+  const u64 packed = checked_add(ceil_div(n, 2), 16 * 4);
+  if (!b.double_quant) return checked_add(packed, checked_mul(4, blocks));
+  const u64 nested = blocks + 4 * ceil_div(blocks, 256) + 4 + (b.pre_quant ? 256 * 4 : 0);
+  return checked_add(packed, nested);
+}
+
+// is_layer_skipped_bnb over the module's name ("model.layers.*.mlp.down_proj").
+bool bnb_skipped(const TensorGroup& g, const std::vector<std::string>& skip) {
+  const std::string module = g.name.substr(0, g.name.rfind('.'));
+  std::vector<std::string> prefixes;
+  for (std::size_t at = module.find('.');; at = module.find('.', at + 1)) {
+    prefixes.push_back(module.substr(0, at));
+    if (at == std::string::npos) break;
+  }
+  for (const std::string& m : skip) {
+    for (const std::string& p : prefixes) {
+      const std::string last = p.substr(p.rfind('.') == std::string::npos ? 0 : p.rfind('.') + 1);
+      if (m == p || m == last) return true;
+    }
+  }
+  return false;
+}
+
+std::optional<BnbQuant> bnb_quant(const ServeModel& m, const VllmSettings& s) {
+  const auto& c = m.spec.checkpoint_quant;
+  const bool checkpoint = c && c->method == "bitsandbytes";
+  if (s.quantization != "bitsandbytes" && !(s.quantization.empty() && checkpoint)) {
+    return std::nullopt;
+  }
+  if (c && !checkpoint) {
+    throw Error(fmt::format(
+        "--quantization: bitsandbytes loads an unquantised or a bitsandbytes checkpoint; the "
+        "model's quantization_config is {}",
+        c->method));
+  }
+  if (checkpoint && s.tensor_parallel_size > 1) {
+    throw Error(
+        "--tensor-parallel-size: vLLM refuses tensor parallelism for a bitsandbytes checkpoint "
+        "(its quant states cannot be split)");
+  }
+  BnbQuant b;
+  b.pre_quant = checkpoint;
+  b.eight = checkpoint && c->bits == 8;
+  b.double_quant = !checkpoint || c->double_quant;
+  if (checkpoint) b.skip = c->skip_modules;
+  return b;
+}
+
 // A linear weight's inputs K and outputs N on one rank, from its elements there `n`.
 std::pair<u64, u64> linear_k_n(const TensorGroup& g, u64 n, u64 tp) {
   const bool row_parallel = tp > 1 && (g.kind == "o" || g.kind == "down");
@@ -112,15 +184,17 @@ std::pair<u64, u64> linear_k_n(const TensorGroup& g, u64 n, u64 tp) {
 }
 
 Weights weights_per_rank(const ServeModel& m, const std::string& method, Dtype dtype, u64 tp,
-                         const IntQuant* iq) {
+                         const IntQuant* iq, const BnbQuant* bnb) {
   const Architecture& a = *m.spec.arch;
   Weights w;
   u64 quant_elements = 0;
   for (const TensorGroup& g : m.spec.inventory.groups) {
     const u64 n = tensor_elements_per_rank(g, a, tp);
-    if (!method.empty() && stored_in_fp8(g)) {
+    if (!method.empty() && stored_in_fp8(g) && !(bnb && bnb_skipped(g, bnb->skip))) {
       u64 each = 0;
-      if (iq) {
+      if (bnb) {
+        each = bnb_bytes(*bnb, g.rows == 1 ? 1 : n / std::max<u64>(1, g.cols), n);
+      } else if (iq) {
         const auto [k, out] = linear_k_n(g, n, tp);
         each = int_quant_bytes(*iq, k, out, g.cols, k != g.cols, width(dtype));
       } else {
@@ -136,6 +210,13 @@ Weights weights_per_rank(const ServeModel& m, const std::string& method, Dtype d
   }
   if (method.empty()) {
     w.basis = fmt::format("the parameters of rank 0 in {}", dtype_name(dtype));
+  } else if (bnb) {
+    w.basis = fmt::format("{} linear weights in {} (bitsandbytes), the rest in {}",
+                          format_count(quant_elements),
+                          bnb->eight          ? "int8 with an fp32 scale per row"
+                          : bnb->double_quant ? "nf4 blocks of 64, absmax double-quantised"
+                                              : "nf4 blocks of 64 with an fp32 absmax",
+                          dtype_name(dtype));
   } else if (iq) {
     w.basis = fmt::format("{} linear weights in {}-bit groups of {} ({}), the rest in {}",
                           format_count(quant_elements), iq->bits,
@@ -327,8 +408,8 @@ void check_one_request(ServeEstimate& e, const ServeModel& m, const VllmSettings
 constexpr std::array<std::string_view, 4> kVllmKvCacheDtypes = {"auto", "fp8", "fp8_e4m3",
                                                                 "fp8_e5m2"};
 // data table
-constexpr std::array<std::string_view, 6> kVllmQuantizationMethods = {
-    "fp8", "compressed-tensors", "gptq", "gptq_marlin", "awq", "awq_marlin"};
+constexpr std::array<std::string_view, 7> kVllmQuantizationMethods = {
+    "fp8", "compressed-tensors", "gptq", "gptq_marlin", "awq", "awq_marlin", "bitsandbytes"};
 // data table
 constexpr std::array<std::string_view, 6> kVllmDtypeNames = {"auto",    "bfloat16", "bf16",
                                                              "float16", "fp16",     "half"};
@@ -355,7 +436,10 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   if (e.context == 0) throw Error("--max-model-len: the config has no max_position_embeddings");
   const Dtype dtype = s.dtype.value_or(m.dtype);
   const std::optional<IntQuant> iq = int_quant(m, s);
-  const Weights w = weights_per_rank(m, quant_method(m, s, iq), dtype, tp, iq ? &*iq : nullptr);
+  const std::optional<BnbQuant> bnb = bnb_quant(m, s);
+  const std::string method = bnb ? "bitsandbytes" : quant_method(m, s, iq);
+  const Weights w =
+      weights_per_rank(m, method, dtype, tp, iq ? &*iq : nullptr, bnb ? &*bnb : nullptr);
   e.weights_bytes = w.bytes;
   e.weights_basis = w.basis;
   const u64 batched = s.max_num_batched_tokens;

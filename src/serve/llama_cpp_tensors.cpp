@@ -1,0 +1,180 @@
+// llama.cpp's buffer of each weight, read in ggml-org/llama.cpp src/llama-model.cpp at commit
+// 00342301d01add50835550e8a916f12097d94517 (llama_model::load_tensors, create_tensor): the
+// tensor_buft_overrides are tried in order and the first whose std::regex is found in the
+// tensor's name (std::regex_search) gives the buffer type; otherwise the buffer list of the
+// tensor's layer (dev_input for token_embd: the CPU; dev_layer[il]; dev_output), whose first
+// type that supports the weight's op wins. Under --split-mode row that is the CUDA split buffer
+// for a matrix multiplied with GGML_OP_MUL_MAT, unless the device would hold none of its rows
+// (ggml_backend_cuda_device_supports_op); experts (GGML_OP_MUL_MAT_ID), norms and biases take
+// the device's own buffer. A tied output is token_embd created again with TENSOR_DUPLICATED in
+// the output's buffer, reused when that is token_embd's own buffer. --override-tensor's buffer
+// names are the devices' buffer types (common/arg.cpp, parse_tensor_buffer_overrides): CPU,
+// CUDA0, CUDA1, ...
+#include "serve/llama_cpp_tensors.hpp"
+
+#include <memest/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+
+namespace memest {
+namespace {
+
+struct TensorOverride {
+  std::regex pattern;
+  int device = kLlamaHost;
+};
+
+// std::regex backtracks (libstdc++ and libc++ alike, as in llama.cpp itself), so a repeated
+// group that itself holds a repeat takes exponential time on a name, and a chain of repeats a
+// high power of its length; such patterns are refused rather than left to run.
+constexpr int kMostRepeats = 2;
+
+void check_pattern_cost(const std::string& p) {
+  std::vector<char> group_repeats;  // per open group: whether it holds a repeat
+  int repeats = 0;
+  bool after_repeating_group = false;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    bool closed_repeating = false;
+    if (c == '\\') {
+      ++i;
+    } else if (c == '[') {  // a class: its ( ) * + { are characters
+      i += i + 1 < p.size() && p[i + 1] == '^' ? 2U : 1U;
+      if (i < p.size() && p[i] == ']') ++i;
+      while (i < p.size() && p[i] != ']') i += p[i] == '\\' ? 2U : 1U;
+    } else if (c == '(') {
+      group_repeats.push_back(0);
+    } else if (c == ')' && !group_repeats.empty()) {
+      closed_repeating = group_repeats.back() != 0;
+      group_repeats.pop_back();
+    } else if (c == '*' || c == '+' || c == '{') {
+      if (after_repeating_group) {
+        throw Error(fmt::format(
+            "--override-tensor: \"{}\" repeats a group that repeats (std::regex would take "
+            "exponential time)",
+            p));
+      }
+      ++repeats;
+      std::fill(group_repeats.begin(), group_repeats.end(), 1);
+      if (c == '{') i = std::min(p.find('}', i), p.size());
+    }
+    after_repeating_group = closed_repeating;
+  }
+  if (repeats > kMostRepeats) {
+    throw Error(
+        fmt::format("--override-tensor: \"{}\" has {} repeats (*, + or {{}}); at most {} are taken "
+                    "(std::regex backtracks)",
+                    p, repeats, kMostRepeats));
+  }
+}
+
+std::vector<TensorOverride> compile_overrides(const LlamaCppSettings& s,
+                                              const LlamaCppPlacement& p) {
+  std::vector<TensorOverride> out;
+  for (const auto& [pattern, buft] : s.overrides) {
+    TensorOverride o;
+    if (buft != "CPU") {
+      const auto it = std::find(p.names.begin(), p.names.end(), buft);
+      if (it == p.names.end()) {
+        throw Error(fmt::format(
+            "--override-tensor: unknown buffer type \"{}\" (expected CPU or a device: {})", buft,
+            fmt::join(p.names, ", ")));
+      }
+      o.device = static_cast<int>(it - p.names.begin());
+    }
+    check_pattern_cost(pattern);
+    try {
+      o.pattern = std::regex(pattern);
+    } catch (const std::regex_error& e) {
+      throw Error(fmt::format("--override-tensor: \"{}\" is not a regular expression ({})", pattern,
+                              e.what()));
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+// The tensor's device before any override: the input layer on the CPU, then its layer's.
+int default_device(const LlamaTensor& t, const LlamaCppPlacement& p) {
+  if (t.input) return kLlamaHost;
+  if (t.layer) return *t.layer < p.layer_device.size() ? p.layer_device[*t.layer] : kLlamaHost;
+  return p.output_device;
+}
+
+// Where the bytes go: `device` of the placement, split by rows when `split`.
+struct Buffer {
+  int device = kLlamaHost;
+  bool split = false;
+  bool operator==(const Buffer&) const = default;
+};
+
+// The override device of each name, searched once per name (the inventory's experts share one
+// GGUF name per layer): the first pattern found in it, or none.
+using OverrideCache = std::map<std::string, std::optional<int>>;
+
+std::optional<int> override_of(const std::string& name,
+                               const std::vector<TensorOverride>& overrides, OverrideCache& cache) {
+  const auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  std::optional<int> found;
+  for (const TensorOverride& o : overrides) {
+    if (std::regex_search(name, o.pattern)) {
+      found = o.device;
+      break;
+    }
+  }
+  cache.emplace(name, found);
+  return found;
+}
+
+Buffer buffer_of(const LlamaTensor& t, const LlamaCppPlacement& p,
+                 const std::vector<TensorOverride>& overrides, OverrideCache& cache,
+                 bool* overridden) {
+  const std::optional<int> o =
+      overrides.empty() ? std::nullopt : override_of(t.name, overrides, cache);
+  *overridden = o.has_value();
+  if (o) return {*o, false};
+  const int d = default_device(t, p);
+  if (d == kLlamaHost || !p.row || !t.matrix) return {d, false};
+  const auto [low, high] = llama_cpp_row_range(p, t.rows, static_cast<std::size_t>(d));
+  return {d, high > low};
+}
+
+}  // namespace
+
+LlamaWeightBytes place_llama_cpp_weights(const std::vector<LlamaTensor>& tensors,
+                                         const LlamaCppPlacement& p, const LlamaCppSettings& s) {
+  const std::vector<TensorOverride> overrides = compile_overrides(s, p);
+  LlamaWeightBytes w;
+  w.device.assign(p.names.size(), 0);
+  std::optional<Buffer> embd;  // token_embd's buffer, for a tied copy
+  std::set<std::string> moved;
+  OverrideCache cache;
+  for (const LlamaTensor& t : tensors) {
+    bool overridden = false;
+    const Buffer b = buffer_of(t, p, overrides, cache, &overridden);
+    if (t.input && !t.tied_copy) embd = b;
+    if (t.tied_copy && embd && *embd == b) continue;  // the same buffer: token_embd reused
+    if (overridden) moved.insert(t.name);
+    if (b.device == kLlamaHost) {
+      w.host = checked_add(w.host, t.bytes);
+    } else if (b.split) {
+      const auto parts = llama_cpp_row_split_bytes(p, t.rows, t.ne0, t.bytes / t.rows, t.pad_bytes);
+      for (std::size_t d = 0; d < parts.size(); ++d)
+        w.device[d] = checked_add(w.device[d], parts[d]);
+    } else {
+      auto& slot = w.device[static_cast<std::size_t>(b.device)];
+      slot = checked_add(slot, t.bytes);
+    }
+  }
+  w.overridden = moved.size();
+  return w;
+}
+
+}  // namespace memest

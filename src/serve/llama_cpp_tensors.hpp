@@ -1,0 +1,48 @@
+#pragma once
+// Private to src/serve: a GGUF model's tensors put into llama.cpp's buffers: each layer's
+// device, the host for the input layer, the row split of the matrices, and --override-tensor's
+// patterns over the tensor names (src/serve/llama_cpp_tensors.cpp).
+
+#include "serve/llama_cpp_split.hpp"
+
+#include <memest/serve.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memest {
+
+/// One weight tensor as llama.cpp's loader sees it.
+struct LlamaTensor {
+  std::string name;                    ///< GGUF name: "blk.3.ffn_up_exps.weight", "output.weight"
+  std::optional<std::uint64_t> layer;  ///< blk.N; none for the input and output layers
+  bool input = false;                  ///< token_embd: the input layer, kept on the CPU
+  bool tied_copy = false;              ///< the output's copy of a tied token_embd
+  bool matrix = false;                 ///< a 2-D GGML_OP_MUL_MAT weight: the row split takes it
+  std::uint64_t bytes = 0;             ///< ggml_nbytes
+  std::uint64_t rows = 0;              ///< ggml_nrows (a matrix's outputs)
+  std::uint64_t ne0 = 0;               ///< elements of a row
+  std::uint64_t pad_bytes = 0;         ///< bytes of 512 - ne0 % 512 elements of its type
+};
+
+/// The weights' bytes on each device of the placement and in host memory.
+struct LlamaWeightBytes {
+  std::vector<std::uint64_t> device;
+  std::uint64_t host = 0;
+  std::uint64_t overridden = 0;  ///< tensors (by name) --override-tensor moved
+};
+
+/// The tensors put into buffers as llama_model::load_tensors's create_tensor does: the first
+/// --override-tensor pattern found in the name (std::regex_search) decides the buffer; else the
+/// input layer is on the CPU, a layer's tensors on its device, the output's on the output
+/// device; with the row split a matrix on a device with rows is split over every device; the
+/// copy of a tied token_embd only where it lands in another buffer than token_embd. Throws Error
+/// naming --override-tensor for a pattern that is not a regular expression or a buffer type
+/// that is not CPU or a named device.
+LlamaWeightBytes place_llama_cpp_weights(const std::vector<LlamaTensor>& tensors,
+                                         const LlamaCppPlacement& placement,
+                                         const LlamaCppSettings& settings);
+
+}  // namespace memest
