@@ -430,7 +430,8 @@ TensorBytes::Value TensorBytes::value_at(const Tensor& t, const Basis& x) {
     return !__builtin_mul_overflow(c, x[i], &m) && !__builtin_add_overflow(sum, m, &sum) &&
            (x[i] != kBeyond || c == 0);
   };
-  Value v{0, 0, true, true, t.exists_at(x), true, t.part};
+  Value v{0, true, t.exists_at(x), true, t.part};
+  if (!v.exists) return v;  // 0 bytes, never throws
   if (t.mono >= 0) {
     v.constant = t.mono == 0;
     v.fits = term(static_cast<std::size_t>(t.mono), v.bytes);
@@ -439,10 +440,6 @@ TensorBytes::Value TensorBytes::value_at(const Tensor& t, const Basis& x) {
     for (std::size_t i = 0; i < kMonoCount && v.fits; ++i) {
       if (t.bytes.c[i] != 0) v.fits = term(i, v.bytes);  // a zero term adds nothing
     }
-  }
-  if (v.exists) {
-    v.present = v.bytes;
-    v.present_fits = v.fits;
   }
   return v;
 }

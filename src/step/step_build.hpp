@@ -82,8 +82,9 @@ void add_saved_tensors(Step& step, const ActivationInputs& in);
 
 /// Each tensor's bytes at one point (b, s), evaluated once: what one estimate reads instead of
 /// compiling the moments to polynomials it would evaluate once. A size past 2^64 throws where it
-/// is read, as Poly::at would, so a tensor no moment holds never throws. The values of a step of
-/// up to kInline tensors live in the object itself (no allocation; the array is not zeroed).
+/// is read, as Poly::at would, so a tensor no moment holds never throws; a tensor that does not
+/// exist at the point (Tensor::exists_at) reads as 0 bytes and never throws. The values of a
+/// step of up to kInline tensors live in the object itself (no allocation; not zeroed).
 class TensorBytes {
  public:
   TensorBytes(const Step& step, const Basis& x);
@@ -97,18 +98,13 @@ class TensorBytes {
   /// Whether the tensor exists at the point (Tensor::exists_at).
   bool exists(std::uint32_t tensor) const { return values_[tensor].exists; }
   Part part(std::uint32_t tensor) const { return values_[tensor].part; }
-  /// An entry's bytes at the point: `count` copies, one rank's share when sharded (a size that
-  /// does not depend on b or s: only model states are sharded).
-  std::uint64_t entry(const Entry& e) const {
-    const std::uint64_t all = checked_mul((*this)[e.tensor], e.count);
-    return e.ranks > 1 && values_[e.tensor].constant ? shard(all, e.ranks) : all;
-  }
-  /// Adds an entry's bytes at the point to its part in `parts` and returns them; nothing (0)
-  /// for a tensor that does not exist at the point (its `present` bytes are 0 and never throw).
+  /// Adds an entry's bytes at the point to its part in `parts` and returns them: `count`
+  /// copies, one rank's share when sharded (a size that does not depend on b or s: only model
+  /// states are sharded); 0 for a tensor that does not exist at the point.
   std::uint64_t add_entry(const Entry& e, std::array<std::uint64_t, kPartCount>& parts) const {
     const Value& v = values_[e.tensor];
     std::uint64_t all = 0;
-    if (__builtin_mul_overflow(v.present, e.count, &all) || !v.present_fits) throw_size_overflow();
+    if (__builtin_mul_overflow(v.bytes, e.count, &all) || !v.fits) throw_size_overflow();
     if (e.ranks > 1 && v.constant) all = shard(all, e.ranks);
     std::uint64_t& part = parts[static_cast<std::size_t>(v.part)];
     part = checked_add(part, all);
@@ -118,10 +114,8 @@ class TensorBytes {
  private:
   // No default member initializers: the inline array is left as it is until filled.
   struct Value {
-    std::uint64_t bytes;
-    std::uint64_t present;  ///< `bytes` where the tensor exists, else 0
-    bool fits;
-    bool present_fits;  ///< `fits` where the tensor exists, else true
+    std::uint64_t bytes;  ///< 0 where the tensor does not exist
+    bool fits;            ///< true where the tensor does not exist
     bool exists;
     bool constant;
     Part part;
