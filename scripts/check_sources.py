@@ -35,6 +35,7 @@ PARTS = {
     "walk_in_backward": "walk",
     "plan": "peak",                # peak.hpp's PeakPlan and estimate_step
     "step_names": "step",          # the names of step.hpp's enums
+    "monomial": "shape",           # a shape's one monomial, inline for sizing a tensor
     "layout_search": "search",     # fit --gpus
     "option_rules": "run_options",  # the rules between options
     "model_loading": "config",     # --model-loading and its spellings, resolved

@@ -262,3 +262,46 @@ TEST_CASE("the all-to-all buffers are live in the MoE layer's backward only", "[
     CHECK(l.at(receive) == 2 * 64 * 64);   // R = 64 rows of h
   }
 }
+
+TEST_CASE("the walk's constants of no bytes are one tensor, entered nowhere", "[walk]") {
+  // (Temporaries sized by a shape with a zero dimension are tensors of their own.)
+  // bf16 without autocast: no weight copies, no accumulation buffer, no DDP buckets, no master
+  // gradients; SGD without momentum: no optimizer states (a tensor of its own, entered empty).
+  const Step step = step_of(tiny_llama("bf16", 2, 8));
+  std::vector<std::uint32_t> empty;
+  for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {
+    const bool optimizer = i == step.states_tensor ||
+                           std::find(step.step_temporaries.begin(), step.step_temporaries.end(),
+                                     i) != step.step_temporaries.end();
+    // A constant (no shape): what Walker::constant and in_flight create.
+    const bool constant = step.tensors[i].shape.rank == 0;
+    if (step.tensors[i].empty() && constant && !optimizer) empty.push_back(i);
+  }
+  CHECK(empty.size() == 1);
+  for (const Entry& e : step.entries) {
+    const bool kept = e.tensor == step.states_tensor ||
+                      std::find(step.step_temporaries.begin(), step.step_temporaries.end(),
+                                e.tensor) != step.step_temporaries.end();
+    CHECK((kept || !step.tensors[e.tensor].empty()));
+  }
+}
+
+TEST_CASE("each tensor's bytes past the inline array, and an absent tensor as 0", "[walk]") {
+  Step step;
+  for (std::uint64_t i = 0; i < 200; ++i)
+    detail::add_constant(step, "c", Part::other, Scope::state, i + 1);
+  const std::uint32_t one = detail::add_tensor(step, "batch 1 only", Part::other, Scope::transient,
+                                               Slot::none, 2, shape({sym::N}), Batch::one);
+  const Basis x = basis_at(4, 8);  // b = 4: the batch-1 tensor does not exist
+  const detail::TensorBytes bytes(step, x);
+  CHECK(bytes[0] == 1);
+  CHECK(bytes[150] == 151);
+  CHECK(bytes[199] == 200);
+  CHECK_FALSE(bytes.exists(one));
+  std::array<std::uint64_t, kPartCount> parts{};
+  CHECK(bytes.add_entry({150, 1, 3}, parts) == 3 * 151);
+  CHECK(bytes.add_entry({one, 1, 5}, parts) == 0);
+  CHECK(parts[static_cast<std::size_t>(Part::other)] == 3 * 151);
+  const detail::TensorBytes at_one(step, basis_at(1, 8));
+  CHECK(at_one[one] == 2 * 8);
+}

@@ -33,19 +33,29 @@ void add_layer_group(ParameterSums& l, const TensorGroup& g, u64& layer_norms) {
   if (k == "q" || k == "k" || k == "v" || k == "qkv" || k == "kv") l.layer_qkv_matmul += per;
 }
 
-// The sums of an inventory whose layer list has `layers` layers.
-ParameterSums sum_parameters(const Inventory& inv, u64 layers, u64 norms_per_layer) {
+// Whether each group has one share in each of `layers` layers (per_layer), its name searched
+// once: the sums and the trainable order read it several times a group.
+std::vector<char> listed_groups(const Inventory& inv, u64 layers) {
+  std::vector<char> out(inv.groups.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = per_layer(inv.groups[i], layers);
+  return out;
+}
+
+// The sums of an inventory whose layer list has `layers` layers; `listed` from listed_groups.
+ParameterSums sum_parameters(const Inventory& inv, u64 layers, u64 norms_per_layer,
+                             const std::vector<char>& listed) {
   ParameterSums l;
   l.inventory = &inv;
   l.layers = std::max<u64>(1, layers);
   bool seen_block = false;
   u64 layer_norms = 0;
-  for (const auto& g : inv.groups) {
+  for (std::size_t i = 0; i < inv.groups.size(); ++i) {
+    const TensorGroup& g = inv.groups[i];
     if (g.quant_state) continue;
     const u64 n = g.elements();
     if (g.matmul && !g.storage) l.autocast_weights += n;
     if (g.rows == 1 && !g.kind.empty()) l.matmul_biases += n;
-    if (l.per_layer(g)) {
+    if (listed[i]) {
       seen_block = true;
       add_layer_group(l, g, layer_norms);
     } else if (seen_block && g.trainable) {
@@ -64,7 +74,7 @@ ParameterSums sum_parameters(const Inventory& inv, u64 layers, u64 norms_per_lay
 // "encoder.block.0..."); its per-layer groups are visited in the last layer, which has the
 // largest prefix; groups of the list that are not in every layer (block 0's relative attention
 // bias, DeepSeek's dense first layer and routed experts) are counted before it.
-std::vector<OrderVisit> trainable_order(const ParameterSums& l) {
+std::vector<OrderVisit> trainable_order(const ParameterSums& l, const std::vector<char>& listed) {
   const auto& gs = l.inventory->groups;
   std::vector<OrderVisit> out;
   out.reserve(2 * gs.size() + 1);
@@ -72,7 +82,7 @@ std::vector<OrderVisit> trainable_order(const ParameterSums& l) {
   const auto counts = [](const TensorGroup& g) { return g.trainable && !g.quant_state; };
   u64 prefix = 0, prev = 0;
   for (std::size_t i = 0; i < gs.size();) {
-    if (!l.per_layer(gs[i])) {
+    if (!listed[i]) {
       const TensorGroup& g = gs[i++];
       if (!counts(g)) continue;
       const u64 n = g.tensor_elements();
@@ -87,13 +97,13 @@ std::vector<OrderVisit> trainable_order(const ParameterSums& l) {
     u64 per_layer = 0, other = 0;
     for (; end < gs.size() && std::string_view(gs[end].name).starts_with(base); ++end) {
       if (!counts(gs[end])) continue;
-      const bool each = l.per_layer(gs[end]);
+      const bool each = listed[end];
       (each ? per_layer : other) += gs[end].elements() / (each ? l.layers : 1);
     }
     u64 p = prefix;
     for (std::size_t k = i; k < end; ++k) {  // the groups not in every layer, counted first
       const TensorGroup& g = gs[k];
-      if (!counts(g) || l.per_layer(g)) continue;
+      if (!counts(g) || listed[k]) continue;
       const u64 n = g.tensor_elements();
       f(prev, n, p + n);
       if (g.count > 1) f(n, n, p + g.count * n);
@@ -104,7 +114,7 @@ std::vector<OrderVisit> trainable_order(const ParameterSums& l) {
     u64 first = 0, last = 0;
     for (std::size_t k = i; k < end; ++k) {
       const TensorGroup& g = gs[k];
-      if (!counts(g) || !l.per_layer(g)) continue;
+      if (!counts(g) || !listed[k]) continue;
       const u64 n = g.tensor_elements(), copies = g.count / l.layers;
       f(prev, n, p + n);
       if (copies > 1) f(n, n, p + copies * n);
@@ -153,9 +163,11 @@ const Inventory& walk_inventory(const RunSpec& run) {
 
 ParameterSums parameter_sums(const RunSpec& run, const ActivationInputs& in) {
   const u64 layers = run.model.arch ? run.model.arch->num_layers : in.L;
-  ParameterSums sums = sum_parameters(walk_inventory(run), layers, in.norms);
+  const Inventory& inv = walk_inventory(run);
+  const std::vector<char> listed = listed_groups(inv, std::max<u64>(1, layers));
+  ParameterSums sums = sum_parameters(inv, layers, in.norms, listed);
   sums.trainable = trainable_count(run.model.inventory);  // exact even when shapes are assumed
-  sums.order = trainable_order(sums);
+  sums.order = trainable_order(sums, listed);
   return sums;
 }
 

@@ -144,10 +144,7 @@ std::vector<Moment> moments_at(const Step& step, const std::vector<MomentSpec>& 
     u64 states = 0;
     for (std::uint32_t i = spec.begin; i < spec.end; ++i) {
       const Entry& e = step.entries[i];
-      if (!bytes.exists(e.tensor)) continue;
-      u64& part = m.parts[idx(bytes.part(e.tensor))];
-      const u64 v = bytes.entry(e);
-      part = checked_add(part, v);
+      const u64 v = bytes.add_entry(e, m.parts);
       if (e.tensor == step.states_tensor) states += v;
     }
     sum_parts(m);
@@ -415,8 +412,14 @@ std::uint64_t PeakPlan::needed(std::uint64_t micro_batch, std::uint64_t seq_len)
 namespace detail {
 
 TensorBytes::TensorBytes(const Step& step, const Basis& x) {
-  values_.reserve(step.tensors.size());
-  for (const Tensor& t : step.tensors) values_.push_back(value_at(t, x));
+  const std::size_t n = step.tensors.size();
+  Value* out = inline_.data();
+  if (n > kInline) {
+    heap_.resize(n);
+    out = heap_.data();
+  }
+  values_ = out;
+  for (const Tensor& t : step.tensors) *out++ = value_at(t, x);
 }
 
 // Poly::at without throwing: a tensor of one monomial is one multiplication.
@@ -427,17 +430,16 @@ TensorBytes::Value TensorBytes::value_at(const Tensor& t, const Basis& x) {
     return !__builtin_mul_overflow(c, x[i], &m) && !__builtin_add_overflow(sum, m, &sum) &&
            (x[i] != kBeyond || c == 0);
   };
-  Value v;
-  v.exists = t.exists_at(x);
-  v.part = t.part;
+  Value v{0, true, t.exists_at(x), true, t.part};
+  if (!v.exists) return v;  // 0 bytes, never throws
   if (t.mono >= 0) {
     v.constant = t.mono == 0;
     v.fits = term(static_cast<std::size_t>(t.mono), v.bytes);
-    return v;
-  }
-  v.constant = t.bytes.constant();
-  for (std::size_t i = 0; i < kMonoCount && v.fits; ++i) {
-    if (t.bytes.c[i] != 0) v.fits = term(i, v.bytes);  // a zero term adds nothing
+  } else {
+    v.constant = t.bytes.constant();
+    for (std::size_t i = 0; i < kMonoCount && v.fits; ++i) {
+      if (t.bytes.c[i] != 0) v.fits = term(i, v.bytes);  // a zero term adds nothing
+    }
   }
   return v;
 }

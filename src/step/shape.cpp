@@ -26,26 +26,10 @@ constexpr std::array<Exps, kMonoCount> kExps = {{{0, 0, 0, 0},
                                                  {1, 2, 0, 0},
                                                  {1, 0, 1, 0},
                                                  {0, 0, 0, 1}}};
-constexpr std::size_t kMonoNt = 7;
-static_assert(kExps[kMonoNt].t == 1);
+static_assert(kExps[detail::kMonoNt].t == 1);
 static_assert(kExps[kMonoS].s == 1 && kExps[kMonoS].b == 0 && kExps[kMonoB].b == 1 &&
               kExps[kMonoB].s == 0 && kExps[kMonoBS].b == 1 && kExps[kMonoBS].s == 1);
-
-// The index of b^b s^s ceil32(s)^r, -1 where the basis has no such monomial.
-constexpr std::array<std::array<std::array<int, 2>, 3>, 2> kIndex = {
-    {{{{0, -1}, {1, -1}, {2, -1}}}, {{{3, 6}, {4, -1}, {5, -1}}}}};
-
-[[noreturn]] void no_monomial(unsigned b, unsigned s, unsigned r, unsigned t) {
-  throw std::logic_error(
-      fmt::format("shape: no monomial b^{} s^{} ceil32(s)^{} (N/t)^{}", b, s, r, t));
-}
-
-inline std::size_t mono_of(unsigned b, unsigned s, unsigned r, unsigned t = 0) {
-  if (t == 1 && b == 0 && s == 0 && r == 0) return kMonoNt;
-  const int i = t == 0 && b < 2 && s < 3 && r < 2 ? kIndex[b][s][r] : -1;
-  if (i < 0) no_monomial(b, s, r, t);
-  return static_cast<std::size_t>(i);
-}
+static_assert(kExps[6].b == 1 && kExps[6].r == 1 && kExps[2].s == 2 && kExps[5].s == 2);
 
 // p x (a run size): every monomial's exponents shift; s+1 also keeps p itself.
 Poly times_run(const Poly& p, const Sym& f) {
@@ -53,7 +37,7 @@ Poly times_run(const Poly& p, const Sym& f) {
   for (std::size_t i = 0; i < kMonoCount; ++i) {
     if (p.c[i] == 0) continue;
     const auto& e = kExps[i];
-    out.c[mono_of(e.b + f.eb, e.s + f.es, e.r + f.er, e.t + f.et)] += p.c[i];
+    out.c[detail::mono_of(e.b + f.eb, e.s + f.es, e.r + f.er, e.t + f.et)] += p.c[i];
   }
   if (f.plus_one) out.add(p);
   return out;
@@ -102,19 +86,9 @@ void Poly::overflow() { throw_size_overflow(); }
 
 namespace detail {
 
-Monomial single_monomial(const Shape& sh) {
-  std::uint64_t coef = 1;
-  unsigned eb = 0, es = 0, er = 0, et = 0;
-  for (std::uint8_t i = 0; i < sh.rank; ++i) {
-    const Sym& f = sh.factors[i];
-    if (f.plus_one) return {};
-    coef = checked_mul(coef, f.value);
-    eb += f.eb;
-    es += f.es;
-    er += f.er;
-    et += f.et;
-  }
-  return {coef, static_cast<int>(mono_of(eb, es, er, et))};
+void no_monomial(unsigned b, unsigned s, unsigned r, unsigned t) {
+  throw std::logic_error(
+      fmt::format("shape: no monomial b^{} s^{} ceil32(s)^{} (N/t)^{}", b, s, r, t));
 }
 
 }  // namespace detail

@@ -6,6 +6,7 @@
 #include <memest/step.hpp>
 #include <memest/units.hpp>
 
+#include <array>
 #include <initializer_list>
 #include <utility>
 #include <vector>
@@ -82,10 +83,14 @@ void add_saved_tensors(Step& step, const ActivationInputs& in);
 
 /// Each tensor's bytes at one point (b, s), evaluated once: what one estimate reads instead of
 /// compiling the moments to polynomials it would evaluate once. A size past 2^64 throws where it
-/// is read, as Poly::at would, so a tensor no moment holds never throws.
+/// is read, as Poly::at would, so a tensor no moment holds never throws; a tensor that does not
+/// exist at the point (Tensor::exists_at) reads as 0 bytes and never throws. The values of a
+/// step of up to kInline tensors live in the object itself (no allocation; not zeroed).
 class TensorBytes {
  public:
   TensorBytes(const Step& step, const Basis& x);
+  TensorBytes(const TensorBytes&) = delete;  // values_ points into the object
+  TensorBytes& operator=(const TensorBytes&) = delete;
   std::uint64_t operator[](std::uint32_t tensor) const {
     const Value& v = values_[tensor];
     if (!v.fits) throw_size_overflow();
@@ -94,23 +99,33 @@ class TensorBytes {
   /// Whether the tensor exists at the point (Tensor::exists_at).
   bool exists(std::uint32_t tensor) const { return values_[tensor].exists; }
   Part part(std::uint32_t tensor) const { return values_[tensor].part; }
-  /// An entry's bytes at the point: `count` copies, one rank's share when sharded (a size that
-  /// does not depend on b or s: only model states are sharded).
-  std::uint64_t entry(const Entry& e) const {
-    const std::uint64_t all = checked_mul((*this)[e.tensor], e.count);
-    return e.ranks > 1 && values_[e.tensor].constant ? shard(all, e.ranks) : all;
+  /// Adds an entry's bytes at the point to its part in `parts` and returns them: `count`
+  /// copies, one rank's share when sharded (a size that does not depend on b or s: only model
+  /// states are sharded); 0 for a tensor that does not exist at the point.
+  std::uint64_t add_entry(const Entry& e, std::array<std::uint64_t, kPartCount>& parts) const {
+    const Value& v = values_[e.tensor];
+    std::uint64_t all = 0;
+    if (__builtin_mul_overflow(v.bytes, e.count, &all) || !v.fits) throw_size_overflow();
+    if (e.ranks > 1 && v.constant) all = shard(all, e.ranks);
+    std::uint64_t& part = parts[static_cast<std::size_t>(v.part)];
+    part = checked_add(part, all);
+    return all;
   }
 
  private:
+  // No default member initializers: the inline array is left as it is until filled.
   struct Value {
-    std::uint64_t bytes = 0;
-    bool fits = true;
-    bool exists = true;
-    bool constant = true;
-    Part part = Part::other;
+    std::uint64_t bytes;  ///< 0 where the tensor does not exist
+    bool fits;            ///< true where the tensor does not exist
+    bool exists;
+    bool constant;
+    Part part;
   };
   static Value value_at(const Tensor& t, const Basis& x);
-  std::vector<Value> values_;
+  static constexpr std::size_t kInline = 128;
+  std::array<Value, kInline> inline_;
+  std::vector<Value> heap_;  // a step of more than kInline tensors
+  const Value* values_ = nullptr;
 };
 
 /// Sums of saved tensors at the point `x` that `bytes` was taken at, the ActivationBytes of

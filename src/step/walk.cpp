@@ -331,7 +331,7 @@ void Walker::after_backward() {
   baseline(AllGrads::no);
   writer_.add(state_.optimizer_grads);
   const std::uint32_t temporaries =
-      constant(optimizer_.temporaries_name, Part::other, optimizer_.temporaries);
+      sized_later(optimizer_.temporaries_name, Part::other, optimizer_.temporaries);
   step_.step_temporaries.push_back(temporaries);
   writer_.add_kept(temporaries);
   writer_.end();
@@ -382,13 +382,28 @@ std::uint32_t Walker::temp(std::string_view name, Part part, u64 width, const Sh
   return add_tensor(step_, name, part, Scope::transient, Slot::none, width, sh, batch);
 }
 
+// A constant of no bytes is never entered (MomentWriter::add): every one is the walk's one empty
+// tensor, created with the first.
 std::uint32_t Walker::constant(std::string_view name, Part part, u64 bytes) {
+  if (bytes == 0) return empty(name, part, Scope::state);
   return add_constant(step_, name, part, Scope::state, bytes);
 }
 
 // A gradient or copy alive inside one op: whole on every rank, even where states are sharded.
 std::uint32_t Walker::in_flight(std::string_view name, Part part, u64 bytes) {
+  if (bytes == 0) return empty(name, part, Scope::transient);
   return add_constant(step_, name, part, Scope::transient, bytes);
+}
+
+std::uint32_t Walker::empty(std::string_view name, Part part, Scope scope) {
+  if (empty_ == kNoTensor) empty_ = add_constant(step_, name, part, scope, 0);
+  return empty_;
+}
+
+// The optimizer's tensors: entered even when empty, and resized by a plan for another optimizer
+// (resize_optimizer), so each is a tensor of its own.
+std::uint32_t Walker::sized_later(std::string_view name, Part part, u64 bytes) {
+  return add_constant(step_, name, part, Scope::state, bytes);
 }
 
 Step build_step(const RunSpec& run, const ActivationInputs& in, const WalkOptions& options) {

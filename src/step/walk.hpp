@@ -158,6 +158,8 @@ class Walker {
                      Batch batch = Batch::any);
   std::uint32_t constant(std::string_view name, Part part, u64 bytes);
   std::uint32_t in_flight(std::string_view name, Part part, u64 bytes);
+  std::uint32_t empty(std::string_view name, Part part, Scope scope);
+  std::uint32_t sized_later(std::string_view name, Part part, u64 bytes);
 
   // walk_state.cpp: the tensors of the model state, created once.
   void index_saved();
@@ -254,6 +256,9 @@ class Walker {
   std::vector<Lived> lived_;
   std::vector<std::uint32_t> lived_ids_;
   std::array<std::uint16_t, 2> lived_kinds_{};  // per anchor: the moments some of them live at
+  // The one tensor every constant of no bytes is (Walker::constant), once created.
+  static constexpr std::uint32_t kNoTensor = UINT32_MAX;
+  std::uint32_t empty_ = kNoTensor;
   // The walk being built: which step, and whether it is the timeline (every layer's moments).
   StepOf step_of_ = StepOf::steady;
   bool timeline_ = false;

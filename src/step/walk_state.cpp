@@ -27,9 +27,12 @@ void Walker::create_tensors(const Inventory& inventory) {
   attention_temporaries();
   stash_ = stashed_entries(step_, in_);
   in_backward_.create_tensors(step_, run_, in_, sums_, optimizer_, tied_grad());
-  // ZeRO-3 gathers the layer being computed and prefetches the next.
-  state_.gathered_layers = constant("gathered parameters (this layer and the prefetched next)",
-                                    Part::other, 2 * (param_bytes_ / std::max<u64>(1, in_.L)));
+  // ZeRO-3 gathers the layer being computed and prefetches the next (Walker::begin enters them
+  // where the parameters are sharded and FSDP is off; elsewhere they are the empty tensor).
+  const bool gathers = residency_.sharding().params && !fsdp_.on();
+  state_.gathered_layers =
+      constant("gathered parameters (this layer and the prefetched next)", Part::other,
+               gathers ? 2 * (param_bytes_ / std::max<u64>(1, in_.L)) : 0);
 }
 
 // The saved tensors by scope (counted, then placed), and those of a walk layer (its scope and
@@ -72,7 +75,7 @@ void Walker::model_state(const Inventory& inventory) {
       fsdp_.on() && sh.params ? checked_mul(fsdp_.shards().param_bytes, sh.ranks) : param_bytes_);
   state_.master = constant("master weights", Part::master_params,
                            p.master ? checked_mul(width(*p.master), sums_.trainable) : 0);
-  state_.optimizer_states = constant("optimizer states", Part::optimizer_state, 0);
+  state_.optimizer_states = sized_later("optimizer states", Part::optimizer_state, 0);
   step_.states_tensor = state_.optimizer_states;
   optimizer_ = optimizer_sizes(run_, run_.optimizer, sums_, in_.cuda);
   resize_optimizer(step_, optimizer_);
