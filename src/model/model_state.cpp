@@ -37,7 +37,7 @@ void add_layer_group(ParameterSums& l, const TensorGroup& g, u64& layer_norms) {
 // once: the sums and the trainable order read it several times a group.
 std::vector<char> listed_groups(const Inventory& inv, u64 layers) {
   std::vector<char> out(inv.groups.size());
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = per_layer(inv.groups[i], layers);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = per_layer(inv.groups[i], layers) ? 1 : 0;
   return out;
 }
 

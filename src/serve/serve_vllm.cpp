@@ -128,9 +128,9 @@ struct BnbQuant {
 u64 bnb_bytes(const BnbQuant& b, u64 rows, u64 n) {
   if (b.eight) return checked_add(n, checked_mul(4, rows));
   const u64 blocks = ceil_div(n, 64);
-  const u64 packed = checked_add(ceil_div(n, 2), 16 * 4);
+  const u64 packed = checked_add(ceil_div(n, 2), u64{16} * 4);
   if (!b.double_quant) return checked_add(packed, checked_mul(4, blocks));
-  const u64 nested = blocks + 4 * ceil_div(blocks, 256) + 4 + (b.pre_quant ? 256 * 4 : 0);
+  const u64 nested = blocks + 4 * ceil_div(blocks, 256) + 4 + (b.pre_quant ? u64{256} * 4 : 0);
   return checked_add(packed, nested);
 }
 
