@@ -32,13 +32,10 @@ LlamaCppSettings two_devices() {
   return s;
 }
 
+// llama.cpp's serve JSON document for `args`, which must be accepted.
 Json serve_json(std::vector<std::string> args) {
   args.insert(args.begin(), {"serve", "--engine", "llama.cpp"});
-  args.insert(args.end(), {"--format", "json"});
-  const auto r = run_cli(args);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  return Json::parse(r.out);
+  return memest::test::run_json(std::move(args));
 }
 
 }  // namespace

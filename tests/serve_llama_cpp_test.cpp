@@ -15,16 +15,12 @@
 namespace {
 
 using memest::test::data_path;
-using memest::test::run_cli;
 using Json = nlohmann::json;
 
+// llama.cpp's serve JSON document for `args`, which must be accepted.
 Json llama_cpp_json(std::vector<std::string> args) {
   args.insert(args.begin(), {"serve", "--engine", "llama.cpp"});
-  args.insert(args.end(), {"--format", "json"});
-  const auto r = run_cli(args);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  return Json::parse(r.out);
+  return memest::test::run_json(std::move(args));
 }
 
 double printed_kv(const std::string& id) {

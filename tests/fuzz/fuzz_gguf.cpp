@@ -35,8 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const memest::GgufTensorInfo& t : h.tensors) require(t.dims.size() <= 4);
   try {
     const memest::ServeModel m = memest::gguf_serve_model(h, "fuzz.gguf");
-    memest::ServeEstimate e;
-    memest::add_gguf_weights(e, h, 999, m.spec.arch->num_layers);
+    memest::LlamaCppSettings s;
+    s.ctx_size = 512;  // the header's weights and a small cache: the weights are what is fuzzed
+    const memest::ServeEstimate e = memest::estimate_gguf(m, s, h);
     require(e.weights_bytes.has_value());
   } catch (const memest::Error& e) {
     require(std::string(e.what()).find('\n') == std::string::npos);
