@@ -207,7 +207,8 @@ TEST_CASE("vLLM: a block-wise fp8 checkpoint stores an fp32 scale per 128 x 128 
   // A small Llama (vocab 1024, hidden 256, 2 layers, 4 heads of 64, 2 kv heads, MLP 512) whose
   // quantization_config is FineGrainedFP8 with 128 x 128 blocks: every linear weight one byte a
   // value plus 4 bytes per block; the embedding, the lm_head and the norms stay bf16.
-  const auto path = std::filesystem::temp_directory_path() / "memest-serve-fp8-config.json";
+  const memest::test::TempDir dir("serve-fp8");  // one per process: ctest runs cases at once
+  const auto path = dir.path / "config.json";
   std::ofstream(path) << R"({"model_type": "llama", "vocab_size": 1024, "hidden_size": 256,
     "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
@@ -219,7 +220,6 @@ TEST_CASE("vLLM: a block-wise fp8 checkpoint stores an fp32 scale per 128 x 128 
   const std::uint64_t layer = 2 * q + 2 * kv + 3 * mlp + 2 * 256 * 2;  // + two bf16 norms
   const std::uint64_t outer = 2 * 1024 * 256 * 2 + 256 * 2;  // embedding, lm_head, final norm
   CHECK(j["weights"]["bytes"] == 2 * layer + outer);
-  std::filesystem::remove(path);
 }
 
 namespace {
@@ -227,7 +227,8 @@ namespace {
 // A small Llama (vocab 1024, hidden 256, 2 layers, 4 heads of 64, 2 kv heads, MLP 512) in fp16
 // with the quantization_config given, and its vLLM weights on `tp` ranks.
 std::uint64_t int_quant_weights(const std::string& quant, std::vector<std::string> flags) {
-  const auto path = std::filesystem::temp_directory_path() / "memest-serve-int4-config.json";
+  const memest::test::TempDir dir("serve-int4");  // one per process: ctest runs cases at once
+  const auto path = dir.path / "config.json";
   std::ofstream(path) << R"({"model_type": "llama", "vocab_size": 1024, "hidden_size": 256,
     "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "max_position_embeddings": 4096, "torch_dtype": "float16",
@@ -236,7 +237,6 @@ std::uint64_t int_quant_weights(const std::string& quant, std::vector<std::strin
   std::vector<std::string> args = {"--config", path.string(), "--kv-cache-memory", "1GiB"};
   args.insert(args.end(), flags.begin(), flags.end());
   const Json j = vllm_json(args);
-  std::filesystem::remove(path);
   return j["weights"]["bytes"].get<std::uint64_t>();
 }
 
@@ -372,7 +372,8 @@ TEST_CASE("vLLM: bitsandbytes NF4 and int8 weights, bytes from shapes", "[serve]
 }
 
 TEST_CASE("vLLM: bitsandbytes refusals", "[serve]") {
-  const auto path = std::filesystem::temp_directory_path() / "memest-serve-bnb-config.json";
+  const memest::test::TempDir dir("serve-bnb");  // one per process: ctest runs cases at once
+  const auto path = dir.path / "config.json";
   std::ofstream(path) << R"({"model_type": "llama", "vocab_size": 1024, "hidden_size": 256,
     "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "max_position_embeddings": 4096,
@@ -382,7 +383,6 @@ TEST_CASE("vLLM: bitsandbytes refusals", "[serve]") {
   CHECK(tp.code == 2);
   CHECK(tp.err.find("--tensor-parallel-size: vLLM refuses tensor parallelism") !=
         std::string::npos);
-  std::filesystem::remove(path);
   // A quantised checkpoint of another method is not what the bitsandbytes loader reads.
   const auto fp8 = run_cli({"serve", "--model", "deepseek-v3", "--quantization", "bitsandbytes"});
   CHECK(fp8.code == 2);
