@@ -28,4 +28,13 @@ Enum parse_enum(const std::array<std::string_view, N>& names, std::string_view t
       fmt::format("unknown {} \"{}\" (expected one of: {})", what, text, fmt::join(names, ", ")));
 }
 
+/// The `name` of each row of a constant table, in the table's order: the names a choice takes
+/// (for --help, messages and the schema), made once at compile time.
+template <typename Row, std::size_t N>
+constexpr std::array<std::string_view, N> row_names(const std::array<Row, N>& rows) {
+  std::array<std::string_view, N> names{};
+  for (std::size_t i = 0; i < N; ++i) names[i] = rows[i].name;
+  return names;
+}
+
 }  // namespace memest::detail

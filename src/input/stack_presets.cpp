@@ -2,6 +2,8 @@
 // default, each default read from that project's code at a named commit (docs/stacks.md).
 #include "input/stack_presets.hpp"
 
+#include "base/names.hpp"
+
 #include <array>
 
 namespace memest {
@@ -262,14 +264,8 @@ constexpr std::array kStacks{
 
 std::span<const StackPreset> stack_presets() { return kStacks; }
 
-std::span<const std::string_view> stack_names() {
-  static const std::vector<std::string_view> names = [] {
-    std::vector<std::string_view> out;
-    out.reserve(kStacks.size());
-    for (const auto& p : kStacks) out.push_back(p.name);
-    return out;
-  }();
-  return names;
-}
+constexpr auto kStackNames = detail::row_names(kStacks);
+
+std::span<const std::string_view> stack_names() { return kStackNames; }
 
 }  // namespace memest

@@ -6,6 +6,8 @@
 // last --n-gpu-layers layers on the GPU, the output when every layer is.
 #include "serve/serve_gguf.hpp"
 
+#include "base/names.hpp"
+
 #include <memest/error.hpp>
 #include <memest/units.hpp>
 
@@ -238,15 +240,9 @@ std::string gguf_tensor_name(const TensorGroup& g, TensorCategory c, std::option
 
 }  // namespace
 
-std::span<const std::string_view> gguf_file_type_names() {
-  static const std::vector<std::string_view> names = [] {
-    std::vector<std::string_view> v;
-    v.reserve(kFileTypes.size());
-    for (const FileType& f : kFileTypes) v.push_back(f.name);
-    return v;
-  }();
-  return names;
-}
+constexpr auto kFileTypeNames = detail::row_names(kFileTypes);
+
+std::span<const std::string_view> gguf_file_type_names() { return kFileTypeNames; }
 
 std::span<const GgmlType> ggml_weight_types() { return kWeightTypes; }
 

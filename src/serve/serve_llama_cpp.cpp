@@ -7,6 +7,7 @@
 // as the builds before the iSWA cache do); --parallel slots share it (the unified cache). Each
 // layer's K and V are on its layer's device (src/serve/llama_cpp_split.cpp), the CPU layers' in
 // host memory; each device with layers computes them, the output's device the logits.
+#include "base/names.hpp"
 #include "serve/llama_cpp_split.hpp"
 #include "serve/serve_gguf.hpp"
 
@@ -200,15 +201,9 @@ void add_weights(ServeEstimate& e, const LlamaCppPlacement& p, const LlamaCppSet
 
 std::span<const GgmlType> ggml_cache_types() { return kCacheTypes; }
 
-std::span<const std::string_view> ggml_cache_type_names() {
-  static const std::vector<std::string_view> names = [] {
-    std::vector<std::string_view> v;
-    v.reserve(kCacheTypes.size());
-    for (const GgmlType& t : kCacheTypes) v.push_back(t.name);
-    return v;
-  }();
-  return names;
-}
+constexpr auto kCacheTypeNames = detail::row_names(kCacheTypes);
+
+std::span<const std::string_view> ggml_cache_type_names() { return kCacheTypeNames; }
 
 ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSettings& s,
                                          const LlamaWeightsInput* w) {
