@@ -168,3 +168,38 @@ TEST_CASE("serve config: the shipped JSON Schema is the one the table generates"
   CHECK(schema["allOf"][1]["then"]["properties"]["quantization"]["enum"][0] == "F16");
   CHECK(schema["allOf"][0]["then"]["properties"]["ctx_size"] == false);
 }
+
+// A serve result reproduces itself: its `inputs`, written to a run config in another folder
+// and given back with --file, give the same document (inputs included), whatever flags made it.
+TEST_CASE("serve config: the JSON's inputs given back with --file give the same document",
+          "[serve][config]") {
+  TempDir dir("serve-config-inputs");
+  const std::vector<std::vector<std::string>> cases = {
+      {"--model", "llama-3.1-8b", "--max-model-len", "8192", "--kv-cache-dtype", "fp8", "--tp", "2",
+       "--gpu-memory-utilization", "0.85", "--enforce-eager"},
+      {"--config", "configs/models/qwen3-8b.json", "--quantization", "fp8", "--gpu-memory",
+       "40GiB"},
+      {"--engine", "llama.cpp", "--model", "llama-3.1-8b", "--ctx-size", "16384", "--flash-attn",
+       "--cache-type-k", "q8_0", "--cache-type-v", "q8_0", "--quantization", "Q4_K_M"},
+      {"--engine", "llama.cpp", "--model", "qwen3-30b-a3b", "--quantization", "Q8_0", "--device",
+       "CUDA0,CUDA1", "--tensor-split", "3,1", "--main-gpu", "1", "--override-tensor", "exps=CPU",
+       "--ctx-size", "8192"},
+  };
+  int i = 0;
+  for (const auto& flags : cases) {
+    std::vector<std::string> args = {"serve"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--format", "json"});
+    const auto first = run_cli(args);
+    INFO(first.err);
+    REQUIRE(first.code == 0);
+    const nlohmann::json doc = nlohmann::json::parse(first.out);
+    REQUIRE(doc.contains("inputs"));
+    CHECK(doc["inputs"].contains("engine"));
+    const std::string path = serve_write(dir, fmt::format("in{}.json", i++), doc["inputs"].dump());
+    const auto again = run_cli({"serve", "--file", path, "--format", "json"});
+    INFO(again.err);
+    REQUIRE(again.code == 0);
+    CHECK(nlohmann::json::parse(again.out) == doc);
+  }
+}

@@ -16,6 +16,11 @@ namespace memest {
 /// the wrong JSON type).
 ServeValues load_serve_config(const std::string& path);
 
+/// The serve run config that gives `given` again (the JSON output's `inputs`): each value under
+/// its key, a switch as true, a number where the option takes one, a path made absolute, and
+/// the engine always. `memest serve --file` of it gives the same estimate.
+std::string serve_config_of(const ServeValues& given);
+
 /// The JSON Schema (draft 2020-12) of serve run configs: every choice an enum of the engine's
 /// names, and each engine's keys refused under the other engine.
 std::string serve_config_schema();

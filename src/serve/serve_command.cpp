@@ -363,11 +363,10 @@ ServeOutput estimate_output(const ServeInputs& in) {
   if (in.engine == ServeEngine::vllm) {
     const VllmSettings s = vllm_settings(in.given, total_memory(in.given, &gpu_label));
     e = estimate_vllm(in.model, s);
-    if (s.enforce_eager) e.cuda_graphs_bytes = 0;
   } else {
     e = llama_cpp_estimator(in)(llama_cpp_settings(in.given));
   }
-  return {in.format == "json" ? render_serve_json(e)
+  return {in.format == "json" ? render_serve_json(e, serve_config_of(in.given))
                               : as_format(in.format, render_serve_table(e, gpu_label, in.unit)),
           e.fits ? 0 : 1};
 }

@@ -46,6 +46,18 @@ std::optional<std::string> serve_text_of(const ServeOptionInfo& f, const detail:
   return text;
 }
 
+// A value as a run config writes it back: true for a switch, a JSON number where the option
+// takes one and the text is that number as JSON writes it, an absolute path, else the text.
+ordered_json serve_json_value(const ServeOptionInfo& f, const std::string& text) {
+  if (f.kind == ValueKind::flag) return true;
+  if (f.kind == ValueKind::path) return std::filesystem::absolute(text).lexically_normal().string();
+  if (serve_number_too(f.kind)) {
+    auto number = ordered_json::parse(text, nullptr, false);
+    if (number.is_number() && number.dump() == text) return number;
+  }
+  return text;
+}
+
 // The value's schema: the run-option kinds' own, except that a size is also vLLM's bare byte
 // count, and --quantization is either engine's names (each engine's own in allOf).
 ordered_json serve_value_schema(const ServeOptionInfo& f) {
@@ -112,6 +124,16 @@ ServeValues load_serve_config(const std::string& path) {
     }
   }
   return out;
+}
+
+std::string serve_config_of(const ServeValues& given) {
+  ordered_json doc = ordered_json::object();
+  for (const auto& [key, f] : serve_config_rows()) {
+    const auto it = given.find(f->flag);
+    if (it != given.end()) doc[key] = serve_json_value(*f, it->second.text);
+  }
+  if (!doc.contains("engine")) doc["engine"] = find_serve_option("--engine")->fallback.value;
+  return doc.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 std::string serve_config_schema() {

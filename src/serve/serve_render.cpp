@@ -87,7 +87,7 @@ std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, U
   return s;
 }
 
-std::string render_serve_json(const ServeEstimate& e) {
+std::string render_serve_json(const ServeEstimate& e, const std::string& inputs) {
   using nlohmann::ordered_json;
   const auto opt = [](const auto& v) { return v ? ordered_json(*v) : ordered_json(nullptr); };
   ordered_json j;
@@ -124,6 +124,7 @@ std::string render_serve_json(const ServeEstimate& e) {
     j["host"] = {{"weights", {{"bytes", opt(e.host_weights_bytes)}}},
                  {"kv_cache", {{"bytes", opt(e.host_kv_bytes)}}}};
   }
+  j["inputs"] = ordered_json::parse(inputs);
   return j.dump(2) + "\n";
 }
 

@@ -14,8 +14,9 @@ namespace memest {
 std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, Unit unit);
 
 /// The JSON object: per-device bytes under weights, kv_cache, activations, non_torch,
-/// cuda_graphs (null where not modelled) and max_concurrency.
-std::string render_serve_json(const ServeEstimate& e);
+/// cuda_graphs (null where not modelled) and max_concurrency; last `inputs`, the serve run
+/// config that gives it again (serve_config_of's JSON text).
+std::string render_serve_json(const ServeEstimate& e, const std::string& inputs);
 
 /// `--fit`'s table: what was searched and held, then one row per weight format and KV-cache
 /// type with the largest value, the weights and KV cache at it, its headroom and what the next

@@ -452,6 +452,7 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   // states it.
   e.non_torch_bytes = s.non_torch_memory.value_or(tp == 1 ? kGiB / 4 : 2 * kGiB);
   e.non_torch_basis = s.non_torch_memory ? "as given" : "measured default (not modelled)";
+  if (s.enforce_eager) e.cuda_graphs_bytes = 0;  // no graphs captured; with them, not modelled
   e.budget_bytes =
       static_cast<u64>(std::floor(static_cast<double>(s.total_memory) * s.gpu_memory_utilization));
   const u64 used = w.bytes + p.bytes + *e.non_torch_bytes;
