@@ -511,11 +511,12 @@ function serveArguments() {
 }
 
 // The serve document's figures as they are keyed in its JSON (weights.bytes, kv_cache.tokens,
-// ..., max_concurrency): bytes in the units chosen, counts as they are, null as "-".
+// ..., max_concurrency): bytes in the units chosen, counts as they are, null as "-". The
+// document's inputs (the run config that gives it again) are settings, not figures.
 function serveRows(doc, units) {
   const rows = [];
   for (const [part, v] of Object.entries(doc)) {
-    if (v === null || typeof v !== 'object' || Array.isArray(v)) continue;
+    if (part === 'inputs' || v === null || typeof v !== 'object' || Array.isArray(v)) continue;
     for (const [field, x] of Object.entries(v)) rows.push([`${part}.${field}`, x]);
   }
   rows.push(['max_concurrency', doc.max_concurrency]);

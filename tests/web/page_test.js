@@ -261,6 +261,7 @@ async function serveShown(page) {
 function serveFigures(doc) {
   const out = [];
   for (const [part, v] of Object.entries(doc)) {
+    if (part === 'inputs') continue;  // the settings that give the document again
     if (v && typeof v === 'object' && !Array.isArray(v)) {
       for (const [field, x] of Object.entries(v)) out.push([`${part}.${field}`, x]);
     }
