@@ -25,8 +25,7 @@ std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
 // A row named in the words of the one table of kinds (src/step/memory_kinds.cpp).
 Category kind_row(std::string_view key, std::optional<Dtype> dtype, std::uint64_t elements,
                   std::optional<std::uint64_t> bytes) {
-  return Category{
-      std::string(key), std::string(category_kind(key).label), dtype, elements, bytes, ""};
+  return Category{key, category_kind(key).label, dtype, elements, bytes, {}};
 }
 
 Category dtype_category(std::string_view key, std::optional<Dtype> dtype, std::uint64_t elements,
@@ -308,9 +307,15 @@ void peak_outside_rows(Estimate& e) {
     }
     e.peak_outside_rows_bytes = checked_add(e.peak_outside_rows_bytes, t.bytes);
   }
-  std::stable_sort(
-      e.peak_outside_rows.begin(), e.peak_outside_rows.end(),
-      [](const Estimate::Named& a, const Estimate::Named& b) { return a.bytes > b.bytes; });
+  // Largest first, ties in first-seen order: an insertion sort, stable as std::stable_sort is,
+  // without the temporary buffer it allocates (a handful of names).
+  auto& rows = e.peak_outside_rows;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const Estimate::Named n = rows[i];
+    std::size_t j = i;
+    for (; j > 0 && rows[j - 1].bytes < n.bytes; --j) rows[j] = rows[j - 1];
+    rows[j] = n;
+  }
 }
 
 // A learned position table has no row past its length: such a run fails in the model.
