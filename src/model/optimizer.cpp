@@ -300,11 +300,13 @@ OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inven
   if (traits.shape == detail::StateShape::blockwise8) add_adam8bit(inventory, out);
   // The elementwise states after the shaped ones (Adafactor's exp_avg after its factored ones).
   const std::uint64_t n = trainable_count(inventory);
-  std::string formula;  // the same for each elementwise state, written once
+  // The formula is the same for each elementwise state: written into the first, copied from it.
+  const std::size_t first = out.states.size();
   for (const detail::StateName& s : traits.states) {
     if (s.name.empty() || !detail::has_option(spec, s.when)) continue;
-    if (formula.empty()) formula = params_formula(state_dtype, n);
-    out.states.push_back({std::string(s.name), state_dtype, bytes_for(state_dtype, n), formula});
+    out.states.push_back(
+        {std::string(s.name), state_dtype, bytes_for(state_dtype, n),
+         out.states.size() == first ? params_formula(state_dtype, n) : out.states[first].formula});
   }
   for (const auto& s : out.states) out.state_bytes = checked_add(out.state_bytes, s.bytes);
   if (traits.step_counter) {

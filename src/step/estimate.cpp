@@ -414,9 +414,9 @@ void model_state_categories(const RunSpec& run, Estimate& e) {
   cats.push_back(dtype_category("grad_accum", p.grad_accum, e.trainable, "trainable params"));
   const OptimizerBytes ob = optimizer_bytes(run.optimizer, inv, p.state);
   cats.push_back(optimizer_states(ob, e.trainable, p.state));
-  cats.push_back(
-      step_counters(ob, run.optimizer,
-                    inv.shapes_known ? std::optional(trainable_tensor_count(inv)) : std::nullopt));
+  // The trainable tensors, counted by optimizer_bytes where step_counters reads them (4 B each).
+  cats.push_back(step_counters(ob, run.optimizer,
+                               inv.shapes_known ? std::optional(ob.step_bytes / 4) : std::nullopt));
   for (const auto& a : ob.assumptions) e.assumptions.push_back(a);
 }
 
