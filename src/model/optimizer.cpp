@@ -1,4 +1,3 @@
-#include "base/compiled_format.hpp"
 #include "base/names.hpp"
 #include "model/optimizer_traits.hpp"
 
@@ -197,9 +196,15 @@ std::uint64_t isqrt(std::uint64_t n) {
   return r;
 }
 
+// "4 B x 6,738,415,616 params", appended into one string of the right size (what
+// fmt::format("{} B x {} params") gives, without a buffer to copy).
 std::string params_formula(Dtype d, std::uint64_t n) {
-  return detail::compiled_format(FMT_COMPILE("{} B x {} params"), bytes_per_element_text(d),
-                                 format_count(n));
+  const std::string_view per = bytes_per_element_text(d);
+  const std::string count = format_count(n);
+  std::string out;
+  out.reserve(per.size() + 5 + count.size() + 7);
+  out.append(per).append(" B x ").append(count).append(" params");
+  return out;
 }
 
 // transformers.Adafactor: a matrix keeps a row and a column second-moment vector

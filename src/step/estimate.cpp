@@ -17,9 +17,15 @@
 namespace memest {
 namespace {
 
+// "4 B x 6,738,415,616 trainable params": three pieces and two separators appended into one
+// string of the right size (what fmt::format("{} B x {} {}") gives, without a buffer to copy).
 std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
-  return detail::compiled_format(FMT_COMPILE("{} B x {} {}"), bytes_per_element_text(d),
-                                 format_count(elements), what);
+  const std::string_view per = bytes_per_element_text(d);
+  const std::string count = format_count(elements);
+  std::string out;
+  out.reserve(per.size() + 5 + count.size() + 1 + what.size());
+  out.append(per).append(" B x ").append(count).append(" ").append(what);
+  return out;
 }
 
 // A row named in the words of the one table of kinds (src/step/memory_kinds.cpp).
