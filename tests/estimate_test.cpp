@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <string_view>
+
 using namespace memest;
 namespace test = memest::test;
 
@@ -142,4 +144,33 @@ TEST_CASE("ZeRO paper, figure 1: 7.5B parameters, 64 ranks, K = 12", "[estimate]
   r.parallel.zero_stage = stage;
   CAPTURE(stage);
   REQUIRE(estimate(r).total_bytes == total);
+}
+
+TEST_CASE("the tensors at the peak outside the rows come largest first, ties as first live",
+          "[estimate]") {
+  for (const auto& policy : {"mixed-bf16", "amp-bf16", "fp32"}) {
+    for (const auto& preset : {"gpt2", "llama-2-7b"}) {
+      CAPTURE(policy, preset);
+      const Estimate e = estimate(test::run_of(preset, policy, 2, 512));
+      REQUIRE(e.peak);
+      const auto& rows = e.peak_outside_rows;
+      REQUIRE(rows.size() > 1);
+      // Where each name is first live at the peak: the order that equal sizes keep.
+      const auto first_live = [&](std::string_view name) {
+        const auto& live = e.peak->live;
+        for (std::size_t i = 0; i < live.size(); ++i) {
+          if (live[i].name == name) return i;
+        }
+        FAIL("not live at the peak: " << name);
+        return live.size();
+      };
+      for (std::size_t i = 1; i < rows.size(); ++i) {
+        CAPTURE(rows[i - 1].name, rows[i].name);
+        REQUIRE(rows[i - 1].bytes >= rows[i].bytes);
+        if (rows[i - 1].bytes == rows[i].bytes) {
+          REQUIRE(first_live(rows[i - 1].name) < first_live(rows[i].name));
+        }
+      }
+    }
+  }
 }

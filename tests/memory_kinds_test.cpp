@@ -65,7 +65,7 @@ TEST_CASE("memory kinds: the bar, the picture and the table use one word and one
   for (const Category& c : e.categories) {
     if (c.key == "params" || c.key == "grads" || c.key == "master_weights" ||
         c.key == "optimizer_states" || c.key == "activations") {
-      CHECK(svg.contains(c.label));
+      CHECK(svg.contains(std::string(c.label)));
     }
   }
   // And the table's line of what is live at the peak does too.

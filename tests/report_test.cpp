@@ -8,20 +8,22 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <string_view>
 
 using namespace memest;
 
 namespace {
 
-Category row(std::string key, std::string label, std::optional<std::uint64_t> bytes,
+// `key` and `label` are string literals: a row views them (Category::key).
+Category row(std::string_view key, std::string_view label, std::optional<std::uint64_t> bytes,
              std::uint64_t elements = 1000, std::optional<Dtype> dtype = Dtype::bf16) {
   Category c;
-  c.key = std::move(key);
-  c.label = std::move(label);
+  c.key = key;
+  c.label = label;
   c.dtype = dtype;
   c.elements = elements;
   c.bytes = bytes;
-  c.basis = "basis of " + c.label;
+  c.basis = "basis of " + std::string(c.label);
   return c;
 }
 

@@ -21,9 +21,11 @@ namespace memest {
 
 /// One category of memory. Keys are stable (JSON): params, working_copies, master_weights,
 /// grads, grad_accum, optimizer_states, optimizer_step, activations.
+/// `key` and `label` view constants (the words of src/step/memory_kinds.cpp's table, or string
+/// literals): they are never owned by the row, so building one allocates nothing for them.
 struct Category {
-  std::string key;
-  std::string label;                   ///< for people: "parameters", "optimizer states"
+  std::string_view key;
+  std::string_view label;              ///< for people: "parameters", "optimizer states"
   std::optional<Dtype> dtype;          ///< absent when mixed (optimizer states) or unused
   std::uint64_t elements = 0;          ///< elements the bytes are spread over
   std::optional<std::uint64_t> bytes;  ///< absent when not estimated (see `basis`)

@@ -1,4 +1,3 @@
-#include "base/compiled_format.hpp"
 #include "base/names.hpp"
 #include "model/optimizer_traits.hpp"
 
@@ -197,9 +196,15 @@ std::uint64_t isqrt(std::uint64_t n) {
   return r;
 }
 
+// "4 B x 6,738,415,616 params", appended into one string of the right size (what
+// fmt::format("{} B x {} params") gives, without a buffer to copy).
 std::string params_formula(Dtype d, std::uint64_t n) {
-  return detail::compiled_format(FMT_COMPILE("{} B x {} params"), bytes_per_element_text(d),
-                                 format_count(n));
+  const std::string_view per = bytes_per_element_text(d);
+  const std::string count = format_count(n);
+  std::string out;
+  out.reserve(per.size() + 5 + count.size() + 7);
+  out.append(per).append(" B x ").append(count).append(" params");
+  return out;
 }
 
 // transformers.Adafactor: a matrix keeps a row and a column second-moment vector
@@ -300,11 +305,13 @@ OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inven
   if (traits.shape == detail::StateShape::blockwise8) add_adam8bit(inventory, out);
   // The elementwise states after the shaped ones (Adafactor's exp_avg after its factored ones).
   const std::uint64_t n = trainable_count(inventory);
-  std::string formula;  // the same for each elementwise state, written once
+  // The formula is the same for each elementwise state: written into the first, copied from it.
+  const std::size_t first = out.states.size();
   for (const detail::StateName& s : traits.states) {
     if (s.name.empty() || !detail::has_option(spec, s.when)) continue;
-    if (formula.empty()) formula = params_formula(state_dtype, n);
-    out.states.push_back({std::string(s.name), state_dtype, bytes_for(state_dtype, n), formula});
+    out.states.push_back(
+        {std::string(s.name), state_dtype, bytes_for(state_dtype, n),
+         out.states.size() == first ? params_formula(state_dtype, n) : out.states[first].formula});
   }
   for (const auto& s : out.states) out.state_bytes = checked_add(out.state_bytes, s.bytes);
   if (traits.step_counter) {

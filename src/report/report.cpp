@@ -824,7 +824,7 @@ CompareGrid compare_grid(const std::vector<RunSpec>& runs, const std::vector<Est
   for (std::size_t i = 0; i < estimates.front().categories.size(); ++i) {
     const auto& first = estimates.front().categories[i];
     if (!first.on_device) continue;
-    row(first.label, [&](const Estimate& e) {
+    row(std::string(first.label), [&](const Estimate& e) {
       const auto& c = e.categories[i];
       std::string cell = size_cell(c, unit);
       return c.dtype && c.bytes && *c.bytes > 0 ? fmt::format("{} {}", dtype_name(*c.dtype), cell)

@@ -28,10 +28,9 @@ ActFn parse_act(std::string_view name, bool& known) {
 }
 
 // The architecture's dimensions and switches, as the layer graph reads them.
-void read_shape(const Architecture& arch, ActivationInputs& in) {
+void read_shape(const Architecture& arch, const detail::ModelFamily& family, ActivationInputs& in) {
   const bool rms = arch.rms_norm;
-  in.graph =
-      detail::family_of(arch.model_type).graph.value_or(rms ? LayerGraph::llama : LayerGraph::gpt2);
+  in.graph = family.graph.value_or(rms ? LayerGraph::llama : LayerGraph::gpt2);
   in.V = arch.vocab_size;
   in.h = arch.hidden_size;
   in.L = arch.num_layers + arch.num_decoder_layers;
@@ -63,13 +62,13 @@ void read_shape(const Architecture& arch, ActivationInputs& in) {
 
 // The config's dropout probabilities, or --dropout at every site the family has: Llama-style
 // models have one (attention), the rest three.
-void read_dropout(const Architecture& arch, const TrainingSpec& t, ActivationInputs& in) {
+void read_dropout(const Architecture& arch, const detail::ModelFamily& family,
+                  const TrainingSpec& t, ActivationInputs& in) {
   in.p_attn = arch.attn_dropout;
   in.p_resid = arch.resid_dropout;
   in.p_embd = arch.embd_dropout;
   if (!t.dropout) return;
-  const bool all_sites =
-      in.graph == LayerGraph::gpt2 || detail::family_of(arch.model_type).dropout_everywhere;
+  const bool all_sites = in.graph == LayerGraph::gpt2 || family.dropout_everywhere;
   in.p_attn = *t.dropout;
   in.p_resid = all_sites ? *t.dropout : 0.0;
   in.p_embd = all_sites ? *t.dropout : 0.0;
@@ -192,10 +191,10 @@ void read_grads(const RunSpec& run, const Architecture& arch, ActivationInputs& 
 }
 
 // What was assumed: a canonical shape, a family not measured, an unknown activation function.
-void note_assumptions(const RunSpec& run, const Architecture& arch, bool known_act, Notes notes,
+void note_assumptions(const RunSpec& run, const Architecture& arch,
+                      const detail::ModelFamily& family, bool known_act, Notes notes,
                       ActivationInputs& in) {
   const std::string& mt = arch.model_type;
-  const detail::ModelFamily& family = detail::family_of(mt);
   const auto note = [&](std::string text) {
     in.approximate = true;
     if (notes == Notes::written) in.notes.push_back(std::move(text));
@@ -306,16 +305,18 @@ std::optional<ActivationInputs> activation_inputs(const RunSpec& run, Notes note
   }
   in.b = t.micro_batch;
   in.s = t.seq_len;
-  read_shape(arch, in);
+  // The family's table row, looked up once (a binary search over the names).
+  const detail::ModelFamily& family = detail::family_of(arch.model_type);
+  read_shape(arch, family, in);
   bool known_act = true;
   in.act = parse_act(arch.activation, known_act);
   // LitGPT's GptNeoxMLP calls F.gelu(x, approximate=...): one kernel that keeps its input.
   if (run.training.model_code == ModelCode::litgpt && in.act == ActFn::gelu_new)
     in.act = ActFn::gelu;
-  read_dropout(arch, t, in);
+  read_dropout(arch, family, t, in);
   read_policy(run, in);
   read_grads(run, arch, in);
-  note_assumptions(run, arch, known_act, notes, in);
+  note_assumptions(run, arch, family, known_act, notes, in);
   if (run.rank.split()) read_rank(run.rank, run.training, in);
   read_moe(run.parallel, notes, in);
   return in;

@@ -17,16 +17,21 @@
 namespace memest {
 namespace {
 
+// "4 B x 6,738,415,616 trainable params": three pieces and two separators appended into one
+// string of the right size (what fmt::format("{} B x {} {}") gives, without a buffer to copy).
 std::string basis(Dtype d, std::uint64_t elements, std::string_view what) {
-  return detail::compiled_format(FMT_COMPILE("{} B x {} {}"), bytes_per_element_text(d),
-                                 format_count(elements), what);
+  const std::string_view per = bytes_per_element_text(d);
+  const std::string count = format_count(elements);
+  std::string out;
+  out.reserve(per.size() + 5 + count.size() + 1 + what.size());
+  out.append(per).append(" B x ").append(count).append(" ").append(what);
+  return out;
 }
 
 // A row named in the words of the one table of kinds (src/step/memory_kinds.cpp).
 Category kind_row(std::string_view key, std::optional<Dtype> dtype, std::uint64_t elements,
                   std::optional<std::uint64_t> bytes) {
-  return Category{
-      std::string(key), std::string(category_kind(key).label), dtype, elements, bytes, ""};
+  return Category{key, category_kind(key).label, dtype, elements, bytes, {}};
 }
 
 Category dtype_category(std::string_view key, std::optional<Dtype> dtype, std::uint64_t elements,
@@ -308,9 +313,15 @@ void peak_outside_rows(Estimate& e) {
     }
     e.peak_outside_rows_bytes = checked_add(e.peak_outside_rows_bytes, t.bytes);
   }
-  std::stable_sort(
-      e.peak_outside_rows.begin(), e.peak_outside_rows.end(),
-      [](const Estimate::Named& a, const Estimate::Named& b) { return a.bytes > b.bytes; });
+  // Largest first, ties in first-seen order: an insertion sort, stable as std::stable_sort is,
+  // without the temporary buffer it allocates (a handful of names).
+  auto& rows = e.peak_outside_rows;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const Estimate::Named n = rows[i];
+    std::size_t j = i;
+    for (; j > 0 && rows[j - 1].bytes < n.bytes; --j) rows[j] = rows[j - 1];
+    rows[j] = n;
+  }
 }
 
 // A learned position table has no row past its length: such a run fails in the model.
@@ -409,9 +420,9 @@ void model_state_categories(const RunSpec& run, Estimate& e) {
   cats.push_back(dtype_category("grad_accum", p.grad_accum, e.trainable, "trainable params"));
   const OptimizerBytes ob = optimizer_bytes(run.optimizer, inv, p.state);
   cats.push_back(optimizer_states(ob, e.trainable, p.state));
-  cats.push_back(
-      step_counters(ob, run.optimizer,
-                    inv.shapes_known ? std::optional(trainable_tensor_count(inv)) : std::nullopt));
+  // The trainable tensors, counted by optimizer_bytes where step_counters reads them (4 B each).
+  cats.push_back(step_counters(ob, run.optimizer,
+                               inv.shapes_known ? std::optional(ob.step_bytes / 4) : std::nullopt));
   for (const auto& a : ob.assumptions) e.assumptions.push_back(a);
 }
 
