@@ -45,6 +45,25 @@ TEST_CASE("serve: the table names each part with its basis", "[serve]") {
   }
 }
 
+TEST_CASE("serve: the CUDA-graph row names the batch sizes vLLM captures", "[serve]") {
+  const auto row = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"serve", "--model", "llama-3.1-8b", "--max-model-len", "8192"});
+    const auto r = run_cli(args);
+    REQUIRE(r.code == 0);
+    const auto at = r.out.find("\nCUDA graphs");
+    REQUIRE(at != std::string::npos);
+    return r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+  };
+  // The server's defaults on an 80 GB device (max_num_seqs 1024): 51 sizes up to 512.
+  CHECK(row({}).find("51 batch sizes, 1 to 512, captured after the KV cache") != std::string::npos);
+  // 100 sequences: the largest is 200, every 8 from 8 on.
+  CHECK(row({"--max-num-seqs", "100"}).find("28 batch sizes, 1 to 200") != std::string::npos);
+  // A batch of 128 tokens caps it.
+  CHECK(row({"--max-num-batched-tokens", "128"}).find("19 batch sizes, 1 to 128") !=
+        std::string::npos);
+  CHECK(row({"--enforce-eager"}).find("--enforce-eager") != std::string::npos);
+}
+
 TEST_CASE("serve: bad input is one line and exit 2", "[serve]") {
   const auto expect = [](std::vector<std::string> args, const std::string& line) {
     args.insert(args.begin(), "serve");

@@ -137,6 +137,7 @@ struct ServeEstimate {
   std::optional<std::uint64_t> non_torch_bytes;
   std::string non_torch_basis;
   std::optional<std::uint64_t> cuda_graphs_bytes;  ///< 0 with --enforce-eager; absent: not modelled
+  std::string cuda_graphs_basis;                   ///< vLLM: the sizes captured, or why none
   std::optional<std::uint64_t> budget_bytes;       ///< gpu_memory_utilization x total
   std::optional<double> max_concurrency;           ///< requests of max_model_len at once
   std::uint64_t context = 0;                       ///< max_model_len or ctx_size

@@ -71,9 +71,7 @@ std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, U
   }
   s += kv_rows(e, unit);
   if (e.engine == ServeEngine::vllm) {
-    s += row(
-        "CUDA graphs", optional_bytes(e.cuda_graphs_bytes, unit),
-        e.cuda_graphs_bytes ? "--enforce-eager" : "taken after the KV cache; not in the budget");
+    s += row("CUDA graphs", optional_bytes(e.cuda_graphs_bytes, unit), e.cuda_graphs_basis);
   }
   s += device_rows(e, unit);
   for (const std::string& n : e.notes) s += fmt::format("note: {}\n", n);

@@ -4,6 +4,8 @@
 // gpu_memory_utilization x total - weights - peak - non-torch memory (v1/worker/gpu_worker.py,
 // determine_available_memory), and the KV-cache groups that budget is cut into
 // (v1/core/kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size and get_num_blocks).
+#include "serve/vllm_graphs.hpp"
+
 #include <memest/error.hpp>
 #include <memest/serve.hpp>
 #include <memest/units.hpp>
@@ -15,6 +17,7 @@
 #include <cmath>
 #include <optional>
 #include <utility>
+#include <vector>
 
 namespace memest {
 namespace {
@@ -404,6 +407,29 @@ void check_one_request(ServeEstimate& e, const ServeModel& m, const VllmSettings
   e.largest_context = lo;
 }
 
+// CUDA graphs: none under --enforce-eager. Else vLLM captures them after the KV cache is sized
+// (gpu_worker.py, compile_or_warm_up_model -> capture_model) and v0.19 leaves them out of the
+// budget: profile_cudagraph_memory's estimate is subtracted only with
+// VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, off by default (envs.py; on by default on main
+// from 2026-04-21, vllm#38284). Their bytes are not modelled: besides the graph pool (the
+// largest size's intermediates, a few tens of MiB) they hold the driver's memory for each
+// captured graph, which no code states (docs/serving.md).
+void set_cuda_graphs(ServeEstimate& e, const VllmSettings& s, u64 batched) {
+  if (s.enforce_eager) {
+    e.cuda_graphs_bytes = 0;
+    e.cuda_graphs_basis = "--enforce-eager";
+    return;
+  }
+  const std::vector<u64> sizes = vllm_cudagraph_capture_sizes(s.max_num_seqs, batched);
+  if (sizes.empty()) {
+    e.cuda_graphs_basis = "no batch size to capture";
+    return;
+  }
+  e.cuda_graphs_basis =
+      fmt::format("{} batch sizes, 1 to {}, captured after the KV cache; not in the budget",
+                  sizes.size(), sizes.back());
+}
+
 // data table
 constexpr std::array<std::string_view, 4> kVllmKvCacheDtypes = {"auto", "fp8", "fp8_e4m3",
                                                                 "fp8_e5m2"};
@@ -446,13 +472,18 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   const ProfilePeak p = profile_run_peak(a, batched, std::min(s.max_num_seqs, batched), dtype, tp);
   e.activation_peak_bytes = p.bytes;
   e.activation_basis = p.basis;
-  // Not modelled by mechanism: what the profile run adds outside torch (cuBLAS workspaces,
-  // NCCL and custom all-reduce buffers). The default is what vLLM 0.19 printed on H100s in the
+  // Not modelled by mechanism: what the device holds outside torch after the profile run less
+  // what it held after the distributed set-up (gpu_worker.py, init_device takes the snapshot
+  // after NCCL, custom all-reduce and symmetric-memory buffers are made, so those are not in
+  // it). In it: the kernels loaded as they first run; under TP, FlashInfer's all-reduce fusion
+  // workspace (made when the model compiles; sized by code, but rounded by the driver's
+  // multicast granularity) and the NCCL communicator and buffers made by collectives (no size
+  // in vLLM's code); docs/serving.md. The default is what vLLM 0.19 printed on H100s in the
   // llm-d-planner sweep (0.24-0.26 GiB on one GPU, 2.07-2.21 GiB under TP); --non-torch-memory
   // states it.
   e.non_torch_bytes = s.non_torch_memory.value_or(tp == 1 ? kGiB / 4 : 2 * kGiB);
   e.non_torch_basis = s.non_torch_memory ? "as given" : "measured default (not modelled)";
-  if (s.enforce_eager) e.cuda_graphs_bytes = 0;  // no graphs captured; with them, not modelled
+  set_cuda_graphs(e, s, batched);
   e.budget_bytes =
       static_cast<u64>(std::floor(static_cast<double>(s.total_memory) * s.gpu_memory_utilization));
   const u64 used = w.bytes + p.bytes + *e.non_torch_bytes;
