@@ -28,6 +28,7 @@ PARTS = {
     "report_formats": "report",    # the chart and Markdown
     "report_search": "report",     # fit, sweep, compare and layouts
     "report_svg": "report",        # the --plot pictures
+    "svg_parts": "report",         # ... their page, axis and legend, shared with serve's
     "walk_state": "walk",          # the walk's concerns, one file each (src/step/walk.hpp)
     "walk_forward": "walk",
     "walk_backward": "walk",
@@ -40,6 +41,7 @@ PARTS = {
     "option_rules": "run_options",  # the rules between options
     "model_loading": "config",     # --model-loading and its spellings, resolved
     "serve_render": "serve_command",  # memest serve's table and JSON
+    "serve_svg": "serve_command",  # memest serve --plot's picture
     "serve_gguf": "serve_llama_cpp",  # GGUF weights: llama.cpp's per-tensor types
     "from_formats": "from",        # memest --from: the frameworks' readings, declared
     "from_tree": "from",           # memest --from: the flat form, and the argument-list reader

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <random>
 
 namespace {
@@ -249,4 +250,104 @@ TEST_CASE("serve --fit: refusals and nothing that fits", "[serve][fit]") {
   CHECK(none.out.find("none") != std::string::npos);
   CHECK(none.out.find("note: bf16 / auto: serve: no memory left for the KV cache") !=
         std::string::npos);
+}
+
+namespace {
+
+std::uint64_t held_sum(const std::vector<memest::ServeHeldPart>& parts) {
+  std::uint64_t sum = 0;
+  for (const auto& p : parts) sum += p.bytes;
+  return sum;
+}
+
+// The parts in ServeHeld's order, each kind once (the bar's left-to-right order).
+bool held_in_order(const std::vector<memest::ServeHeldPart>& parts) {
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i - 1].part >= parts[i].part) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("serve --fit: what a row's device holds (--plot's bar) is within the budget",
+          "[serve][fit][plot]") {
+  const auto& models = serve_presets();
+  std::mt19937_64 rng(3);
+  const auto pick = [&](std::uint64_t lo, std::uint64_t hi) {
+    return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+  };
+  std::uint64_t fitted = 0;
+  for (int i = 0; i < 40; ++i) {
+    const memest::ServeModel& m = models[pick(0, models.size() - 1)];
+    memest::VllmSettings s;
+    s.total_memory = pick(8, 160) << 30;
+    s.kv_cache_dtype = pick(0, 1) ? "auto" : "fp8";
+    s.max_num_batched_tokens = 2048;
+    s.max_num_seqs = 256;
+    s.max_model_len = pick(256, m.max_positions);
+    const auto target =
+        pick(0, 1) ? memest::ServeFitTarget::context : memest::ServeFitTarget::concurrency;
+    const std::uint64_t limit =
+        target == memest::ServeFitTarget::context ? m.max_positions : s.max_num_batched_tokens;
+    INFO(m.spec.name << " total " << s.total_memory);
+    const memest::ServeFitRow row = memest::fit_serve_row(memest::vllm_probe(m, s, target), limit);
+    const auto& drawn = row.best ? row.at_best : row.past_best;
+    if (!drawn) {
+      CHECK(row.held.empty());
+      continue;
+    }
+    CHECK(held_in_order(row.held));
+    const memest::ServeEstimate& e = drawn->estimate;
+    // The weights, the profile peak and the non-torch memory as the estimate has them; the KV
+    // cache split into what the value takes (the probe's need) and the rest of its blocks.
+    CHECK(row.held.front().part == memest::ServeHeld::weights);
+    CHECK(row.held.front().bytes == *e.weights_bytes);
+    const auto kv = std::find_if(row.held.begin(), row.held.end(), [](const auto& p) {
+      return p.part == memest::ServeHeld::kv_cache;
+    });
+    REQUIRE(kv != row.held.end());
+    CHECK(kv->bytes == drawn->need);
+    if (row.best) {
+      ++fitted;
+      CHECK(held_sum(row.held) ==
+            *e.weights_bytes + *e.activation_peak_bytes + *e.non_torch_bytes + e.kv_bytes);
+      CHECK(held_sum(row.held) <= memest::vllm_budget(s));
+    } else {
+      CHECK(held_sum(row.held) > memest::vllm_budget(s));  // 1 is drawn past the budget
+    }
+  }
+  CHECK(fitted > 5);
+  // Qwen2.5-14B with fp8 weights on 22.5 GiB: one request of its 131,072 tokens is past the
+  // KV blocks, so the row has no answer and its bar (at 1) passes the budget.
+  const memest::ServeModel q = memest::load_serve_model("qwen2.5-14b", "");
+  memest::VllmSettings s;
+  s.total_memory = std::uint64_t{45} << 29;
+  s.quantization = "fp8";
+  s.max_num_seqs = 256;
+  s.max_num_batched_tokens = 2048;
+  const memest::ServeFitRow none =
+      memest::fit_serve_row(memest::vllm_probe(q, s, memest::ServeFitTarget::concurrency), 2048);
+  CHECK_FALSE(none.best);
+  REQUIRE(none.past_best);
+  CHECK(held_sum(none.held) > memest::vllm_budget(s));
+}
+
+TEST_CASE("serve --fit: llama.cpp's bar is the probe's need", "[serve][fit][plot]") {
+  const memest::ServeModel m = memest::load_serve_model("llama-3.1-8b", "");
+  memest::LlamaCppSettings s;
+  s.quantization = "Q4_K_M";
+  const std::uint64_t total = std::uint64_t{12} << 30;
+  const memest::LlamaCppEstimateFn estimate = [&m](const memest::LlamaCppSettings& t) {
+    return memest::estimate_llama_cpp(m, t);
+  };
+  const memest::ServeFitRow row = memest::fit_serve_row(
+      memest::llama_cpp_probe(estimate, s, memest::ServeFitTarget::context, 0, total),
+      m.max_positions);
+  REQUIRE(row.best);
+  REQUIRE(*row.best < m.max_positions);  // the device bounds it, not the model
+  CHECK(held_in_order(row.held));
+  CHECK(row.held.size() == 3);  // weights, compute buffer, KV cache
+  CHECK(held_sum(row.held) == row.at_best->need);
+  CHECK(held_sum(row.held) <= total);
 }

@@ -160,6 +160,10 @@ struct ServeEstimate {
   std::optional<std::uint64_t> host_kv_bytes;
 };
 
+/// vLLM's budget on a device: gpu_memory_utilization x the total, rounded down to a byte (what
+/// the KV cache is cut from: docs/serving.md).
+std::uint64_t vllm_budget(const VllmSettings& settings);
+
 /// vLLM's allocation on each tensor-parallel rank (docs/serving.md). Throws Error for settings
 /// that leave no memory for the KV cache or that the model cannot take.
 ServeEstimate estimate_vllm(const ServeModel& model, const VllmSettings& settings);
@@ -172,6 +176,8 @@ ServeEstimate estimate_llama_cpp(const ServeModel& model, const LlamaCppSettings
 struct ServeOutput {
   std::string text;
   int exit_code = 0;
+  std::string plot_path;  ///< --plot FILE.svg; empty when not asked
+  std::string plot;       ///< the SVG picture for it, which the caller writes
 };
 
 /// `memest serve ARGS...`: parses the serve flags, estimates and renders (table or JSON).

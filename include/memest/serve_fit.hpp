@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace memest {
@@ -30,6 +31,28 @@ struct ServeProbe {
 /// all (no memory left for the KV cache), which the search counts as not fitting.
 using ServeProbeFn = std::function<ServeProbe(std::uint64_t)>;
 
+/// A kind of memory a device holds, as the serve pictures (--plot) draw it, bottom to top.
+/// kv_cache_free: vLLM's KV cache beyond what --fit's value takes (vLLM allocates the whole
+/// budget's KV cache whatever the value).
+enum class ServeHeld { weights, activations, compute_buffer, non_torch, kv_cache, kv_cache_free };
+
+struct ServeHeldPart {
+  ServeHeld part = ServeHeld::weights;
+  std::uint64_t bytes = 0;
+};
+
+/// What one device holds per the estimate, the parts it has in ServeHeld's order: the weights,
+/// vLLM's profile-run peak and non-torch memory or llama.cpp's compute buffer, the KV cache.
+std::vector<ServeHeldPart> serve_held(const ServeEstimate& e);
+
+/// The same at a probe of --fit, its KV cache split into what the value takes (vLLM: the
+/// probe's need; llama.cpp: all of it, allocated for the value) and the rest.
+std::vector<ServeHeldPart> serve_held(const ServeProbe& p);
+
+/// llama.cpp's devices (--device ...), each with what it holds (no compute buffer without layers).
+std::vector<std::pair<std::string, std::vector<ServeHeldPart>>> serve_held_devices(
+    const ServeEstimate& e);
+
 /// One launch compared: its weight format and KV-cache type, the flags that make it, and the
 /// largest value of the searched flag that fits (absent when not even 1 does).
 struct ServeFitRow {
@@ -40,6 +63,8 @@ struct ServeFitRow {
   std::optional<ServeProbe> at_best;    ///< the estimate at `best`
   std::optional<ServeProbe> past_best;  ///< at best + 1 (or at 1 when nothing fits)
   std::string why_not;                  ///< when the estimate refused a value outright: its message
+  /// What a device holds at `best` (at 1, past_best, when nothing fits): --plot's bar.
+  std::vector<ServeHeldPart> held;
 };
 
 /// The largest value in [1, limit] whose probe fits. The estimate grows with the value (more
@@ -63,6 +88,11 @@ using LlamaCppEstimateFn = std::function<ServeEstimate(const LlamaCppSettings&)>
 ServeProbeFn llama_cpp_probe(const LlamaCppEstimateFn& estimate, LlamaCppSettings settings,
                              ServeFitTarget target, std::uint64_t per_request, std::uint64_t total);
 
+/// The flag `--fit` searches (--max-model-len, --max-num-seqs, --ctx-size, --parallel) and the
+/// one it keeps as given.
+std::string_view serve_fit_flag(ServeEngine engine, ServeFitTarget target);
+std::string_view serve_held_flag(ServeEngine engine, ServeFitTarget target);
+
 /// What `memest serve --fit` prints: the rows and what they share.
 struct ServeFit {
   ServeEngine engine = ServeEngine::vllm;
@@ -70,6 +100,9 @@ struct ServeFit {
   std::string model;
   std::string gpu;  ///< the device's name (or "N GiB total")
   std::uint64_t total_memory = 0;
+  /// What a device's parts must fit: vLLM's budget (gpu_memory_utilization x total),
+  /// llama.cpp's whole device.
+  std::uint64_t usable_memory = 0;
   std::uint64_t devices = 1;
   std::uint64_t limit = 0;
   bool limit_is_model = false;   ///< the limit is the model's max_position_embeddings

@@ -652,6 +652,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
     const std::vector<std::string> args(argv + 2, argv + argc);
     return guarded(err, [&] {
       const ServeOutput served = serve_command(args);
+      if (!served.plot_path.empty()) write_plot(served.plot_path, served.plot);
       out << served.text;
       return served.exit_code == 0 ? kExitOk : kExitCheckFailed;
     });

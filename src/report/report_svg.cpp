@@ -2,6 +2,8 @@
 // a sweep's need against the micro-batch or the sequence length. Plain SVG text: the numbers
 // are the estimate's; the only arithmetic here is the geometry. Each drawn series carries its
 // bytes as a data- attribute, so a test can check the picture against the numbers.
+#include "report/svg_parts.hpp"
+
 #include <memest/error.hpp>
 #include <memest/peak.hpp>
 #include <memest/report.hpp>
@@ -18,112 +20,50 @@
 namespace memest {
 namespace {
 
-constexpr double kWidth = 960, kHeight = 520;
-constexpr double kLeft = 80, kRight = 270, kTop = 64, kBottom = 90;  // margins of the plot area
-constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = kHeight - kTop - kBottom;
-
 // A part's colour as every output draws it (src/step/memory_kinds.cpp); one per sweep series.
 std::string part_colour(std::size_t part) {
-  return fmt::format("#{:06x}", part_kind(static_cast<Part>(part)).colour);
+  return svg::colour(part_kind(static_cast<Part>(part)).colour);
 }
 constexpr std::array<std::string_view, 10> kSeriesColors = {
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
     "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
 
-std::string esc(std::string_view text) {
+std::string header(std::string_view title, std::string_view subtitle, const svg::Axis& axis) {
+  return svg::page(svg::kHeight,
+                   fmt::format("data-y-top=\"{}\" data-y-bottom=\"{}\" data-axis-bytes=\"{:.0f}\"",
+                               svg::kTop, svg::kTop + svg::kPlotH, axis.max_bytes),
+                   title, subtitle);
+}
+
+std::string y_ticks(const svg::Axis& axis, Unit unit) {
   std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-// The y axis: from 0 to a round number of the report's unit at or above `top` bytes.
-struct Axis {
-  double max_bytes = 1;  // the top of the axis
-  double step = 1;       // between ticks, in bytes
-  double y(u64 bytes) const {
-    return kTop + kPlotH - static_cast<double>(bytes) / max_bytes * kPlotH;
-  }
-};
-
-Axis axis_for(u64 top, Unit unit) {
-  const double per = static_cast<double>(unit_bytes(unit));
-  const double span = std::max(static_cast<double>(top) / per, 1e-9) / 5;
-  const double mag = std::pow(10.0, std::floor(std::log10(span)));
-  double step = 10 * mag;
-  for (const double f : {1.0, 2.0, 2.5, 5.0}) {
-    if (f * mag >= span) {
-      step = f * mag;
-      break;
-    }
-  }
-  const double ticks = std::max(1.0, std::ceil(static_cast<double>(top) / per / step));
-  return {ticks * step * per, step * per};
-}
-
-std::string header(std::string_view title, std::string_view subtitle, const Axis& axis) {
-  return fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
-      "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\" "
-      "data-y-top=\"{2}\" data-y-bottom=\"{3}\" data-axis-bytes=\"{4:.0f}\">\n"
-      "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
-      "<text x=\"{5}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{6}</text>\n"
-      "<text x=\"{5}\" y=\"44\" fill=\"#555\">{7}</text>\n",
-      kWidth, kHeight, kTop, kTop + kPlotH, axis.max_bytes, kLeft, esc(title), esc(subtitle));
-}
-
-std::string y_ticks(const Axis& axis, Unit unit) {
-  std::string out;
-  // The ticks by repeated addition, as they were first drawn (a product i * step can round to
-  // another last digit).
-  double b = 0;
-  while (b <= axis.max_bytes * (1 + 1e-9)) {
-    const auto bytes = static_cast<u64>(std::llround(b));
-    b += axis.step;
+  svg::for_each_tick(axis, [&](u64 bytes) {
     const double y = axis.y(bytes);
     out += fmt::format(
         "<line x1=\"{0}\" y1=\"{1:.2f}\" x2=\"{2}\" y2=\"{1:.2f}\" stroke=\"#ddd\"/>"
         "<text x=\"{3}\" y=\"{4:.2f}\" text-anchor=\"end\">{5}</text>\n",
-        kLeft, y, kLeft + kPlotW, kLeft - 6, y + 4, esc(format_bytes(bytes, unit)));
-  }
+        svg::kLeft, y, svg::kLeft + svg::kPlotW, svg::kLeft - 6, y + 4,
+        svg::esc(format_bytes(bytes, unit)));
+  });
   return out;
 }
 
-// A text box's height with a margin: a 12 px font's box is about 1.2 em (ascent and descent).
-constexpr double kTextBox = 16;
-
 // Where a level's label sits, its baseline: above its line, 5 px up.
-double level_label_y(u64 bytes, const Axis& axis) { return axis.y(bytes) - 5; }
+double level_label_y(u64 bytes, const svg::Axis& axis) { return axis.y(bytes) - 5; }
 
 // A horizontal line across the plot at `bytes`, labelled at its right end (baseline `label_y`).
-std::string level(std::string_view cls, u64 bytes, const Axis& axis, std::string_view label,
+std::string level(std::string_view cls, u64 bytes, const svg::Axis& axis, std::string_view label,
                   std::string_view dash, double label_y) {
   const double y = axis.y(bytes);
   return fmt::format(
       "<line class=\"{0}\" data-bytes=\"{1}\" x1=\"{2}\" y1=\"{3:.2f}\" x2=\"{4}\" "
       "y2=\"{3:.2f}\" stroke=\"#c00\" stroke-width=\"1.5\" stroke-dasharray=\"{5}\"/>"
       "<text x=\"{4}\" y=\"{6:.2f}\" text-anchor=\"end\" fill=\"#c00\">{7}</text>\n",
-      cls, bytes, kLeft, y, kLeft + kPlotW, dash, label_y, esc(label));
+      cls, bytes, svg::kLeft, y, svg::kLeft + svg::kPlotW, dash, label_y, svg::esc(label));
 }
 
 // The budget's usable bytes as a dashed level, when the run has a budget.
-std::string budget_level(const RunSpec& run, const Axis& axis, Unit unit) {
+std::string budget_level(const RunSpec& run, const svg::Axis& axis, Unit unit) {
   if (!run.budget) return "";
   const u64 usable = run.budget->usable();
   return level(
@@ -132,17 +72,8 @@ std::string budget_level(const RunSpec& run, const Axis& axis, Unit unit) {
       "6 4", level_label_y(usable, axis));
 }
 
-std::string legend_row(std::size_t row, std::string_view color, std::string_view label) {
-  const double y = kTop + 10 + 20 * static_cast<double>(row);
-  const double x = kLeft + kPlotW + 16;
-  return fmt::format(
-      "<rect x=\"{0}\" y=\"{1:.2f}\" width=\"12\" height=\"12\" fill=\"{2}\"/>"
-      "<text x=\"{3}\" y=\"{4:.2f}\">{5}</text>\n",
-      x, y - 10, color, x + 18, y, esc(label));
-}
-
 double step_x(std::size_t i, std::size_t n) {
-  return kLeft + (static_cast<double>(i) + 0.5) * kPlotW / static_cast<double>(n);
+  return svg::kLeft + (static_cast<double>(i) + 0.5) * svg::kPlotW / static_cast<double>(n);
 }
 
 // Phase labels run at -30 degrees: two of them clear each other's text boxes when their anchors
@@ -154,25 +85,26 @@ constexpr double kPhaseLabelGap = 30;
 // close to the one before moves right, with a leader line to its band.
 std::string phase_bands(const std::vector<Moment>& tl) {
   std::string out;
-  const double slot = kPlotW / static_cast<double>(tl.size());
+  const double slot = svg::kPlotW / static_cast<double>(tl.size());
   double last_label = -kPhaseLabelGap;
   for (std::size_t i = 0, band = 0; i < tl.size(); ++band) {
     std::size_t j = i;
     while (j < tl.size() && phase_of(tl[j].id.kind) == phase_of(tl[i].id.kind)) ++j;
-    const double x0 = kLeft + static_cast<double>(i) * slot;
-    const double x1 = kLeft + static_cast<double>(j) * slot;
-    const double mid = (x0 + x1) / 2, base = kTop + kPlotH + 16;
+    const double x0 = svg::kLeft + static_cast<double>(i) * slot;
+    const double x1 = svg::kLeft + static_cast<double>(j) * slot;
+    const double mid = (x0 + x1) / 2, base = svg::kTop + svg::kPlotH + 16;
     const double x = std::max(mid, last_label + kPhaseLabelGap);
     last_label = x;
     out += fmt::format(
         "<rect class=\"phase\" x=\"{0:.2f}\" y=\"{1}\" width=\"{2:.2f}\" height=\"{3}\" "
         "fill=\"{4}\"/><text class=\"phase-label\" x=\"{5:.2f}\" y=\"{6}\" "
         "text-anchor=\"end\" transform=\"rotate(-30 {5:.2f} {6})\">{7}</text>\n",
-        x0, kTop, x1 - x0, kPlotH, band % 2 ? "#f4f4f4" : "#fafafa", x, base, esc(tl[i].phase));
+        x0, svg::kTop, x1 - x0, svg::kPlotH, band % 2 ? "#f4f4f4" : "#fafafa", x, base,
+        svg::esc(tl[i].phase));
     if (x != mid) {
       out +=
           fmt::format("<line x1=\"{:.2f}\" y1=\"{}\" x2=\"{:.2f}\" y2=\"{}\" stroke=\"#999\"/>\n",
-                      mid, kTop + kPlotH, x, base - 10);
+                      mid, svg::kTop + svg::kPlotH, x, base - 10);
     }
     i = j;
   }
@@ -180,7 +112,7 @@ std::string phase_bands(const std::vector<Moment>& tl) {
 }
 
 // The parts stacked, one polygon each (bottom to top in part order), and the total on top.
-std::string stacks(const std::vector<Moment>& tl, const Axis& axis) {
+std::string stacks(const std::vector<Moment>& tl, const svg::Axis& axis) {
   std::string out;
   const std::size_t n = tl.size();
   std::vector<u64> below(n, 0);
@@ -219,7 +151,7 @@ std::string moment_label(const Moment& m) {
 double clear_of(std::initializer_list<double> candidates, const std::vector<double>& taken) {
   for (const double y : candidates) {
     if (std::all_of(taken.begin(), taken.end(),
-                    [&](double t) { return std::abs(t - y) >= kTextBox; }))
+                    [&](double t) { return std::abs(t - y) >= svg::kTextBox; }))
       return y;
   }
   return *candidates.begin();
@@ -227,18 +159,19 @@ double clear_of(std::initializer_list<double> candidates, const std::vector<doub
 
 // The peak's dot and its label: above the dot, or below it where a level's label (`taken`, their
 // baselines) would be within a text box's height.
-std::string peak_marker(const std::vector<Moment>& tl, std::size_t k, const Axis& axis, Unit unit,
-                        const std::vector<double>& taken) {
+std::string peak_marker(const std::vector<Moment>& tl, std::size_t k, const svg::Axis& axis,
+                        Unit unit, const std::vector<double>& taken) {
   const double x = step_x(k, tl.size()), y = axis.y(tl[k].bytes);
-  const bool right = x < kLeft + kPlotW / 2;
-  const double label_y = clear_of({y - 8, y + 20, y - 8 - kTextBox, y + 20 + kTextBox}, taken);
+  const bool right = x < svg::kLeft + svg::kPlotW / 2;
+  const double label_y =
+      clear_of({y - 8, y + 20, y - 8 - svg::kTextBox, y + 20 + svg::kTextBox}, taken);
   return fmt::format(
       "<circle class=\"peak\" data-bytes=\"{0}\" data-index=\"{1}\" cx=\"{2:.2f}\" "
       "cy=\"{3:.2f}\" r=\"5\" fill=\"#c00\" stroke=\"white\"/>"
       "<text x=\"{4:.2f}\" y=\"{5:.2f}\" text-anchor=\"{6}\" font-weight=\"bold\">"
       "peak {7} at {8}</text>\n",
       tl[k].bytes, k, x, y, right ? x + 8 : x - 8, label_y, right ? "start" : "end",
-      esc(format_bytes(tl[k].bytes, unit)), esc(moment_label(tl[k])));
+      svg::esc(format_bytes(tl[k].bytes, unit)), svg::esc(moment_label(tl[k])));
 }
 
 std::string run_subtitle(const RunSpec& run, const Estimate& est) {
@@ -253,12 +186,14 @@ std::string run_subtitle(const RunSpec& run, const Estimate& est) {
 
 // One stage's line over the steps of its schedule, a step a slot of the widest schedule.
 std::string stage_line(const StageSummary& st, std::size_t slots, std::string_view color,
-                       const Axis& axis) {
+                       const svg::Axis& axis) {
   std::string points, bytes;
   const auto& v = st.schedule_bytes;
   for (std::size_t i = 0; i < v.size(); ++i) {
-    const double x0 = kLeft + static_cast<double>(i) * kPlotW / static_cast<double>(slots);
-    const double x1 = kLeft + static_cast<double>(i + 1) * kPlotW / static_cast<double>(slots);
+    const double x0 =
+        svg::kLeft + static_cast<double>(i) * svg::kPlotW / static_cast<double>(slots);
+    const double x1 =
+        svg::kLeft + static_cast<double>(i + 1) * svg::kPlotW / static_cast<double>(slots);
     points += fmt::format("{}{:.2f},{:.2f} {:.2f},{:.2f}", i ? " " : "", x0, axis.y(v[i]), x1,
                           axis.y(v[i]));
     bytes += fmt::format("{}{}", i ? " " : "", v[i]);
@@ -275,10 +210,10 @@ std::string schedule_ticks(std::size_t slots) {
   for (std::size_t i = 0; i < slots; i += every) {
     const double x = step_x(i, slots);
     out += fmt::format("<text x=\"{:.2f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x,
-                       kTop + kPlotH + 18, i + 1);
+                       svg::kTop + svg::kPlotH + 18, i + 1);
   }
   return out + fmt::format("<text x=\"{:.2f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                           kLeft + kPlotW / 2, kTop + kPlotH + 44,
+                           svg::kLeft + svg::kPlotW / 2, svg::kTop + svg::kPlotH + 44,
                            "step of the stage's schedule (a forward or a backward of one "
                            "micro-batch and chunk)");
 }
@@ -292,7 +227,7 @@ std::string render_schedule_svg(const RunSpec& run, const Estimate& est,
     slots = std::max(slots, st.schedule_bytes.size());
     for (const u64 b : st.schedule_bytes) top = std::max(top, b);
   }
-  const Axis axis = axis_for(top, options.unit);
+  const svg::Axis axis = svg::axis_for(top, options.unit);
   const auto& s0 = est.stages.front();
   std::string svg = header(
       fmt::format("{}: live memory per pipeline stage over the step", run.model.name),
@@ -308,7 +243,7 @@ std::string render_schedule_svg(const RunSpec& run, const Estimate& est,
     svg += stage_line(st, slots, color, axis);
     const u64 most = *std::max_element(st.schedule_bytes.begin(), st.schedule_bytes.end());
     if (i < 20)
-      svg += legend_row(
+      svg += svg::legend_row(
           i, color,
           fmt::format("stage {}: at most {}", st.stage, format_bytes(most, options.unit)));
   }
@@ -329,7 +264,7 @@ std::string render_step_svg(const RunSpec& run, const Estimate& est, const Repor
   const auto& tl = pk.timeline;
   const Moment& top = tl[pk.timeline_peak];
   const u64 usable = run.budget ? run.budget->usable() : 0;
-  const Axis axis = axis_for(std::max({top.bytes, usable, pk.needed}), options.unit);
+  const svg::Axis axis = svg::axis_for(std::max({top.bytes, usable, pk.needed}), options.unit);
   std::string svg = header(fmt::format("{}: live memory over one training step", run.model.name),
                            run_subtitle(run, est), axis);
   svg += phase_bands(tl) + y_ticks(axis, options.unit) + stacks(tl, axis);
@@ -351,12 +286,12 @@ std::string render_step_svg(const RunSpec& run, const Estimate& est, const Repor
   for (std::size_t p = kPartCount; p-- > 0;) {  // the legend in stacking order, top first
     if (std::none_of(tl.begin(), tl.end(), [&](const Moment& m) { return m.parts[p] > 0; }))
       continue;
-    svg += legend_row(row++, part_colour(p),
-                      fmt::format("{} {}", part_label(static_cast<Part>(p)),
-                                  format_bytes(top.parts[p], options.unit)));
+    svg += svg::legend_row(row++, part_colour(p),
+                           fmt::format("{} {}", part_label(static_cast<Part>(p)),
+                                       format_bytes(top.parts[p], options.unit)));
   }
   svg += fmt::format("<text x=\"{}\" y=\"{:.2f}\" fill=\"#555\">(bytes at the peak)</text>\n",
-                     kLeft + kPlotW + 16, kTop + 10 + 20 * static_cast<double>(row));
+                     svg::kLeft + svg::kPlotW + 16, svg::kTop + 10 + 20 * static_cast<double>(row));
   return svg + "</svg>\n";
 }
 
@@ -422,7 +357,7 @@ struct XAxis {
   bool log = false;
   double x(u64 v) const {
     const double t = log ? std::log2(static_cast<double>(v)) : static_cast<double>(v);
-    return kLeft + 20 + (hi > lo ? (t - lo) / (hi - lo) : 0.5) * (kPlotW - 40);
+    return svg::kLeft + 20 + (hi > lo ? (t - lo) / (hi - lo) : 0.5) * (svg::kPlotW - 40);
   }
 };
 
@@ -434,13 +369,14 @@ std::string x_ticks(const std::vector<u64>& values, const XAxis& xa, std::string
     out += fmt::format(
         "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#eee\"/>"
         "<text x=\"{0:.2f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-        x, kTop, kTop + kPlotH, kTop + kPlotH + 18, values[i]);
+        x, svg::kTop, svg::kTop + svg::kPlotH, svg::kTop + svg::kPlotH + 18, values[i]);
   }
   return out + fmt::format("<text x=\"{:.2f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                           kLeft + kPlotW / 2, kTop + kPlotH + 44, name);
+                           svg::kLeft + svg::kPlotW / 2, svg::kTop + svg::kPlotH + 44, name);
 }
 
-std::string series_svg(const Series& s, std::string_view color, const XAxis& xa, const Axis& axis) {
+std::string series_svg(const Series& s, std::string_view color, const XAxis& xa,
+                       const svg::Axis& axis) {
   std::string points, xs, bytes, dots;
   for (std::size_t i = 0; i < s.points.size(); ++i) {
     const auto [v, need] = s.points[i];
@@ -453,7 +389,7 @@ std::string series_svg(const Series& s, std::string_view color, const XAxis& xa,
   return fmt::format(
       "<polyline class=\"series\" data-label=\"{}\" data-x=\"{}\" data-bytes=\"{}\" "
       "points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>{}\n",
-      esc(s.label), xs, bytes, points, color, dots);
+      svg::esc(s.label), xs, bytes, points, color, dots);
 }
 
 }  // namespace
@@ -477,7 +413,7 @@ std::string render_sweep_svg(const RunSpec& run, const std::vector<SweepRow>& ro
       xa.log ? std::log2(static_cast<double>(values.front())) : static_cast<double>(values.front());
   xa.hi =
       xa.log ? std::log2(static_cast<double>(values.back())) : static_cast<double>(values.back());
-  const Axis axis = axis_for(top, options.unit);
+  const svg::Axis axis = svg::axis_for(top, options.unit);
   std::string svg = header(
       fmt::format("{}: memory needed per device", run.model.name),
       fmt::format("against the {}, one line per {}", a.by_batch ? "micro-batch" : "sequence length",
@@ -488,7 +424,7 @@ std::string render_sweep_svg(const RunSpec& run, const std::vector<SweepRow>& ro
   for (std::size_t i = 0; i < series.size(); ++i) {
     const auto color = kSeriesColors[i % kSeriesColors.size()];
     svg += series_svg(series[i], color, xa, axis);
-    if (i < 20) svg += legend_row(i, color, series[i].label);
+    if (i < 20) svg += svg::legend_row(i, color, series[i].label);
   }
   return svg + budget_level(run, axis, options.unit) + "</svg>\n";
 }

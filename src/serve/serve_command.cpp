@@ -321,6 +321,7 @@ struct ServeInputs {
   std::optional<GgufHeader> header;
   std::string gguf;
   ServeModel model;
+  std::string plot;  // --plot FILE.svg
 };
 
 ServeInputs read_inputs(ServeValues g) {
@@ -341,6 +342,7 @@ ServeInputs read_inputs(ServeValues g) {
   const bool gguf_model = in.header && !g.contains("--model") && !g.contains("--config");
   in.model = gguf_model ? gguf_serve_model(*in.header, in.gguf)
                         : load_serve_model(text("--model"), text("--config"));
+  in.plot = text("--plot");
   in.given = std::move(g);
   return in;
 }
@@ -357,25 +359,39 @@ LlamaCppEstimateFn llama_cpp_estimator(const ServeInputs& in) {
   };
 }
 
+// A plain run's picture: llama.cpp's devices when it shows them, else the one device's parts.
+std::string estimate_svg(const ServeEstimate& e, const std::string& gpu, u64 total, Unit unit) {
+  ServeHeldBars bars;
+  if (e.devices_shown) {
+    bars = serve_held_devices(e);
+  } else {
+    bars.emplace_back(
+        e.devices == 1 ? std::string("the device") : fmt::format("each of {} devices", e.devices),
+        serve_held(e));
+  }
+  return render_serve_svg(e, bars, gpu, total, unit);
+}
+
 ServeOutput estimate_output(const ServeInputs& in) {
+  // llama.cpp reads the device only for the picture (a plain run's table has no budget).
   std::string gpu_label;
+  const bool vllm = in.engine == ServeEngine::vllm;
+  const u64 total = vllm || !in.plot.empty() ? total_memory(in.given, &gpu_label) : 0;
   ServeEstimate e;
-  if (in.engine == ServeEngine::vllm) {
-    const VllmSettings s = vllm_settings(in.given, total_memory(in.given, &gpu_label));
-    e = estimate_vllm(in.model, s);
+  if (vllm) {
+    e = estimate_vllm(in.model, vllm_settings(in.given, total));
   } else {
     e = llama_cpp_estimator(in)(llama_cpp_settings(in.given));
   }
-  return {in.format == "json" ? render_serve_json(e, serve_config_of(in.given))
-                              : as_format(in.format, render_serve_table(e, gpu_label, in.unit)),
-          e.fits ? 0 : 1};
-}
-
-// The flag `--fit` searches on each engine, and the one it keeps as given.
-std::string_view searched_flag(ServeEngine e, ServeFitTarget t) {
-  if (e == ServeEngine::vllm)
-    return t == ServeFitTarget::context ? "--max-model-len" : "--max-num-seqs";
-  return t == ServeFitTarget::context ? "--ctx-size" : "--parallel";
+  ServeOutput out{in.format == "json"
+                      ? render_serve_json(e, serve_config_of(in.given))
+                      : as_format(in.format, render_serve_table(e, gpu_label, in.unit)),
+                  e.fits ? 0 : 1};
+  if (!in.plot.empty()) {
+    out.plot_path = in.plot;
+    out.plot = estimate_svg(e, gpu_label, total, in.unit);
+  }
+  return out;
 }
 
 // A value the search sets is not given as well; --max bounds the search instead.
@@ -383,7 +399,7 @@ ServeFitTarget fit_target(const ServeInputs& in) {
   const std::string what = choice(in.given, "--fit");
   const ServeFitTarget t =
       what == "context" ? ServeFitTarget::context : ServeFitTarget::concurrency;
-  const std::string flag(searched_flag(in.engine, t));
+  const std::string flag(serve_fit_flag(in.engine, t));
   if (in.given.contains(flag)) {
     throw Error(
         fmt::format("{}: --fit {} searches it (give --max N to bound the search)", flag, what));
@@ -409,6 +425,7 @@ void vllm_fit_rows(const ServeInputs& in, ServeFit& fit) {
   const auto& g = in.given;
   const VllmSettings base = vllm_settings(g, fit.total_memory);
   fit.devices = base.tensor_parallel_size;
+  fit.usable_memory = vllm_budget(base);
   if (fit.target == ServeFitTarget::context) {
     context_limit(in, fit);
     fit.held_fixed = base.max_num_seqs;
@@ -470,6 +487,7 @@ void llama_cpp_fit_rows(const ServeInputs& in, ServeFit& fit) {
   const auto& g = in.given;
   const LlamaCppSettings base = llama_cpp_settings(g);
   fit.devices = std::max<std::size_t>(1, base.device_names.size());
+  fit.usable_memory = fit.total_memory;
   llama_cpp_limits(in, base, fit);
   std::vector<std::string> weights;
   if (in.header) {
@@ -523,9 +541,14 @@ ServeOutput fit_output(const ServeInputs& in) {
   }
   const bool any = std::any_of(fit.rows.begin(), fit.rows.end(),
                                [](const ServeFitRow& r) { return r.best.has_value(); });
-  return {in.format == "json" ? render_serve_fit_json(fit)
-                              : as_format(in.format, render_serve_fit_table(fit, in.unit)),
-          any ? 0 : 1};
+  ServeOutput out{in.format == "json" ? render_serve_fit_json(fit)
+                                      : as_format(in.format, render_serve_fit_table(fit, in.unit)),
+                  any ? 0 : 1};
+  if (!in.plot.empty()) {
+    out.plot_path = in.plot;
+    out.plot = render_serve_fit_svg(fit, in.unit);
+  }
+  return out;
 }
 
 }  // namespace

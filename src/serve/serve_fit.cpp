@@ -59,6 +59,7 @@ ServeFitRow fit_serve_row(const ServeProbeFn& probe, u64 limit) {
   if (!probe_fits(at) || limit == 0) {
     row.past_best = at;
     row.why_not = why;
+    if (at) row.held = serve_held(*at);
     return row;
   }
   u64 best = bisect_largest(probe, limit, why);
@@ -68,11 +69,61 @@ ServeFitRow fit_serve_row(const ServeProbeFn& probe, u64 limit) {
   while (best > 1 && !probe_fits(at)) at = probe_at(probe, --best, why);
   row.best = best;
   row.at_best = at;
+  row.held = serve_held(*at);
   if (best < limit) {
     row.past_best = probe_at(probe, best + 1, why);
     if (!row.past_best) row.why_not = why;
   }
   return row;
+}
+
+std::string_view serve_fit_flag(ServeEngine e, ServeFitTarget t) {
+  if (e == ServeEngine::vllm)
+    return t == ServeFitTarget::context ? "--max-model-len" : "--max-num-seqs";
+  return t == ServeFitTarget::context ? "--ctx-size" : "--parallel";
+}
+
+std::string_view serve_held_flag(ServeEngine e, ServeFitTarget t) {
+  if (e == ServeEngine::vllm)
+    return t == ServeFitTarget::context ? "--max-num-seqs" : "--max-model-len";
+  return t == ServeFitTarget::context ? "--parallel" : "--ctx-size";
+}
+
+std::vector<ServeHeldPart> serve_held(const ServeEstimate& e) {
+  std::vector<ServeHeldPart> out;
+  const auto add = [&](ServeHeld part, const std::optional<u64>& bytes) {
+    if (bytes) out.push_back({part, *bytes});
+  };
+  add(ServeHeld::weights, e.weights_bytes);
+  add(ServeHeld::activations, e.activation_peak_bytes);
+  add(ServeHeld::compute_buffer, e.compute_buffer_bytes);
+  add(ServeHeld::non_torch, e.non_torch_bytes);
+  add(ServeHeld::kv_cache, e.kv_bytes);
+  return out;
+}
+
+std::vector<ServeHeldPart> serve_held(const ServeProbe& p) {
+  std::vector<ServeHeldPart> out = serve_held(p.estimate);
+  if (p.estimate.engine != ServeEngine::vllm) return out;
+  // vLLM: the KV cache the value takes is the probe's need (one request of max_model_len, or
+  // max_num_seqs requests of it); the rest of the allocated blocks is free at the value.
+  const u64 kv = p.estimate.kv_bytes;
+  out.back().bytes = p.need;
+  if (kv > p.need) out.push_back({ServeHeld::kv_cache_free, kv - p.need});
+  return out;
+}
+
+std::vector<std::pair<std::string, std::vector<ServeHeldPart>>> serve_held_devices(
+    const ServeEstimate& e) {
+  std::vector<std::pair<std::string, std::vector<ServeHeldPart>>> out;
+  for (const ServeDevice& d : e.per_device) {
+    std::vector<ServeHeldPart> parts;
+    if (e.weights_bytes) parts.push_back({ServeHeld::weights, d.weights_bytes});
+    parts.push_back({ServeHeld::compute_buffer, d.compute_buffer_bytes});
+    parts.push_back({ServeHeld::kv_cache, d.kv_bytes});
+    out.emplace_back(d.name, std::move(parts));
+  }
+  return out;
 }
 
 ServeProbeFn vllm_probe(const ServeModel& model, VllmSettings s, ServeFitTarget target) {

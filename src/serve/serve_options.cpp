@@ -96,6 +96,11 @@ std::vector<ServeRow> serve_common_rows() {
                   .kind(ValueKind::choice, unit_names)
                   .fallback("GiB")
                   .flag_only());
+  r.push_back(ServeRow("--plot", ServeFor::both, "FILE",
+                       "Also draw an SVG picture to FILE: what a device holds (with --fit, at "
+                       "each row's largest value)")
+                  .kind(ValueKind::path)
+                  .flag_only());
   return r;
 }
 

@@ -131,12 +131,7 @@ std::string render_serve_json(const ServeEstimate& e, const std::string& inputs)
 namespace memest {
 namespace {
 
-std::string_view fit_flag(const ServeFit& f) {
-  if (f.engine == ServeEngine::vllm) {
-    return f.target == ServeFitTarget::context ? "--max-model-len" : "--max-num-seqs";
-  }
-  return f.target == ServeFitTarget::context ? "--ctx-size" : "--parallel";
-}
+std::string_view fit_flag(const ServeFit& f) { return serve_fit_flag(f.engine, f.target); }
 
 // What the search keeps and how each engine decides that a value fits.
 std::string fit_header(const ServeFit& f, Unit unit) {
@@ -181,12 +176,7 @@ std::string fit_margin(std::uint64_t bytes, Unit unit) {
 }
 
 // The flag the search keeps as given (or as its default).
-std::string_view held_flag(const ServeFit& f) {
-  if (f.engine == ServeEngine::vllm) {
-    return f.target == ServeFitTarget::context ? "--max-num-seqs" : "--max-model-len";
-  }
-  return f.target == ServeFitTarget::context ? "--parallel" : "--ctx-size";
-}
+std::string_view held_flag(const ServeFit& f) { return serve_held_flag(f.engine, f.target); }
 
 // A flag as a JSON key: "--max-model-len" -> "max_model_len".
 std::string flag_key(std::string_view flag) {

@@ -7,6 +7,8 @@
 #include <memest/units.hpp>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace memest {
 
@@ -25,5 +27,17 @@ std::string render_serve_fit_table(const ServeFit& fit, Unit unit);
 
 /// `--fit`'s JSON: the same rows under stable keys (bytes per device, null where absent).
 std::string render_serve_fit_json(const ServeFit& fit);
+
+/// What each bar of a serve picture holds: its name and parts (a plain run's devices).
+using ServeHeldBars = std::vector<std::pair<std::string, std::vector<ServeHeldPart>>>;
+
+/// `--fit --plot`'s SVG picture (src/serve/serve_svg.cpp): one horizontal stacked bar per row,
+/// what a device holds at its largest value (ServeFitRow::held), against the usable memory.
+std::string render_serve_fit_svg(const ServeFit& fit, Unit unit);
+
+/// A plain run's picture: one bar per device in `bars` (serve_held), against vLLM's budget or
+/// llama.cpp's whole device of `total` bytes (`gpu` names it).
+std::string render_serve_svg(const ServeEstimate& e, const ServeHeldBars& bars,
+                             const std::string& gpu, std::uint64_t total, Unit unit);
 
 }  // namespace memest

@@ -446,6 +446,11 @@ std::span<const std::string_view> vllm_kv_cache_dtypes() { return kVllmKvCacheDt
 std::span<const std::string_view> vllm_quantization_methods() { return kVllmQuantizationMethods; }
 std::span<const std::string_view> vllm_dtype_names() { return kVllmDtypeNames; }
 
+u64 vllm_budget(const VllmSettings& s) {
+  return static_cast<u64>(
+      std::floor(static_cast<double>(s.total_memory) * s.gpu_memory_utilization));
+}
+
 ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   const Architecture& a = *m.spec.arch;
   const u64 tp = s.tensor_parallel_size;
@@ -484,8 +489,7 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   e.non_torch_bytes = s.non_torch_memory.value_or(tp == 1 ? kGiB / 4 : 2 * kGiB);
   e.non_torch_basis = s.non_torch_memory ? "as given" : "measured default (not modelled)";
   set_cuda_graphs(e, s, batched);
-  e.budget_bytes =
-      static_cast<u64>(std::floor(static_cast<double>(s.total_memory) * s.gpu_memory_utilization));
+  e.budget_bytes = vllm_budget(s);
   const u64 used = w.bytes + p.bytes + *e.non_torch_bytes;
   if (!s.kv_cache_memory && used >= *e.budget_bytes) {
     throw Error(fmt::format(

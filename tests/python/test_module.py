@@ -270,6 +270,12 @@ def test_plot_keyword_writes_the_cli_picture(tmp_path):
     assert (tmp_path / "m.svg").read_text() == (tmp_path / "c.svg").read_text()
     list(memest.sweep(model="gpt2", seq=512, batches=[1, 2, 4], plot=str(tmp_path / "s.svg")))
     assert (tmp_path / "s.svg").read_text().startswith("<svg")
+    # serve's plot keyword is its --plot row: the CLI's picture of --fit's rows.
+    memest.serve(model="llama-3.1-8b", fit="context", gpu="l4", plot=tmp_path / "f.svg")
+    cli(["serve", "--model", "llama-3.1-8b", "--fit", "context", "--gpu", "l4", "--plot",
+         str(tmp_path / "g.svg")])
+    assert (tmp_path / "f.svg").read_text() == (tmp_path / "g.svg").read_text()
+    assert 'class="bar"' in (tmp_path / "f.svg").read_text()
 
 
 def test_from_file_takes_a_path_and_its_overrides_as_a_list():

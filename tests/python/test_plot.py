@@ -201,7 +201,8 @@ def test_readme_pictures_are_the_current_build_s(tmp_path):
     import shlex
     root = Path(__file__).resolve().parents[2]
     commands = []
-    for page, count in (("README.md", 2), ("docs/parallelism.md", 1)):
+    for page, count in (("README.md", 2), ("docs/parallelism.md", 1),
+                        ("docs/serving.md", 2)):
         found = re.findall(r"```sh\nmemest (.* --plot (docs/\S+\.svg))\n```",
                            (root / page).read_text())
         assert len(found) == count, page
@@ -212,3 +213,127 @@ def test_readme_pictures_are_the_current_build_s(tmp_path):
         r, path = run(args, tmp_path)
         assert r.returncode == 0, r.stderr
         assert path.read_text() == (root / picture).read_text(), f"regenerate {picture}: {line}"
+
+
+# ---- memest serve --plot: what a device holds, one horizontal bar per row of --fit ----
+
+class Bars:
+    """A serve picture: its bars (g.bar) with their parts, and the usable-memory line."""
+
+    def __init__(self, path):
+        self.root = ET.parse(path).getroot()
+        self.left = float(self.root.get("data-x-left"))
+        self.right = float(self.root.get("data-x-right"))
+        self.axis = int(self.root.get("data-axis-bytes"))
+        g = f"{{{NS['svg']}}}g"
+        self.bars = [e for e in self.root.iter(g) if e.get("class") == "bar"]
+        self.lines = [e for e in self.root.iter(f"{{{NS['svg']}}}line")
+                      if e.get("class") == "budget"]
+
+    def x(self, b):
+        return self.left + b / self.axis * (self.right - self.left)
+
+    def parts(self, bar):
+        """(part, bytes) of a bar, left to right, each rect checked against the axis."""
+        out, below = [], 0
+        for r in bar.iter(f"{{{NS['svg']}}}rect"):
+            b = int(r.get("data-bytes"))
+            assert abs(float(r.get("x")) - self.x(below)) < TOLERANCE
+            assert abs(float(r.get("width")) - (self.x(below + b) - self.x(below))) < 2 * TOLERANCE
+            out.append((r.get("data-part"), b))
+            below += b
+        return out
+
+
+SERVE_FITS = [
+    ["--model", "qwen3-8b", "--fit", "concurrency", "--max-model-len", "32768"],
+    ["--model", "llama-3.1-8b", "--fit", "context", "--gpu", "l4"],
+    ["--model", "qwen2.5-14b", "--fit", "concurrency", "--gpu", "l4"],  # rows with none
+    ["--model", "llama-3.1-8b", "--engine", "llama.cpp", "--fit", "context", "--gpu",
+     "rtx-4090"],
+    ["--model", "qwen3-8b", "--engine", "llama.cpp", "--fit", "concurrency", "--ctx-size",
+     "8192", "--gpu", "a10"],
+]
+
+
+def serve_json(args):
+    """A plain serve run's JSON; None where vLLM would not start at all."""
+    r = subprocess.run([BIN, "serve", *args, "--format", "json"], capture_output=True, text=True,
+                       check=False)
+    assert r.returncode in (0, 1, 2), r.stderr
+    return json.loads(r.stdout) if r.returncode != 2 else None
+
+
+@pytest.mark.parametrize("args", SERVE_FITS, ids=lambda a: " ".join(a[:6]))
+def test_serve_fit_picture_has_a_bar_per_row_of_what_the_row_holds(args, tmp_path):
+    r, path = run(["serve", *args, "--format", "json"], tmp_path)
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    pic = Bars(path)
+    vllm = doc["engine"] == "vllm"
+    # The line: vLLM's budget (gpu_memory_utilization 0.9 x total), llama.cpp's whole device.
+    usable = int(doc["total_memory_bytes"] * 0.9) if vllm else doc["total_memory_bytes"]
+    assert [int(l.get("data-bytes")) for l in pic.lines] == [usable]
+    assert abs(float(pic.lines[0].get("x1")) - pic.x(usable)) < TOLERANCE
+    assert len(pic.bars) == len(doc["rows"])
+    plain = serve_json(args[:args.index("--fit")] + args[args.index("--fit") + 2:])
+    for bar, row in zip(pic.bars, doc["rows"]):
+        assert bar.get("data-label").startswith(f"{row['weights']}, KV cache {row['kv_cache']}: ")
+        assert bar.get("data-best") == ("" if row["best"] is None else str(row["best"]))
+        at = row["at_best"] or row["past_best"]
+        parts = dict(pic.parts(bar))
+        if at is None:  # the estimate refused even 1: nothing to draw
+            assert not parts and row["why_not"]
+            continue
+        assert parts["weights"] == at["weights"]["bytes"]
+        if vllm:
+            assert parts["activations"] == at["activations"]["peak_bytes"]
+            if plain:  # the launch's own non-torch memory (the fit's JSON has no key for it)
+                assert parts["non_torch"] == plain["non_torch"]["bytes"]
+            # What the value takes of the KV cache, and the blocks left free at it.
+            assert parts["kv_cache"] == at["need_bytes"]
+            free = at["kv_cache"]["bytes"] - at["need_bytes"]
+            assert parts.get("kv_cache_free", 0) == max(free, 0)
+        else:
+            assert parts["compute_buffer"] == at["compute_buffer"]["bytes"]
+            assert parts["kv_cache"] == at["kv_cache"]["bytes"]
+            assert sum(parts.values()) == at["need_bytes"]
+        # A row that fits stays within the line; one that does not is drawn at 1, past it.
+        assert (sum(parts.values()) <= usable) == (row["best"] is not None)
+
+
+def test_serve_plain_picture_is_the_estimate_s_parts(tmp_path):
+    args = ["serve", "--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--max-model-len", "8192"]
+    r, path = run(args + ["--format", "json"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    pic = Bars(path)
+    assert len(pic.bars) == 1
+    assert pic.parts(pic.bars[0]) == [
+        ("weights", doc["weights"]["bytes"]),
+        ("activations", doc["activations"]["peak_bytes"]),
+        ("non_torch", doc["non_torch"]["bytes"]),
+        ("kv_cache", doc["kv_cache"]["bytes"])]
+
+
+def test_serve_plain_picture_has_a_bar_per_llama_cpp_device(tmp_path):
+    args = ["serve", "--engine", "llama.cpp", "--model", "llama-3.1-8b", "--quantization",
+            "Q4_K_M", "--ctx-size", "32768", "--device", "CUDA0,CUDA1", "--tensor-split", "3,1",
+            "--gpu", "rtx-4090"]
+    r, path = run(args + ["--format", "json"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    pic = Bars(path)
+    assert [b.get("data-label") for b in pic.bars] == [d["device"] for d in doc["per_device"]]
+    for bar, d in zip(pic.bars, doc["per_device"]):
+        assert pic.parts(bar) == [("weights", d["weights"]["bytes"]),
+                                  ("compute_buffer", d["compute_buffer"]["bytes"]),
+                                  ("kv_cache", d["kv_cache"]["bytes"])]
+
+
+def test_serve_plot_to_an_unwritable_path(tmp_path):
+    for fit in ([], ["--fit", "context"]):
+        r, _ = run(["serve", "--model", "llama-3.2-1b", *fit], tmp_path, "no/such/dir.svg")
+        assert r.returncode == 2 and r.stdout == ""
+        assert r.stderr == (f"memest: error: --plot: cannot write \"{tmp_path}/no/such/dir.svg\": "
+                            "No such file or directory\n")
