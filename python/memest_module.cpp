@@ -323,14 +323,13 @@ py::list serve_options() {
     py::dict d;
     d["keyword"] = memest::serve_config_key(f.flag);
     d["flag"] = f.flag;
-    d["engine"] = f.engine == memest::ServeFor::vllm        ? "vllm"
-                  : f.engine == memest::ServeFor::llama_cpp ? "llama.cpp"
-                                                            : "both";
+    d["engine"] = memest::serve_for_label(f.engine);
     d["config_key"] = f.config_key;
     d["type"] = f.kind == memest::ValueKind::flag ? std::string("bool") : f.type_name;
     d["kind"] = std::string(memest::value_kind_name(f.kind));
     d["choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::vllm));
     d["llama_cpp_choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::llama_cpp));
+    d["sglang_choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::sglang));
     d["default"] =
         f.fallback.value.empty() ? py::none() : py::object(py::str(std::string(f.fallback.value)));
     d["alias_of"] = f.alias_of.empty() ? py::none() : py::object(py::str(std::string(f.alias_of)));
@@ -352,9 +351,7 @@ std::string serve_doc() {
   for (const auto& f : memest::serve_option_table()) {
     if (!serve_keyword(f)) continue;
     const std::string type = f.kind == memest::ValueKind::flag ? "bool" : f.type_name;
-    const std::string_view who = f.engine == memest::ServeFor::vllm        ? "[vllm] "
-                                 : f.engine == memest::ServeFor::llama_cpp ? "[llama.cpp] "
-                                                                           : "";
+    const std::string who = memest::serve_help_prefix(f);
     doc += fmt::format("    {} ({}): {}{}\n", memest::serve_config_key(f.flag), type, who, f.help);
   }
   return doc + "\n  None leaves a keyword out; False leaves a flag off.\n";

@@ -96,6 +96,24 @@ ServeProbeFn vllm_probe(const ServeModel& model, VllmSettings s, ServeFitTarget 
   };
 }
 
+ServeProbeFn sglang_probe(const ServeModel& model, SglangSettings s, ServeFitTarget target) {
+  return [model, s, target](u64 value) mutable {
+    u64 requests = 1;
+    if (target == ServeFitTarget::context) {
+      s.context_length = value;
+    } else {
+      s.max_running_requests = value;
+      requests = value;
+    }
+    ServeProbe p;
+    p.estimate = estimate_sglang(model, s);
+    const ServeEstimate& e = p.estimate;
+    p.need = checked_mul(checked_mul(requests, e.context), e.kv_bytes_per_token);
+    p.available = checked_mul(e.kv_tokens, e.kv_bytes_per_token);
+    return p;
+  };
+}
+
 ServeProbeFn llama_cpp_probe(const LlamaCppEstimateFn& estimate, LlamaCppSettings s,
                              ServeFitTarget target, u64 per_request, u64 total) {
   return [estimate, s, target, per_request, total](u64 value) mutable {
