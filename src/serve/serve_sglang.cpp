@@ -197,6 +197,11 @@ ServeEstimate estimate_sglang(const ServeModel& m, const SglangSettings& s) {
   const u64 cell = checked_mul(per_layer, a.num_layers);
   const SglangMemoryDefaults d = sglang_memory_defaults(s);
   const double fraction = s.mem_fraction_static.value_or(d.mem_fraction_static);
+  if (!(fraction > 0)) {
+    throw Error(fmt::format(
+        "--mem-fraction-static: SGLang's default is {} on {} (it reserves {:.0f} MiB); give one",
+        fraction, format_bytes(s.total_memory, Unit::GiB), d.reserved_mib));
+  }
   e.budget_bytes = static_cast<u64>(std::floor(static_cast<double>(s.total_memory) * fraction));
   e.budget_basis = fmt::format("mem_fraction_static {} x total", fraction);
   const u64 profiled = sgl_profiled_tokens(s.total_memory, w.bytes, fraction, cell);
