@@ -235,3 +235,17 @@ TEST_CASE("SGLang: other engines' flags and names are one line, exit 2", "[serve
   CHECK(tiny.err.find("--mem-fraction-static: SGLang's default is -0.82 on 2.00 GiB (it reserves "
                       "3728 MiB); give one") != std::string::npos);
 }
+
+TEST_CASE("SGLang: a flag replaces every spelling of it in a run config", "[serve][sglang]") {
+  const memest::test::TempDir dir("serve-sglang-file");  // one per process
+  const auto path = (dir.path / "run.json").string();
+  std::ofstream(path) << R"({"model": "llama-3.1-8b", "engine": "sglang", "tp": 2,
+    "context_length": 8192})";
+  const Json from_file = memest::test::run_json({"serve", "--file", path});
+  CHECK(from_file["devices"] == 2);
+  for (const char* flag : {"--tp-size", "--tensor-parallel-size", "--tp"}) {
+    INFO(flag);
+    const Json j = memest::test::run_json({"serve", "--file", path, flag, "4"});
+    CHECK(j["devices"] == 4);
+  }
+}

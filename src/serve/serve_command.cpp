@@ -82,10 +82,12 @@ ServeValues with_file(ServeValues flags) {
     if (const auto it = out.find(flag); it != out.end()) out.erase(it);
   };
   for (const auto& [flag, value] : flags) {
+    // Every spelling of the flag (--tensor-parallel-size, --tp, --tp-size) gives way.
     const ServeOptionInfo& f = serve_row(flag);
-    if (!f.alias_of.empty()) drop(f.alias_of);
+    const std::string_view root = f.alias_of.empty() ? std::string_view(f.flag) : f.alias_of;
     for (const ServeOptionInfo& g : serve_option_table()) {
-      if (g.alias_of == flag) drop(g.flag);
+      const std::string_view own = g.alias_of.empty() ? std::string_view(g.flag) : g.alias_of;
+      if (own == root && g.flag != flag) drop(g.flag);
     }
     if (flag == "--model" || flag == "--config") {
       drop("--model");
