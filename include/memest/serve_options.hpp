@@ -32,9 +32,14 @@ constexpr ServeFor operator|(ServeFor a, ServeFor b) {
   return static_cast<ServeFor>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
 }
 
+/// The set of one engine.
+constexpr ServeFor serve_for(ServeEngine engine) {
+  return static_cast<ServeFor>(1U << static_cast<unsigned>(engine));
+}
+
 /// Whether the set holds `engine`.
 constexpr bool serve_for_has(ServeFor set, ServeEngine engine) {
-  return (static_cast<unsigned>(set) >> static_cast<unsigned>(engine) & 1U) != 0;
+  return (static_cast<unsigned>(set) & static_cast<unsigned>(serve_for(engine))) != 0;
 }
 
 /// One serve option. Rows are in --help order; a new flag is a new row.
@@ -73,13 +78,16 @@ bool serve_option_applies(const ServeOptionInfo& info, ServeEngine engine);
 /// The names the option takes on `engine`; empty when it takes no list of names.
 std::span<const std::string_view> serve_choices(const ServeOptionInfo& info, ServeEngine engine);
 
-/// The engines of a row as --help and the Python module name them: "vllm", "llama.cpp",
-/// "sglang", "hf", several joined by ", " ("vllm, sglang"), and "both" for a set that holds
-/// vLLM and llama.cpp (the rows every engine, or nearly every one, takes).
-std::string serve_for_label(ServeFor set);
+/// Whether the option's names differ by engine (llama.cpp's or SGLang's own list).
+bool serve_choices_differ(const ServeOptionInfo& info);
 
-/// The help text's prefix of a row: "[vllm] ", "[vllm, sglang] ", or empty for "both".
-std::string serve_help_prefix(const ServeOptionInfo& info);
+/// The engines of the option in --help's words: "[vllm] ", "[vllm, sglang] ", ...; none for
+/// a row that vLLM and llama.cpp both take (every engine's, or the common rows before the other
+/// engines took them).
+std::string serve_engines_prefix(const ServeOptionInfo& info);
+
+/// The engines of the option as an error names them: "vLLM", "llama.cpp", "vLLM and SGLang".
+std::string serve_engines_words(const ServeOptionInfo& info);
 
 /// --engine's names, in ServeEngine's order ("vllm", "llama.cpp", "sglang", "hf").
 std::span<const std::string_view> serve_engine_names();

@@ -34,7 +34,7 @@ std::string help_text() {
       "Usage: memest serve --model NAME [--engine vllm|llama.cpp|sglang] [engine flags]\n\n";
   for (const ServeOptionInfo& f : serve_option_table()) {
     if (f.flag == "-h") continue;
-    const std::string who = serve_help_prefix(f);
+    const std::string who = serve_engines_prefix(f);
     s += fmt::format("  {:<32} {}{}\n", fmt::format("{} {}", f.flag, f.type_name), who, f.help);
   }
   return s + "\nUnits: GB = 10^9 bytes, GiB = 2^30 bytes. See docs/serving.md.\n";
@@ -161,23 +161,13 @@ std::string given_text(const ServeValues& g, std::string_view flag) {
   return it == g.end() ? std::string() : it->second.text;
 }
 
-// The engines of a flag as the refusal names them: "vLLM", "vLLM and SGLang", ...
-std::string engines_named(ServeFor set) {
-  constexpr std::array<std::string_view, 4> kNamed = {"vLLM", "llama.cpp", "SGLang", "hf"};
-  std::vector<std::string_view> names;
-  for (std::size_t i = 0; i < kNamed.size(); ++i) {
-    if (serve_for_has(set, static_cast<ServeEngine>(i))) names.push_back(kNamed[i]);
-  }
-  return fmt::format("{}", fmt::join(names, " and "));
-}
-
 // The engine's flags given to another engine are refused, never ignored.
 void check_engine(const ServeValues& g, ServeEngine engine) {
   for (const auto& [name, value] : g) {
     const ServeOptionInfo& f = serve_row(name);
     if (serve_option_applies(f, engine)) continue;
     throw Error(fmt::format("{}: a {} flag, not used by --engine {}", value.where,
-                            engines_named(f.engine), serve_engine_name(engine)));
+                            serve_engines_words(f), serve_engine_name(engine)));
   }
 }
 

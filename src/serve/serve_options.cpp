@@ -20,6 +20,8 @@ namespace {
 using ServeNames = std::span<const std::string_view> (*)();
 
 constexpr std::array<std::string_view, 4> kEngineNames = {"vllm", "llama.cpp", "sglang", "hf"};
+// data table: each engine as an error names it, in ServeEngine's order
+constexpr std::array<std::string_view, 4> kEngineWords = {"vLLM", "llama.cpp", "SGLang", "hf"};
 constexpr std::array<std::string_view, 3> kFormatNames = {"table", "json", "markdown"};
 constexpr std::array<std::string_view, 2> kFitNames = {"context", "concurrency"};
 constexpr std::array<std::string_view, 3> kSplitModeNames = {"none", "layer", "row"};
@@ -340,20 +342,28 @@ std::span<const std::string_view> serve_choices(const ServeOptionInfo& info, Ser
   return info.choices ? info.choices() : std::span<const std::string_view>();
 }
 
-std::string serve_for_label(ServeFor set) {
-  if (serve_for_has(set, ServeEngine::vllm) && serve_for_has(set, ServeEngine::llama_cpp)) {
-    return "both";
+bool serve_choices_differ(const ServeOptionInfo& info) {
+  return info.llama_cpp_choices != nullptr || info.sglang_choices != nullptr;
+}
+
+std::string serve_engines_prefix(const ServeOptionInfo& info) {
+  if (serve_option_applies(info, ServeEngine::vllm) &&
+      serve_option_applies(info, ServeEngine::llama_cpp)) {
+    return "";
   }
   std::vector<std::string_view> names;
   for (std::size_t i = 0; i < kEngineNames.size(); ++i) {
-    if (serve_for_has(set, static_cast<ServeEngine>(i))) names.push_back(kEngineNames[i]);
+    if (serve_option_applies(info, static_cast<ServeEngine>(i))) names.push_back(kEngineNames[i]);
   }
-  return fmt::format("{}", fmt::join(names, ", "));
+  return fmt::format("[{}] ", fmt::join(names, ", "));
 }
 
-std::string serve_help_prefix(const ServeOptionInfo& info) {
-  const std::string label = serve_for_label(info.engine);
-  return label == "both" ? std::string() : "[" + label + "] ";
+std::string serve_engines_words(const ServeOptionInfo& info) {
+  std::vector<std::string_view> words;
+  for (std::size_t i = 0; i < kEngineWords.size(); ++i) {
+    if (serve_option_applies(info, static_cast<ServeEngine>(i))) words.push_back(kEngineWords[i]);
+  }
+  return fmt::format("{}", fmt::join(words, " and "));
 }
 
 std::span<const std::string_view> serve_engine_names() { return kEngineNames; }
