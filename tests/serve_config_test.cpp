@@ -162,11 +162,17 @@ TEST_CASE("serve config: the shipped JSON Schema is the one the table generates"
   // Every choice is an enum of the table's names.
   const auto schema = nlohmann::json::parse(r.out);
   const auto& p = schema["properties"];
-  CHECK(p["engine"]["enum"] == nlohmann::json({"vllm", "llama.cpp"}));
+  CHECK(p["engine"]["enum"] == nlohmann::json({"vllm", "llama.cpp", "sglang", "hf"}));
   CHECK(p["kv_cache_dtype"]["enum"] == nlohmann::json({"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}));
   CHECK(p["cache_type_k"]["enum"][3] == "q8_0");
   CHECK(schema["allOf"][1]["then"]["properties"]["quantization"]["enum"][0] == "F16");
   CHECK(schema["allOf"][0]["then"]["properties"]["ctx_size"] == false);
+  // SGLang's branch: its own KV-cache names, vLLM's and llama.cpp's own keys refused.
+  const auto& sglang = schema["allOf"][2]["then"]["properties"];
+  CHECK(sglang["kv_cache_dtype"]["enum"] == nlohmann::json({"auto", "fp8_e5m2", "fp8_e4m3"}));
+  CHECK(sglang["max_model_len"] == false);
+  CHECK(sglang["ctx_size"] == false);
+  CHECK_FALSE(sglang.contains("context_length"));
 }
 
 // A serve result reproduces itself: its `inputs`, written to a run config in another folder
@@ -184,6 +190,33 @@ TEST_CASE("serve config: the JSON's inputs given back with --file give the same 
       {"--engine", "llama.cpp", "--model", "qwen3-30b-a3b", "--quantization", "Q8_0", "--device",
        "CUDA0,CUDA1", "--tensor-split", "3,1", "--main-gpu", "1", "--override-tensor", "exps=CPU",
        "--ctx-size", "8192"},
+      {"--engine",
+       "sglang",
+       "--model",
+       "llama-3.1-8b",
+       "--context-length",
+       "8192",
+       "--kv-cache-dtype",
+       "fp8_e4m3",
+       "--tp-size",
+       "2",
+       "--mem-fraction-static",
+       "0.8",
+       "--page-size",
+       "16",
+       "--max-running-requests",
+       "64",
+       "--chunked-prefill-size",
+       "4096",
+       "--cuda-graph-max-bs",
+       "64",
+       "--disable-cuda-graph",
+       "--max-total-tokens",
+       "100000",
+       "--dtype",
+       "float16",
+       "--quantization",
+       "fp8"},
   };
   int i = 0;
   for (const auto& flags : cases) {

@@ -71,6 +71,23 @@ std::optional<bool> llama_fits(const memest::ServeModel& m, memest::LlamaCppSett
   }
 }
 
+// Whether SGLang's plain estimate at `value` fits, by hand: one request of --context-length
+// tokens fits its pool (context), or --max-running-requests requests of context_length do.
+std::optional<bool> sglang_fits(const memest::ServeModel& m, memest::SglangSettings s,
+                                memest::ServeFitTarget t, std::uint64_t value) {
+  try {
+    if (t == memest::ServeFitTarget::context) {
+      s.context_length = value;
+      return memest::estimate_sglang(m, s).kv_tokens >= value;
+    }
+    s.max_running_requests = value;
+    const memest::ServeEstimate e = memest::estimate_sglang(m, s);
+    return e.kv_tokens >= value * e.context;
+  } catch (const memest::Error&) {
+    return std::nullopt;  // SGLang does not start at all
+  }
+}
+
 // The property: the answer fits and the next value does not; no answer when 1 does not fit.
 template <typename Fits>
 void check_row(const memest::ServeFitRow& row, std::uint64_t limit, Fits fits) {
@@ -121,6 +138,42 @@ TEST_CASE("serve --fit: the answer fits and one more does not (vLLM, random)", "
     if (row.best && *row.best < limit) ++bounded;
   }
   // The draw reaches every branch: answers at the boundary, at the bound and none.
+  CHECK(bounded > 10);
+  CHECK(answered > bounded);
+  CHECK(answered < 120);
+}
+
+TEST_CASE("serve --fit: the answer fits and one more does not (SGLang, random)",
+          "[serve][fit][sglang]") {
+  const auto& models = serve_presets();
+  std::mt19937_64 rng(25);
+  const auto pick = [&](std::uint64_t lo, std::uint64_t hi) {
+    return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+  };
+  std::uint64_t answered = 0;
+  std::uint64_t bounded = 0;
+  for (int i = 0; i < 120; ++i) {
+    const memest::ServeModel& m = models[pick(0, models.size() - 1)];
+    memest::SglangSettings s;
+    s.total_memory = pick(8, 200) << 30;
+    if (pick(0, 1)) s.mem_fraction_static = 0.5 + 0.05 * static_cast<double>(pick(0, 9));
+    s.tp_size = std::uint64_t{1} << pick(0, 3);
+    if (m.spec.arch->num_heads % s.tp_size != 0) s.tp_size = 1;
+    s.page_size = pick(0, 1) ? 1 : 64;
+    s.kv_cache_dtype = pick(0, 1) ? "auto" : "fp8_e4m3";
+    if (!m.spec.checkpoint_quant && pick(0, 1)) s.quantization = "fp8";
+    s.context_length = pick(256, m.max_positions);
+    const auto target =
+        pick(0, 1) ? memest::ServeFitTarget::context : memest::ServeFitTarget::concurrency;
+    const std::uint64_t limit = target == memest::ServeFitTarget::context ? m.max_positions : 4096;
+    INFO(m.spec.name << " total " << s.total_memory << " tp " << s.tp_size << " kv "
+                     << s.kv_cache_dtype << " q " << s.quantization << " page " << s.page_size);
+    const memest::ServeFitRow row =
+        memest::fit_serve_row(memest::sglang_probe(m, s, target), limit);
+    check_row(row, limit, [&](std::uint64_t v) { return sglang_fits(m, s, target, v); });
+    if (row.best) ++answered;
+    if (row.best && *row.best < limit) ++bounded;
+  }
   CHECK(bounded > 10);
   CHECK(answered > bounded);
   CHECK(answered < 120);

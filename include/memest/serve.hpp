@@ -16,7 +16,7 @@
 namespace memest {
 
 /// The inference engine whose allocation is modelled.
-enum class ServeEngine { vllm, llama_cpp };
+enum class ServeEngine { vllm, llama_cpp, sglang, hf };
 
 /// How a model's attention layers keep keys and values, as its config.json states it.
 struct AttentionLayers {
@@ -82,6 +82,42 @@ struct VllmSettings {
   std::optional<std::uint64_t> non_torch_memory;  ///< stated non-torch increase, bytes
 };
 
+/// SGLang's --kv-cache-dtype values modelled: auto (the model's dtype), fp8_e5m2 and fp8_e4m3
+/// (server_args.py).
+std::span<const std::string_view> sglang_kv_cache_dtypes();
+/// SGLang's --dtype values modelled: auto (the config's), half, float16 and bfloat16.
+std::span<const std::string_view> sglang_dtype_names();
+
+/// SGLang's settings, named as its flags (server_args.py's ServerArgs); absent: SGLang's default.
+struct SglangSettings {
+  std::uint64_t total_memory =
+      0;  ///< the GPU's memory, bytes (free at start: the CUDA context out)
+  std::optional<double> mem_fraction_static;
+  std::uint64_t context_length = 0;  ///< 0: the model's max_position_embeddings
+  std::optional<std::uint64_t> max_running_requests;
+  std::optional<std::uint64_t> max_total_tokens;
+  std::optional<std::uint64_t> chunked_prefill_size;
+  std::optional<std::uint64_t> cuda_graph_max_bs;
+  std::uint64_t page_size = 1;
+  std::uint64_t tp_size = 1;
+  std::string kv_cache_dtype = "auto";  ///< auto, fp8_e5m2, fp8_e4m3
+  std::string quantization;             ///< vLLM's method names (fp8, gptq, awq, ...)
+  std::optional<Dtype> dtype;           ///< --dtype; else the config's
+  bool disable_cuda_graph = false;
+};
+
+/// SGLang's memory defaults on a GPU (server_args.py, _handle_gpu_memory_settings): the chunked
+/// prefill and the largest CUDA-graph batch by GPU memory and TP, the memory reserved for
+/// activations and graphs, and mem_fraction_static = (total - reserved) / total, rounded to 3
+/// decimals.
+struct SglangMemoryDefaults {
+  std::uint64_t chunked_prefill_size = 0;
+  std::uint64_t cuda_graph_max_bs = 0;
+  double reserved_mib = 0;
+  double mem_fraction_static = 0;
+};
+SglangMemoryDefaults sglang_memory_defaults(const SglangSettings& settings);
+
 /// llama.cpp's settings, named as its flags.
 struct LlamaCppSettings {
   std::uint64_t ctx_size = 0;       ///< 0: the model's max_position_embeddings
@@ -139,8 +175,9 @@ struct ServeEstimate {
   std::optional<std::uint64_t> cuda_graphs_bytes;  ///< 0 with --enforce-eager; absent: not modelled
   std::string cuda_graphs_basis;                   ///< vLLM: the sizes captured, or why none
   std::optional<std::uint64_t> budget_bytes;       ///< gpu_memory_utilization x total
-  std::optional<double> max_concurrency;           ///< requests of max_model_len at once
-  std::uint64_t context = 0;                       ///< max_model_len or ctx_size
+  std::string budget_basis = "gpu_memory_utilization x total";
+  std::optional<double> max_concurrency;  ///< requests of max_model_len at once
+  std::uint64_t context = 0;              ///< max_model_len or ctx_size
   /// vLLM: whether one request of max_model_len fits the KV memory (else vLLM refuses to start),
   /// and the longest max_model_len that would.
   bool fits = true;
@@ -151,6 +188,14 @@ struct ServeEstimate {
   std::optional<std::uint64_t> kv_memory_bytes;
   std::optional<std::uint64_t> request_kv_bytes;
   std::optional<std::uint64_t> request_blocks;
+  /// SGLang: the request pool (req_to_token: requests x (context_len + 4) int32 slots), its
+  /// bytes, and max_running_requests, the requests served at once.
+  std::optional<std::uint64_t> request_pool_size;
+  std::optional<std::uint64_t> request_pool_bytes;
+  std::optional<std::uint64_t> max_running_requests;
+  /// SGLang's hybrid sliding-window pool: tokens of the sliding layers' pool (the full layers'
+  /// are kv_tokens).
+  std::optional<std::uint64_t> swa_tokens;
   std::vector<std::string> notes;
   /// llama.cpp: every device, and what stays in host memory; shown (table rows, JSON
   /// "per_device" and "host") when the multi-GPU flags are given.
@@ -167,6 +212,11 @@ std::uint64_t vllm_budget(const VllmSettings& settings);
 /// vLLM's allocation on each tensor-parallel rank (docs/serving.md). Throws Error for settings
 /// that leave no memory for the KV cache or that the model cannot take.
 ServeEstimate estimate_vllm(const ServeModel& model, const VllmSettings& settings);
+
+/// SGLang's pools on each tensor-parallel rank (docs/serving.md): the token-to-KV pool that
+/// profile_max_num_token sizes, its SWA split, and the req_to_token pool. Throws Error for
+/// settings the model cannot take.
+ServeEstimate estimate_sglang(const ServeModel& model, const SglangSettings& settings);
 
 /// llama.cpp's KV cache (llama_kv_cache: n_ctx cells, ggml block sizes). Throws Error for an
 /// unknown cache type.

@@ -14,8 +14,9 @@
 
 namespace memest {
 
-/// What `--fit` maximises: the context (vLLM --max-model-len, llama.cpp --ctx-size) or the
-/// requests served at once (vLLM --max-num-seqs, llama.cpp --parallel).
+/// What `--fit` maximises: the context (vLLM --max-model-len, SGLang --context-length, llama.cpp
+/// --ctx-size) or the requests served at once (vLLM --max-num-seqs, SGLang
+/// --max-running-requests, llama.cpp --parallel).
 enum class ServeFitTarget { context, concurrency };
 
 /// The serve estimate at one value of the searched flag, and the two sides of the test the value
@@ -80,6 +81,11 @@ ServeFitRow fit_serve_row(const ServeProbeFn& probe, std::uint64_t limit);
 /// requests of max_model_len fit the KV blocks at once (blocks >= n x the blocks one request
 /// takes), the profile run sized for max_num_seqs.
 ServeProbeFn vllm_probe(const ServeModel& model, VllmSettings settings, ServeFitTarget target);
+
+/// SGLang's probe of `target`: --context-length fits when one request of it fits the KV pool
+/// (max_total_num_tokens tokens; the full layers' pool of a hybrid SWA model);
+/// --max-running-requests n fits when n requests of context_length tokens fit it at once.
+ServeProbeFn sglang_probe(const ServeModel& model, SglangSettings settings, ServeFitTarget target);
 
 /// llama.cpp's probe: the weights (the caller's `estimate`, which sizes them), the KV cache and
 /// the compute buffer within `total` bytes. The context is --ctx-size; concurrency is --parallel

@@ -17,13 +17,35 @@
 
 namespace memest {
 
-/// The engines a serve option applies to; a flag of one engine given to the other is refused.
-enum class ServeFor { both, vllm, llama_cpp };
+/// The engines a serve option applies to, a set (bit i is ServeEngine i); a flag of one engine
+/// given to another is refused.
+enum class ServeFor : unsigned {
+  vllm = 1U,
+  llama_cpp = 2U,
+  sglang = 4U,
+  hf = 8U,
+  all = 15U,
+};
+
+/// The union of two sets of engines.
+constexpr ServeFor operator|(ServeFor a, ServeFor b) {
+  return static_cast<ServeFor>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+
+/// The set of one engine.
+constexpr ServeFor serve_for(ServeEngine engine) {
+  return static_cast<ServeFor>(1U << static_cast<unsigned>(engine));
+}
+
+/// Whether the set holds `engine`.
+constexpr bool serve_for_has(ServeFor set, ServeEngine engine) {
+  return (static_cast<unsigned>(set) & static_cast<unsigned>(serve_for(engine))) != 0;
+}
 
 /// One serve option. Rows are in --help order; a new flag is a new row.
 struct ServeOptionInfo {
   std::string flag;  ///< "--max-model-len"
-  ServeFor engine = ServeFor::both;
+  ServeFor engine = ServeFor::all;
   std::string type_name;  ///< "N", "NAME", ... for --help; empty for a switch
   std::string help;
   ValueKind kind = ValueKind::flag;
@@ -32,6 +54,8 @@ struct ServeOptionInfo {
   std::span<const std::string_view> (*choices)() = nullptr;
   /// llama.cpp's names where they differ from `choices` (--quantization's GGUF file types).
   std::span<const std::string_view> (*llama_cpp_choices)() = nullptr;
+  /// SGLang's names where they differ from `choices` (--kv-cache-dtype's).
+  std::span<const std::string_view> (*sglang_choices)() = nullptr;
   OptionDefault fallback;
   std::string_view alias_of;  ///< "--tensor-parallel-size" for --tp
   /// Whether a serve run config has the option as a key; false for the output's form, the
@@ -54,7 +78,18 @@ bool serve_option_applies(const ServeOptionInfo& info, ServeEngine engine);
 /// The names the option takes on `engine`; empty when it takes no list of names.
 std::span<const std::string_view> serve_choices(const ServeOptionInfo& info, ServeEngine engine);
 
-/// --engine's names, in ServeEngine's order ("vllm", "llama.cpp").
+/// Whether the option's names differ by engine (llama.cpp's or SGLang's own list).
+bool serve_choices_differ(const ServeOptionInfo& info);
+
+/// The engines of the option in --help's words: "[vllm] ", "[vllm, sglang] ", ...; none for
+/// a row that vLLM and llama.cpp both take (every engine's, or the common rows before the other
+/// engines took them).
+std::string serve_engines_prefix(const ServeOptionInfo& info);
+
+/// The engines of the option as an error names them: "vLLM", "llama.cpp", "vLLM and SGLang".
+std::string serve_engines_words(const ServeOptionInfo& info);
+
+/// --engine's names, in ServeEngine's order ("vllm", "llama.cpp", "sglang", "hf").
 std::span<const std::string_view> serve_engine_names();
 
 /// The engine's name as --engine takes it.

@@ -583,7 +583,7 @@ void add_search_commands(CLI::App& app, Subcommands& c) {
                      "The JSON Schema of serve run configs instead (memest serve --file)");
   // Parsed by serve_command when it comes first (memest serve --help lists its flags).
   c.serve = app.add_subcommand(
-      "serve", "Serving memory of vLLM or llama.cpp: weights, KV cache, profile peak");
+      "serve", "Serving memory of vLLM, SGLang or llama.cpp: weights, KV cache, profile peak");
   c.serve->prefix_command();
 }
 

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <functional>
 
@@ -30,12 +31,10 @@ const ServeOptionInfo& serve_row(std::string_view flag) { return *find_serve_opt
 std::string help_text() {
   std::string s =
       "memest serve: the memory an inference engine allocates per device for a model\n"
-      "Usage: memest serve --model NAME [--engine vllm|llama.cpp] [engine flags]\n\n";
+      "Usage: memest serve --model NAME [--engine vllm|llama.cpp|sglang] [engine flags]\n\n";
   for (const ServeOptionInfo& f : serve_option_table()) {
     if (f.flag == "-h") continue;
-    const std::string_view who = f.engine == ServeFor::vllm        ? "[vllm] "
-                                 : f.engine == ServeFor::llama_cpp ? "[llama.cpp] "
-                                                                   : "";
+    const std::string who = serve_engines_prefix(f);
     s += fmt::format("  {:<32} {}{}\n", fmt::format("{} {}", f.flag, f.type_name), who, f.help);
   }
   return s + "\nUnits: GB = 10^9 bytes, GiB = 2^30 bytes. See docs/serving.md.\n";
@@ -83,10 +82,12 @@ ServeValues with_file(ServeValues flags) {
     if (const auto it = out.find(flag); it != out.end()) out.erase(it);
   };
   for (const auto& [flag, value] : flags) {
+    // Every spelling of the flag (--tensor-parallel-size, --tp, --tp-size) gives way.
     const ServeOptionInfo& f = serve_row(flag);
-    if (!f.alias_of.empty()) drop(f.alias_of);
+    const std::string_view root = f.alias_of.empty() ? std::string_view(f.flag) : f.alias_of;
     for (const ServeOptionInfo& g : serve_option_table()) {
-      if (g.alias_of == flag) drop(g.flag);
+      const std::string_view own = g.alias_of.empty() ? std::string_view(g.flag) : g.alias_of;
+      if (own == root && g.flag != flag) drop(g.flag);
     }
     if (flag == "--model" || flag == "--config") {
       drop("--model");
@@ -160,14 +161,13 @@ std::string given_text(const ServeValues& g, std::string_view flag) {
   return it == g.end() ? std::string() : it->second.text;
 }
 
-// The engine's flags given to the other engine are refused, never ignored.
+// The engine's flags given to another engine are refused, never ignored.
 void check_engine(const ServeValues& g, ServeEngine engine) {
   for (const auto& [name, value] : g) {
     const ServeOptionInfo& f = serve_row(name);
     if (serve_option_applies(f, engine)) continue;
     throw Error(fmt::format("{}: a {} flag, not used by --engine {}", value.where,
-                            f.engine == ServeFor::vllm ? "vLLM" : "llama.cpp",
-                            serve_engine_name(engine)));
+                            serve_engines_words(f), serve_engine_name(engine)));
   }
 }
 
@@ -204,6 +204,47 @@ VllmSettings vllm_settings(const ServeValues& g, u64 total) {
   s.enforce_eager = g.contains("--enforce-eager");
   s.kv_cache_memory = size_of(g, "--kv-cache-memory");
   s.non_torch_memory = size_of(g, "--non-torch-memory");
+  return s;
+}
+
+// A count when given; absent otherwise.
+std::optional<u64> given_count(const ServeValues& g, std::string_view flag) {
+  if (!g.contains(flag)) return std::nullopt;
+  return count_of(g, flag);
+}
+
+// The tensor-parallel size under its one spelling given (vLLM's two, SGLang's three).
+u64 tp_of(const ServeValues& g) {
+  std::vector<std::string_view> given;
+  for (std::string_view f : {"--tensor-parallel-size", "--tp", "--tp-size"}) {
+    if (g.contains(f)) given.push_back(f);
+  }
+  if (given.size() > 1) {
+    throw Error(fmt::format("{}: give one of {}, not both", given.back(), fmt::join(given, ", ")));
+  }
+  return count_of(g, given.empty() ? "--tensor-parallel-size" : given.front());
+}
+
+// SGLang's settings (server_args.py's flags); the defaults that depend on the GPU stay absent
+// for estimate_sglang to derive.
+SglangSettings sglang_settings(const ServeValues& g, u64 total) {
+  SglangSettings s;
+  s.total_memory = total;
+  if (g.contains("--mem-fraction-static")) {
+    s.mem_fraction_static = fraction_of(g, "--mem-fraction-static");
+  }
+  s.context_length = count_of(g, "--context-length");
+  s.max_running_requests = given_count(g, "--max-running-requests");
+  s.max_total_tokens = given_count(g, "--max-total-tokens");
+  s.chunked_prefill_size = given_count(g, "--chunked-prefill-size");
+  s.cuda_graph_max_bs = given_count(g, "--cuda-graph-max-bs");
+  s.page_size = count_of(g, "--page-size");
+  s.tp_size = tp_of(g);
+  s.kv_cache_dtype = choice(g, "--kv-cache-dtype", ServeEngine::sglang);
+  s.quantization = choice(g, "--quantization", ServeEngine::sglang);
+  const std::string dtype = choice(g, "--dtype", ServeEngine::sglang);
+  if (dtype != "auto") s.dtype = dtype == "bfloat16" ? Dtype::bf16 : Dtype::fp16;
+  s.disable_cuda_graph = g.contains("--disable-cuda-graph");
   return s;
 }
 
@@ -327,8 +368,10 @@ struct ServeInputs {
 ServeInputs read_inputs(ServeValues g) {
   ServeInputs in;
   const std::string engine_name = choice(g, "--engine");
-  in.engine = engine_name == serve_engine_name(ServeEngine::vllm) ? ServeEngine::vllm
-                                                                  : ServeEngine::llama_cpp;
+  const auto names = serve_engine_names();
+  in.engine =
+      static_cast<ServeEngine>(std::find(names.begin(), names.end(), engine_name) - names.begin());
+  if (in.engine == ServeEngine::hf) throw Error("--engine hf: not modelled yet");
   check_engine(g, in.engine);
   in.format = choice(g, "--format");
   in.unit = parse_unit(g.contains("--units") ? g.at("--units").text
@@ -376,10 +419,14 @@ ServeOutput estimate_output(const ServeInputs& in) {
   // llama.cpp reads the device only for the picture (a plain run's table has no budget).
   std::string gpu_label;
   const bool vllm = in.engine == ServeEngine::vllm;
-  const u64 total = vllm || !in.plot.empty() ? total_memory(in.given, &gpu_label) : 0;
+  const u64 total = vllm || in.engine == ServeEngine::sglang || !in.plot.empty()
+                        ? total_memory(in.given, &gpu_label)
+                        : 0;
   ServeEstimate e;
   if (vllm) {
     e = estimate_vllm(in.model, vllm_settings(in.given, total));
+  } else if (in.engine == ServeEngine::sglang) {
+    e = estimate_sglang(in.model, sglang_settings(in.given, total));
   } else {
     e = llama_cpp_estimator(in)(llama_cpp_settings(in.given));
   }
@@ -453,6 +500,42 @@ void vllm_fit_rows(const ServeInputs& in, ServeFit& fit) {
       s.quantization = q;
       s.kv_cache_dtype = kv;
       ServeFitRow row = fit_serve_row(vllm_probe(in.model, s, fit.target), fit.limit);
+      row.weights = q.empty() ? own : q;
+      row.kv_cache = kv;
+      if (!q.empty()) row.flags.push_back("--quantization " + q);
+      if (kv != "auto") row.flags.push_back("--kv-cache-dtype " + kv);
+      fit.rows.push_back(std::move(row));
+    }
+  }
+}
+
+// SGLang's rows: the checkpoint's weights and, for an unquantised one, --quantization fp8; KV in
+// the model dtype (auto) and fp8_e4m3; each the given one alone when the flag is given. The
+// concurrency searched is bounded by --max, else by the pool's tokens over the context.
+void sglang_fit_rows(const ServeInputs& in, ServeFit& fit) {
+  const auto& g = in.given;
+  const SglangSettings base = sglang_settings(g, fit.total_memory);
+  fit.devices = base.tp_size;
+  if (fit.target == ServeFitTarget::context) {
+    context_limit(in, fit);
+    fit.held_fixed = base.max_running_requests.value_or(0);
+  } else {
+    fit.held_fixed = base.context_length > 0 ? base.context_length : in.model.max_positions;
+    fit.limit = count_of(g, "--max", kFitSearchMax);
+  }
+  const bool checkpoint = in.model.spec.checkpoint_quant.has_value();
+  std::vector<std::string> quants = {base.quantization};
+  if (!g.contains("--quantization") && !checkpoint) quants.emplace_back("fp8");
+  std::vector<std::string> kvs = {base.kv_cache_dtype};
+  if (!g.contains("--kv-cache-dtype")) kvs.emplace_back("fp8_e4m3");
+  const std::string own = checkpoint ? in.model.spec.checkpoint_quant->method
+                                     : std::string(dtype_name(base.dtype.value_or(in.model.dtype)));
+  for (const std::string& q : quants) {
+    for (const std::string& kv : kvs) {
+      SglangSettings s = base;
+      s.quantization = q;
+      s.kv_cache_dtype = kv;
+      ServeFitRow row = fit_serve_row(sglang_probe(in.model, s, fit.target), fit.limit);
       row.weights = q.empty() ? own : q;
       row.kv_cache = kv;
       if (!q.empty()) row.flags.push_back("--quantization " + q);
@@ -536,6 +619,8 @@ ServeOutput fit_output(const ServeInputs& in) {
   fit.total_memory = total_memory(in.given, &fit.gpu);
   if (in.engine == ServeEngine::vllm) {
     vllm_fit_rows(in, fit);
+  } else if (in.engine == ServeEngine::sglang) {
+    sglang_fit_rows(in, fit);
   } else {
     llama_cpp_fit_rows(in, fit);
   }

@@ -61,10 +61,13 @@ ordered_json serve_json_value(const ServeOptionInfo& f, const std::string& text)
 // The value's schema: the run-option kinds' own, except that a size is also vLLM's bare byte
 // count, and --quantization is either engine's names (each engine's own in allOf).
 ordered_json serve_value_schema(const ServeOptionInfo& f) {
-  if (f.llama_cpp_choices) {
+  if (serve_choices_differ(f)) {
     ordered_json names = ordered_json::array();
-    for (const ServeEngine e : {ServeEngine::vllm, ServeEngine::llama_cpp}) {
-      for (const auto n : serve_choices(f, e)) names.push_back(n);
+    for (const ServeEngine e : {ServeEngine::vllm, ServeEngine::llama_cpp, ServeEngine::sglang}) {
+      if (!serve_option_applies(f, e)) continue;
+      for (const auto n : serve_choices(f, e)) {
+        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+      }
     }
     return {{"type", "string"}, {"enum", names}};
   }
@@ -92,7 +95,7 @@ ordered_json serve_engine_rules() {
     for (const auto& [key, f] : serve_config_rows()) {
       if (!serve_option_applies(*f, engine)) {
         then[key] = false;
-      } else if (f->llama_cpp_choices) {
+      } else if (serve_choices_differ(*f)) {
         ordered_json names = ordered_json::array();
         for (const auto n : serve_choices(*f, engine)) names.push_back(n);
         then[key] = {{"enum", names}};

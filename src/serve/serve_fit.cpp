@@ -80,12 +80,16 @@ ServeFitRow fit_serve_row(const ServeProbeFn& probe, u64 limit) {
 std::string_view serve_fit_flag(ServeEngine e, ServeFitTarget t) {
   if (e == ServeEngine::vllm)
     return t == ServeFitTarget::context ? "--max-model-len" : "--max-num-seqs";
+  if (e == ServeEngine::sglang)
+    return t == ServeFitTarget::context ? "--context-length" : "--max-running-requests";
   return t == ServeFitTarget::context ? "--ctx-size" : "--parallel";
 }
 
 std::string_view serve_held_flag(ServeEngine e, ServeFitTarget t) {
   if (e == ServeEngine::vllm)
     return t == ServeFitTarget::context ? "--max-num-seqs" : "--max-model-len";
+  if (e == ServeEngine::sglang)
+    return t == ServeFitTarget::context ? "--max-running-requests" : "--context-length";
   return t == ServeFitTarget::context ? "--parallel" : "--ctx-size";
 }
 
@@ -143,6 +147,24 @@ ServeProbeFn vllm_probe(const ServeModel& model, VllmSettings s, ServeFitTarget 
     const u64 block_bytes = blocks == 0 ? 0 : e.kv_bytes / blocks;
     p.need = checked_mul(checked_mul(value, e.request_blocks.value_or(0)), block_bytes);
     p.available = e.kv_bytes;
+    return p;
+  };
+}
+
+ServeProbeFn sglang_probe(const ServeModel& model, SglangSettings s, ServeFitTarget target) {
+  return [model, s, target](u64 value) mutable {
+    u64 requests = 1;
+    if (target == ServeFitTarget::context) {
+      s.context_length = value;
+    } else {
+      s.max_running_requests = value;
+      requests = value;
+    }
+    ServeProbe p;
+    p.estimate = estimate_sglang(model, s);
+    const ServeEstimate& e = p.estimate;
+    p.need = checked_mul(checked_mul(requests, e.context), e.kv_bytes_per_token);
+    p.available = checked_mul(e.kv_tokens, e.kv_bytes_per_token);
     return p;
   };
 }

@@ -19,7 +19,9 @@ namespace {
 
 using ServeNames = std::span<const std::string_view> (*)();
 
-constexpr std::array<std::string_view, 2> kEngineNames = {"vllm", "llama.cpp"};
+constexpr std::array<std::string_view, 4> kEngineNames = {"vllm", "llama.cpp", "sglang", "hf"};
+// data table: each engine as an error names it, in ServeEngine's order
+constexpr std::array<std::string_view, 4> kEngineWords = {"vLLM", "llama.cpp", "SGLang", "hf"};
 constexpr std::array<std::string_view, 3> kFormatNames = {"table", "json", "markdown"};
 constexpr std::array<std::string_view, 2> kFitNames = {"context", "concurrency"};
 constexpr std::array<std::string_view, 3> kSplitModeNames = {"none", "layer", "row"};
@@ -56,6 +58,10 @@ struct ServeRow {
     info.llama_cpp_choices = names;
     return std::move(*this);
   }
+  ServeRow&& sglang(ServeNames names) && {
+    info.sglang_choices = names;
+    return std::move(*this);
+  }
   ServeRow&& alias_of(std::string_view of) && {
     info.alias_of = of;
     return std::move(*this);
@@ -69,34 +75,34 @@ struct ServeRow {
 // The model, the device and the output, which both engines take.
 std::vector<ServeRow> serve_common_rows() {
   std::vector<ServeRow> r;
-  r.push_back(ServeRow("--model", ServeFor::both, "NAME",
+  r.push_back(ServeRow("--model", ServeFor::all, "NAME",
                        "Model preset, Hub id (local cache) or model folder")
                   .kind(ValueKind::name, run_option("--model").choices));
-  r.push_back(ServeRow("--config", ServeFor::both, "PATH", "A Hugging Face config.json")
+  r.push_back(ServeRow("--config", ServeFor::all, "PATH", "A Hugging Face config.json")
                   .kind(ValueKind::path));
   r.push_back(
-      ServeRow("--engine", ServeFor::both, "NAME", serve_or_list(kEngineNames) + " (default vllm)")
+      ServeRow("--engine", ServeFor::all, "NAME", serve_or_list(kEngineNames) + " (default vllm)")
           .kind(ValueKind::choice, serve_engine_list)
           .fallback("vllm"));
-  r.push_back(ServeRow("--gpu", ServeFor::both, "NAME",
+  r.push_back(ServeRow("--gpu", ServeFor::all, "NAME",
                        "GPU preset: its memory is the total (default h100-80gb)")
                   .kind(ValueKind::choice, run_option("--gpu").choices)
                   .fallback("h100-80gb"));
   r.push_back(
-      ServeRow("--gpu-memory", ServeFor::both, "SIZE",
+      ServeRow("--gpu-memory", ServeFor::all, "SIZE",
                "Total device memory as torch.cuda.mem_get_info reports it (overrides --gpu)")
           .kind(ValueKind::size)
           .fallback("", "--gpu's memory"));
-  r.push_back(ServeRow("--format", ServeFor::both, "FORMAT",
+  r.push_back(ServeRow("--format", ServeFor::all, "FORMAT",
                        serve_or_list(kFormatNames) + " (default table)")
                   .kind(ValueKind::choice, serve_format_names)
                   .fallback("table")
                   .flag_only());
-  r.push_back(ServeRow("--units", ServeFor::both, "UNIT", "Units of the table (default GiB)")
+  r.push_back(ServeRow("--units", ServeFor::all, "UNIT", "Units of the table (default GiB)")
                   .kind(ValueKind::choice, unit_names)
                   .fallback("GiB")
                   .flag_only());
-  r.push_back(ServeRow("--plot", ServeFor::both, "FILE",
+  r.push_back(ServeRow("--plot", ServeFor::vllm | ServeFor::llama_cpp | ServeFor::sglang, "FILE",
                        "Also draw an SVG picture to FILE: what a device holds (with --fit, at "
                        "each row's largest value)")
                   .kind(ValueKind::path)
@@ -123,30 +129,33 @@ std::vector<ServeRow> serve_vllm_rows() {
                        "Fraction of the total vLLM may use (0.9)")
                   .kind(ValueKind::fraction)
                   .fallback("0.9"));
-  r.push_back(ServeRow("--kv-cache-dtype", ServeFor::vllm, "NAME",
+  r.push_back(ServeRow("--kv-cache-dtype", ServeFor::vllm | ServeFor::sglang, "NAME",
                        serve_or_list(vllm_kv_cache_dtypes()) + " (default auto)")
                   .kind(ValueKind::choice, vllm_kv_cache_dtypes)
+                  .sglang(sglang_kv_cache_dtypes)
                   .fallback("auto"));
-  r.push_back(ServeRow("--dtype", ServeFor::vllm, "NAME",
+  r.push_back(ServeRow("--dtype", ServeFor::vllm | ServeFor::sglang, "NAME",
                        "auto, bfloat16, float16 (default auto: the config's)")
                   .kind(ValueKind::choice, vllm_dtype_names)
+                  .sglang(sglang_dtype_names)
                   .fallback("auto"));
   r.push_back(
       ServeRow(
-          "--quantization", ServeFor::both, "NAME",
+          "--quantization", ServeFor::vllm | ServeFor::llama_cpp | ServeFor::sglang, "NAME",
           "vllm: fp8, compressed-tensors (FP8 weights), gptq, gptq_marlin, awq, "
           "awq_marlin (the checkpoint's int4/int8 groups), bitsandbytes (NF4); llama.cpp: a GGUF "
           "file type (Q4_K_M, ...)")
           .kind(ValueKind::choice, vllm_quantization_methods)
           .llama_cpp(gguf_file_type_names)
           .fallback("", "the checkpoint's"));
-  r.push_back(
-      ServeRow("--tensor-parallel-size", ServeFor::vllm, "N", "Tensor-parallel ranks (default 1)")
-          .kind(ValueKind::count)
-          .fallback("1"));
-  r.push_back(ServeRow("--tp", ServeFor::vllm, "N", "Short for --tensor-parallel-size")
+  r.push_back(ServeRow("--tensor-parallel-size", ServeFor::vllm | ServeFor::sglang, "N",
+                       "Tensor-parallel ranks (default 1)")
                   .kind(ValueKind::count)
-                  .alias_of("--tensor-parallel-size"));
+                  .fallback("1"));
+  r.push_back(
+      ServeRow("--tp", ServeFor::vllm | ServeFor::sglang, "N", "Short for --tensor-parallel-size")
+          .kind(ValueKind::count)
+          .alias_of("--tensor-parallel-size"));
   r.push_back(ServeRow("--block-size", ServeFor::vllm, "N", "Tokens per KV block (default 16)")
                   .kind(ValueKind::count)
                   .fallback("16"));
@@ -160,6 +169,46 @@ std::vector<ServeRow> serve_vllm_rows() {
                "Memory the profile run adds outside torch (default 0.25 GiB, 2 GiB under TP)")
           .kind(ValueKind::size)
           .fallback("", "0.25 GiB, 2 GiB under TP"));
+  return r;
+}
+
+// data table: SGLang's flags, as its python/sglang/srt/server_args.py names them (the ones they
+// share with vLLM, --dtype, --kv-cache-dtype, --quantization, --tensor-parallel-size and --tp, are
+// vLLM's rows)
+std::vector<ServeRow> serve_sglang_rows() {
+  std::vector<ServeRow> r;
+  r.push_back(ServeRow("--context-length", ServeFor::sglang, "N",
+                       "Longest request in tokens (default: the model's)")
+                  .kind(ValueKind::count)
+                  .fallback("", "the model's max_position_embeddings"));
+  r.push_back(ServeRow("--mem-fraction-static", ServeFor::sglang, "F",
+                       "Fraction of the total for weights and KV pool (default: by GPU memory)")
+                  .kind(ValueKind::fraction)
+                  .fallback("", "(total - reserved) / total, reserved by GPU memory and TP"));
+  r.push_back(ServeRow("--max-running-requests", ServeFor::sglang, "N",
+                       "Requests at once (default: KV tokens / 2, at most the request pool)")
+                  .kind(ValueKind::count)
+                  .fallback("", "max_total_num_tokens / 2"));
+  r.push_back(ServeRow("--max-total-tokens", ServeFor::sglang, "N",
+                       "Caps the KV pool's tokens (default: what the memory holds)")
+                  .kind(ValueKind::count)
+                  .fallback("", "what the memory holds"));
+  r.push_back(ServeRow("--chunked-prefill-size", ServeFor::sglang, "N",
+                       "Prefill chunk in tokens (default 2048-16384 by GPU memory)")
+                  .kind(ValueKind::count)
+                  .fallback("", "by GPU memory"));
+  r.push_back(ServeRow("--page-size", ServeFor::sglang, "N", "Tokens per KV page (default 1)")
+                  .kind(ValueKind::count)
+                  .fallback("1"));
+  r.push_back(ServeRow("--cuda-graph-max-bs", ServeFor::sglang, "N",
+                       "Largest batch captured in a CUDA graph (default by GPU memory and TP)")
+                  .kind(ValueKind::count)
+                  .fallback("", "by GPU memory and TP"));
+  r.push_back(
+      ServeRow("--disable-cuda-graph", ServeFor::sglang, "", "No CUDA graphs").fallback("false"));
+  r.push_back(ServeRow("--tp-size", ServeFor::sglang, "N", "Short for --tensor-parallel-size")
+                  .kind(ValueKind::count)
+                  .alias_of("--tensor-parallel-size"));
   return r;
 }
 
@@ -237,32 +286,32 @@ std::vector<ServeRow> serve_llama_cpp_device_rows() {
 std::vector<ServeRow> serve_command_rows() {
   std::vector<ServeRow> r;
   r.push_back(
-      ServeRow("--fit", ServeFor::both, "WHAT",
+      ServeRow("--fit", ServeFor::all, "WHAT",
                serve_or_list(kFitNames) +
                    ": the largest --max-model-len/--ctx-size or --max-num-seqs/--parallel that "
                    "fits, per weight format and KV-cache type")
           .kind(ValueKind::choice, serve_fit_names)
           .flag_only());
-  r.push_back(ServeRow("--max", ServeFor::both, "N",
+  r.push_back(ServeRow("--max", ServeFor::all, "N",
                        "--fit: the largest value tried (default: the model's positions for a "
                        "context; max_num_batched_tokens or n_ctx's 2^32 - 1 cells for concurrency)")
                   .kind(ValueKind::count)
                   .fallback("", "the model's positions, or the engine's limit")
                   .flag_only());
   r.push_back(
-      ServeRow("--file", ServeFor::both, "PATH",
+      ServeRow("--file", ServeFor::all, "PATH",
                "A serve run config (JSON; keys as the flags: max_model_len); flags override it")
           .kind(ValueKind::path)
           .flag_only());
-  r.push_back(ServeRow("--help", ServeFor::both, "", "This help").flag_only());
-  r.push_back(ServeRow("-h", ServeFor::both, "", "This help").flag_only());
+  r.push_back(ServeRow("--help", ServeFor::all, "", "This help").flag_only());
+  r.push_back(ServeRow("-h", ServeFor::all, "", "This help").flag_only());
   return r;
 }
 
 std::vector<ServeOptionInfo> build_serve_table() {
   std::vector<ServeOptionInfo> out;
-  for (auto rows : {serve_common_rows(), serve_vllm_rows(), serve_llama_cpp_rows(),
-                    serve_llama_cpp_device_rows(), serve_command_rows()}) {
+  for (auto rows : {serve_common_rows(), serve_vllm_rows(), serve_sglang_rows(),
+                    serve_llama_cpp_rows(), serve_llama_cpp_device_rows(), serve_command_rows()}) {
     for (ServeRow& r : rows) out.push_back(std::move(r.info));
   }
   return out;
@@ -289,13 +338,37 @@ std::string serve_config_key(std::string_view flag) {
 }
 
 bool serve_option_applies(const ServeOptionInfo& info, ServeEngine engine) {
-  if (info.engine == ServeFor::both) return true;
-  return (info.engine == ServeFor::vllm) == (engine == ServeEngine::vllm);
+  return serve_for_has(info.engine, engine);
 }
 
 std::span<const std::string_view> serve_choices(const ServeOptionInfo& info, ServeEngine engine) {
   if (engine == ServeEngine::llama_cpp && info.llama_cpp_choices) return info.llama_cpp_choices();
+  if (engine == ServeEngine::sglang && info.sglang_choices) return info.sglang_choices();
   return info.choices ? info.choices() : std::span<const std::string_view>();
+}
+
+bool serve_choices_differ(const ServeOptionInfo& info) {
+  return info.llama_cpp_choices != nullptr || info.sglang_choices != nullptr;
+}
+
+std::string serve_engines_prefix(const ServeOptionInfo& info) {
+  if (serve_option_applies(info, ServeEngine::vllm) &&
+      serve_option_applies(info, ServeEngine::llama_cpp)) {
+    return "";
+  }
+  std::vector<std::string_view> names;
+  for (std::size_t i = 0; i < kEngineNames.size(); ++i) {
+    if (serve_option_applies(info, static_cast<ServeEngine>(i))) names.push_back(kEngineNames[i]);
+  }
+  return fmt::format("[{}] ", fmt::join(names, ", "));
+}
+
+std::string serve_engines_words(const ServeOptionInfo& info) {
+  std::vector<std::string_view> words;
+  for (std::size_t i = 0; i < kEngineWords.size(); ++i) {
+    if (serve_option_applies(info, static_cast<ServeEngine>(i))) words.push_back(kEngineWords[i]);
+  }
+  return fmt::format("{}", fmt::join(words, " and "));
 }
 
 std::span<const std::string_view> serve_engine_names() { return kEngineNames; }

@@ -8,7 +8,19 @@
 namespace memest {
 namespace {
 
-std::string engine_name(ServeEngine e) { return e == ServeEngine::vllm ? "vllm" : "llama.cpp"; }
+std::string engine_name(ServeEngine e) {
+  switch (e) {
+    case ServeEngine::vllm:
+      return "vllm";
+    case ServeEngine::llama_cpp:
+      return "llama.cpp";
+    case ServeEngine::sglang:
+      return "sglang";
+    case ServeEngine::hf:
+      return "hf";
+  }
+  return "";
+}
 
 std::string row(std::string_view name, const std::string& size, const std::string& basis) {
   return fmt::format("{:<20} {:>14}  {}\n", name, size, basis);
@@ -25,7 +37,18 @@ std::string kv_rows(const ServeEstimate& e, Unit unit) {
   std::string tokens = format_count(e.kv_tokens);
   if (e.kv_blocks) tokens += fmt::format(" tokens in {} blocks", format_count(*e.kv_blocks));
   s += row("KV tokens", "", tokens);
-  if (e.max_concurrency) {
+  if (e.swa_tokens) {
+    s += row("KV tokens (SWA)", "", format_count(*e.swa_tokens) + " tokens in the sliding layers");
+  }
+  if (e.request_pool_bytes) {
+    s += row("request pool", format_bytes(*e.request_pool_bytes, unit),
+             fmt::format("req_to_token: {} requests x ({} + 4) int32",
+                         format_count(*e.request_pool_size), format_count(e.context)));
+  }
+  if (e.max_running_requests) {
+    s += row("max running reqs", format_count(*e.max_running_requests),
+             "min(--max-running-requests or KV tokens / 2, the request pool)");
+  } else if (e.max_concurrency) {
     s += row("max concurrency", fmt::format("{:.2f}x", *e.max_concurrency),
              fmt::format("requests of {} tokens at once", format_count(e.context)));
   }
@@ -55,8 +78,8 @@ std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, U
   std::string s = fmt::format("model      {} ({}, {} device{}; figures per device)\n", e.model,
                               engine_name(e.engine), e.devices, e.devices == 1 ? "" : "s");
   if (e.budget_bytes) {
-    s += fmt::format("budget     {} of {} (gpu_memory_utilization x total)\n",
-                     format_bytes(*e.budget_bytes, unit), gpu);
+    s += fmt::format("budget     {} of {} ({})\n", format_bytes(*e.budget_bytes, unit), gpu,
+                     e.budget_basis);
   }
   s += fmt::format("\n{:<20} {:>14}  {}\n", "part", "size", "basis");
   if (e.weights_bytes) s += row("weights", format_bytes(*e.weights_bytes, unit), e.weights_basis);
@@ -72,6 +95,9 @@ std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, U
   s += kv_rows(e, unit);
   if (e.engine == ServeEngine::vllm) {
     s += row("CUDA graphs", optional_bytes(e.cuda_graphs_bytes, unit), e.cuda_graphs_basis);
+  } else if (e.engine == ServeEngine::sglang) {
+    s += row("CUDA graphs", optional_bytes(e.cuda_graphs_bytes, unit),
+             e.cuda_graphs_bytes ? "--disable-cuda-graph" : "in the reserve; not modelled");
   }
   s += device_rows(e, unit);
   for (const std::string& n : e.notes) s += fmt::format("note: {}\n", n);
@@ -98,11 +124,17 @@ std::string render_serve_json(const ServeEstimate& e, const std::string& inputs)
                    {"bytes", e.kv_bytes},
                    {"tokens", e.kv_tokens},
                    {"blocks", opt(e.kv_blocks)}};
+  if (e.swa_tokens) j["kv_cache"]["swa_tokens"] = *e.swa_tokens;
   j["activations"] = {{"peak_bytes", opt(e.activation_peak_bytes)}};
   j["compute_buffer"] = {{"bytes", opt(e.compute_buffer_bytes)}};
   j["non_torch"] = {{"bytes", opt(e.non_torch_bytes)}};
   j["cuda_graphs"] = {{"bytes", opt(e.cuda_graphs_bytes)}};
   j["max_concurrency"] = opt(e.max_concurrency);
+  if (e.request_pool_bytes) {
+    j["request_pool"] = {{"requests", opt(e.request_pool_size)},
+                         {"bytes", opt(e.request_pool_bytes)},
+                         {"max_running_requests", opt(e.max_running_requests)}};
+  }
   j["fits"] = e.fits;
   j["largest_max_model_len"] = opt(e.largest_context);
   j["notes"] = e.notes;
@@ -143,7 +175,11 @@ std::string fit_header(const ServeFit& f, Unit unit) {
   const bool vllm = f.engine == ServeEngine::vllm;
   const bool context = f.target == ServeFitTarget::context;
   std::string rule;
-  if (vllm && context) {
+  if (f.engine == ServeEngine::sglang) {
+    rule = context ? "the longest --context-length one request of which fits the KV pool"
+                   : fmt::format("the most requests of {} tokens the KV pool holds at once",
+                                 format_count(f.held_fixed));
+  } else if (vllm && context) {
     rule = fmt::format(
         "the longest max_model_len vLLM starts with (one request fits the KV "
         "cache), at max_num_seqs {}",

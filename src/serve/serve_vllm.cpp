@@ -4,6 +4,7 @@
 // gpu_memory_utilization x total - weights - peak - non-torch memory (v1/worker/gpu_worker.py,
 // determine_available_memory), and the KV-cache groups that budget is cut into
 // (v1/core/kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size and get_num_blocks).
+#include "serve/serve_weights.hpp"
 #include "serve/vllm_graphs.hpp"
 
 #include <memest/error.hpp>
@@ -63,10 +64,7 @@ bool stored_in_fp8(const TensorGroup& g) {
          g.role != Role::router;
 }
 
-struct Weights {
-  u64 bytes = 0;
-  std::string basis;
-};
+using Weights = StoredWeights;
 
 // fp8 (online, Fp8LinearMethod): e4m3 weights and one fp32 scale per tensor;
 // compressed-tensors FP8 dynamic: e4m3 weights and one fp32 scale per output channel; a
@@ -268,15 +266,6 @@ ProfilePeak profile_run_peak(const Architecture& a, u64 tokens, u64 requests, Dt
   return p;
 }
 
-// KV bytes one token takes in one layer on one rank: MLA caches the compressed latent and the
-// shared rotary key (kv_lora_rank + qk_rope_head_dim, MLAAttentionSpec) whole on every rank;
-// other attention caches k and v for the rank's kv heads (FullAttentionSpec).
-u64 kv_bytes_per_layer_token(const Architecture& a, u64 kv_width, u64 tp) {
-  if (a.kv_lora_rank > 0) return checked_mul(a.kv_lora_rank + a.qk_rope_head_dim, kv_width);
-  const u64 heads = std::max<u64>(1, a.num_kv_heads / tp);
-  return checked_mul(checked_mul(2 * heads, a.head_dim), kv_width);
-}
-
 // The KV-cache groups of one page size: layers of one kind in groups of the smallest kind's
 // count (the largest when the counts are within 25% of each other), the last group of a kind
 // padded with empty layers; every group is given the same number of blocks.
@@ -442,6 +431,24 @@ constexpr std::array<std::string_view, 6> kVllmDtypeNames = {"auto",    "bfloat1
 
 }  // namespace
 
+// KV bytes one token takes in one layer on one rank: MLA caches the compressed latent and the
+// shared rotary key (kv_lora_rank + qk_rope_head_dim, MLAAttentionSpec) whole on every rank;
+// other attention caches k and v for the rank's kv heads (FullAttentionSpec).
+u64 kv_bytes_per_layer_token(const Architecture& a, u64 kv_width, u64 tp) {
+  if (a.kv_lora_rank > 0) return checked_mul(a.kv_lora_rank + a.qk_rope_head_dim, kv_width);
+  const u64 heads = std::max<u64>(1, a.num_kv_heads / tp);
+  return checked_mul(checked_mul(2 * heads, a.head_dim), kv_width);
+}
+
+StoredWeights vllm_weights_per_rank(const ServeModel& m, const VllmSettings& s) {
+  const Dtype dtype = s.dtype.value_or(m.dtype);
+  const std::optional<IntQuant> iq = int_quant(m, s);
+  const std::optional<BnbQuant> bnb = bnb_quant(m, s);
+  const std::string method = bnb ? "bitsandbytes" : quant_method(m, s, iq);
+  return weights_per_rank(m, method, dtype, s.tensor_parallel_size, iq ? &*iq : nullptr,
+                          bnb ? &*bnb : nullptr);
+}
+
 std::span<const std::string_view> vllm_kv_cache_dtypes() { return kVllmKvCacheDtypes; }
 std::span<const std::string_view> vllm_quantization_methods() { return kVllmQuantizationMethods; }
 std::span<const std::string_view> vllm_dtype_names() { return kVllmDtypeNames; }
@@ -466,11 +473,7 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   e.context = s.max_model_len > 0 ? s.max_model_len : m.max_positions;
   if (e.context == 0) throw Error("--max-model-len: the config has no max_position_embeddings");
   const Dtype dtype = s.dtype.value_or(m.dtype);
-  const std::optional<IntQuant> iq = int_quant(m, s);
-  const std::optional<BnbQuant> bnb = bnb_quant(m, s);
-  const std::string method = bnb ? "bitsandbytes" : quant_method(m, s, iq);
-  const Weights w =
-      weights_per_rank(m, method, dtype, tp, iq ? &*iq : nullptr, bnb ? &*bnb : nullptr);
+  const Weights w = vllm_weights_per_rank(m, s);
   e.weights_bytes = w.bytes;
   e.weights_basis = w.basis;
   const u64 batched = s.max_num_batched_tokens;

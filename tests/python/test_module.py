@@ -333,6 +333,10 @@ def test_serve_keywords_are_the_table_rows_and_take_numbers():
     assert not keywords & {"format", "units", "help", "h"}
     by_kw = {o["keyword"]: o for o in SERVE_OPTIONS}
     assert by_kw["ctx_size"]["engine"] == "llama.cpp"
+    assert by_kw["context_length"]["engine"] == "sglang"
+    assert by_kw["dtype"]["engine"] == ["vllm", "sglang"]
+    assert by_kw["model"]["engine"] == "all"
+    assert by_kw["kv_cache_dtype"]["sglang_choices"] == ["auto", "fp8_e5m2", "fp8_e4m3"]
     assert by_kw["kv_cache_dtype"]["choices"] == ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
     assert "Q4_K_M" in by_kw["quantization"]["llama_cpp_choices"]
     assert by_kw["tp"]["alias_of"] == "--tensor-parallel-size"
