@@ -323,14 +323,20 @@ py::list serve_options() {
     py::dict d;
     d["keyword"] = memest::serve_config_key(f.flag);
     d["flag"] = f.flag;
-    d["engine"] = f.engine == memest::ServeFor::vllm        ? "vllm"
-                  : f.engine == memest::ServeFor::llama_cpp ? "llama.cpp"
-                                                            : "both";
+    py::list engines;
+    for (std::size_t i = 0; i < memest::serve_engine_names().size(); ++i) {
+      const auto e = static_cast<memest::ServeEngine>(i);
+      if (memest::serve_option_applies(f, e)) engines.append(memest::serve_engine_name(e));
+    }
+    d["engine"] = f.engine == memest::ServeFor::all ? py::object(py::str("all"))
+                  : engines.size() == 1             ? py::object(engines[0])
+                                                    : py::object(engines);
     d["config_key"] = f.config_key;
     d["type"] = f.kind == memest::ValueKind::flag ? std::string("bool") : f.type_name;
     d["kind"] = std::string(memest::value_kind_name(f.kind));
     d["choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::vllm));
     d["llama_cpp_choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::llama_cpp));
+    d["hf_choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::hf));
     d["default"] =
         f.fallback.value.empty() ? py::none() : py::object(py::str(std::string(f.fallback.value)));
     d["alias_of"] = f.alias_of.empty() ? py::none() : py::object(py::str(std::string(f.alias_of)));
@@ -352,10 +358,8 @@ std::string serve_doc() {
   for (const auto& f : memest::serve_option_table()) {
     if (!serve_keyword(f)) continue;
     const std::string type = f.kind == memest::ValueKind::flag ? "bool" : f.type_name;
-    const std::string_view who = f.engine == memest::ServeFor::vllm        ? "[vllm] "
-                                 : f.engine == memest::ServeFor::llama_cpp ? "[llama.cpp] "
-                                                                           : "";
-    doc += fmt::format("    {} ({}): {}{}\n", memest::serve_config_key(f.flag), type, who, f.help);
+    doc += fmt::format("    {} ({}): {}{}\n", memest::serve_config_key(f.flag), type,
+                       memest::serve_engines_prefix(f), f.help);
   }
   return doc + "\n  None leaves a keyword out; False leaves a flag off.\n";
 }
@@ -476,9 +480,10 @@ PYBIND11_MODULE(memest, m) {
       "prints it;\nwith serve=True, of serve run configs (`memest schema --serve`).");
   m.def("serve_options", &serve_options,
         "serve_options() -> list of dict\n\n"
-        "The keywords of serve(): keyword, flag, engine (vllm, llama.cpp or both), config_key\n"
-        "(whether a serve run config has it), type, kind, choices (vLLM's names, or both\n"
-        "engines'), llama_cpp_choices, default (None when none is constant), alias_of and help.");
+        "The keywords of serve(): keyword, flag, engine (vllm, llama.cpp, hf, a list of them, or\n"
+        "all), config_key (whether a serve run config has it), type, kind, choices (vLLM's\n"
+        "names, or every engine's), llama_cpp_choices, hf_choices, default (None when none is\n"
+        "constant), alias_of and help.");
   m.def("options", &options,
         "options() -> list of dict\n\n"
         "The run options: keyword, flag, run-config section and key, type, kind (flag, count,\n"

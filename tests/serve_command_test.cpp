@@ -65,8 +65,9 @@ TEST_CASE("serve: bad input is one line and exit 2", "[serve]") {
   expect({"--engine", "llama.cpp", "--model", "llama-3.1-8b", "--cache-type-v", "q8_0"},
          "--cache-type-v: q8_0 needs --flash-attn (llama.cpp quantises V only with flash "
          "attention)");
-  expect({"--engine", "sglang", "--model", "llama-3.1-8b"},
-         "--engine: \"sglang\" is not offered (expected one of: vllm, llama.cpp)");
+  expect({"--engine", "sglang", "--model", "llama-3.1-8b"}, "--engine sglang: not modelled yet");
+  expect({"--engine", "tgi", "--model", "llama-3.1-8b"},
+         "--engine: \"tgi\" is not offered (expected one of: vllm, llama.cpp, sglang, hf)");
   expect({"--model", "llama-3.1-8b", "--gpu-memory-utilization", "1.5"},
          "--gpu-memory-utilization: expected a fraction in (0, 1], got \"1.5\"");
   expect({"--model", "llama-3-70b", "--gpu", "a10"},

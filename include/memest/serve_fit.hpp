@@ -63,6 +63,10 @@ using LlamaCppEstimateFn = std::function<ServeEstimate(const LlamaCppSettings&)>
 ServeProbeFn llama_cpp_probe(const LlamaCppEstimateFn& estimate, LlamaCppSettings settings,
                              ServeFitTarget target, std::uint64_t per_request, std::uint64_t total);
 
+/// transformers' probe: the peak (weights, cache and the forward's tensors) within the device.
+/// The context is --prompt-len, concurrency --batch-size.
+ServeProbeFn hf_probe(const ServeModel& model, HfSettings settings, ServeFitTarget target);
+
 /// What `memest serve --fit` prints: the rows and what they share.
 struct ServeFit {
   ServeEngine engine = ServeEngine::vllm;
@@ -74,6 +78,8 @@ struct ServeFit {
   std::uint64_t limit = 0;
   bool limit_is_model = false;   ///< the limit is the model's max_position_embeddings
   std::uint64_t held_fixed = 0;  ///< concurrency: tokens per request; context: max_num_seqs
+  /// hf: the other value kept, --batch-size for a context, --max-new-tokens for concurrency
+  std::uint64_t held_extra = 0;
   std::vector<ServeFitRow> rows;
 };
 

@@ -17,13 +17,28 @@
 
 namespace memest {
 
-/// The engines a serve option applies to; a flag of one engine given to the other is refused.
-enum class ServeFor { both, vllm, llama_cpp };
+/// The engines a serve option applies to, a set of bits (one per ServeEngine, in its order); a
+/// flag given to an engine outside its set is refused.
+enum class ServeFor : unsigned { vllm = 1, llama_cpp = 2, sglang = 4, hf = 8, all = 15 };
+
+constexpr ServeFor operator|(ServeFor a, ServeFor b) {
+  return static_cast<ServeFor>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+
+/// The bit of one engine.
+constexpr ServeFor serve_for(ServeEngine engine) {
+  return static_cast<ServeFor>(1U << static_cast<unsigned>(engine));
+}
+
+/// Whether the set holds the engine.
+constexpr bool serve_for_has(ServeFor set, ServeEngine engine) {
+  return (static_cast<unsigned>(set) & static_cast<unsigned>(serve_for(engine))) != 0;
+}
 
 /// One serve option. Rows are in --help order; a new flag is a new row.
 struct ServeOptionInfo {
   std::string flag;  ///< "--max-model-len"
-  ServeFor engine = ServeFor::both;
+  ServeFor engine = ServeFor::all;
   std::string type_name;  ///< "N", "NAME", ... for --help; empty for a switch
   std::string help;
   ValueKind kind = ValueKind::flag;
@@ -32,6 +47,9 @@ struct ServeOptionInfo {
   std::span<const std::string_view> (*choices)() = nullptr;
   /// llama.cpp's names where they differ from `choices` (--quantization's GGUF file types).
   std::span<const std::string_view> (*llama_cpp_choices)() = nullptr;
+  /// Hugging Face transformers' names where they differ from `choices` (--dtype's float32,
+  /// --quantization's bitsandbytes modes).
+  std::span<const std::string_view> (*hf_choices)() = nullptr;
   OptionDefault fallback;
   std::string_view alias_of;  ///< "--tensor-parallel-size" for --tp
   /// Whether a serve run config has the option as a key; false for the output's form, the
@@ -54,7 +72,17 @@ bool serve_option_applies(const ServeOptionInfo& info, ServeEngine engine);
 /// The names the option takes on `engine`; empty when it takes no list of names.
 std::span<const std::string_view> serve_choices(const ServeOptionInfo& info, ServeEngine engine);
 
-/// --engine's names, in ServeEngine's order ("vllm", "llama.cpp").
+/// Whether the option's names differ by engine (llama.cpp's or hf's own list).
+bool serve_choices_differ(const ServeOptionInfo& info);
+
+/// The engines of the option in --help's words: "" for every engine, else "[vllm] ",
+/// "[vllm, hf] ", ...
+std::string serve_engines_prefix(const ServeOptionInfo& info);
+
+/// The engines of the option as an error names them: "vLLM", "llama.cpp", "vLLM and hf", ...
+std::string serve_engines_words(const ServeOptionInfo& info);
+
+/// --engine's names, in ServeEngine's order ("vllm", "llama.cpp", "sglang", "hf").
 std::span<const std::string_view> serve_engine_names();
 
 /// The engine's name as --engine takes it.

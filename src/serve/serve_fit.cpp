@@ -96,6 +96,17 @@ ServeProbeFn vllm_probe(const ServeModel& model, VllmSettings s, ServeFitTarget 
   };
 }
 
+ServeProbeFn hf_probe(const ServeModel& model, HfSettings s, ServeFitTarget target) {
+  return [model, s, target](u64 value) mutable {
+    (target == ServeFitTarget::context ? s.prompt_len : s.batch_size) = value;
+    ServeProbe p;
+    p.estimate = estimate_hf(model, s);
+    p.need = p.estimate.peak_bytes.value_or(0);
+    p.available = p.estimate.budget_bytes.value_or(0);
+    return p;
+  };
+}
+
 ServeProbeFn llama_cpp_probe(const LlamaCppEstimateFn& estimate, LlamaCppSettings s,
                              ServeFitTarget target, u64 per_request, u64 total) {
   return [estimate, s, target, per_request, total](u64 value) mutable {

@@ -19,7 +19,9 @@ namespace {
 
 using ServeNames = std::span<const std::string_view> (*)();
 
-constexpr std::array<std::string_view, 2> kEngineNames = {"vllm", "llama.cpp"};
+constexpr std::array<std::string_view, 4> kEngineNames = {"vllm", "llama.cpp", "sglang", "hf"};
+// data table: each engine as an error names it, in ServeEngine's order
+constexpr std::array<std::string_view, 4> kEngineWords = {"vLLM", "llama.cpp", "SGLang", "hf"};
 constexpr std::array<std::string_view, 3> kFormatNames = {"table", "json", "markdown"};
 constexpr std::array<std::string_view, 2> kFitNames = {"context", "concurrency"};
 constexpr std::array<std::string_view, 3> kSplitModeNames = {"none", "layer", "row"};
@@ -56,6 +58,10 @@ struct ServeRow {
     info.llama_cpp_choices = names;
     return std::move(*this);
   }
+  ServeRow&& hf(ServeNames names) && {
+    info.hf_choices = names;
+    return std::move(*this);
+  }
   ServeRow&& alias_of(std::string_view of) && {
     info.alias_of = of;
     return std::move(*this);
@@ -69,30 +75,30 @@ struct ServeRow {
 // The model, the device and the output, which both engines take.
 std::vector<ServeRow> serve_common_rows() {
   std::vector<ServeRow> r;
-  r.push_back(ServeRow("--model", ServeFor::both, "NAME",
+  r.push_back(ServeRow("--model", ServeFor::all, "NAME",
                        "Model preset, Hub id (local cache) or model folder")
                   .kind(ValueKind::name, run_option("--model").choices));
-  r.push_back(ServeRow("--config", ServeFor::both, "PATH", "A Hugging Face config.json")
+  r.push_back(ServeRow("--config", ServeFor::all, "PATH", "A Hugging Face config.json")
                   .kind(ValueKind::path));
   r.push_back(
-      ServeRow("--engine", ServeFor::both, "NAME", serve_or_list(kEngineNames) + " (default vllm)")
+      ServeRow("--engine", ServeFor::all, "NAME", serve_or_list(kEngineNames) + " (default vllm)")
           .kind(ValueKind::choice, serve_engine_list)
           .fallback("vllm"));
-  r.push_back(ServeRow("--gpu", ServeFor::both, "NAME",
+  r.push_back(ServeRow("--gpu", ServeFor::all, "NAME",
                        "GPU preset: its memory is the total (default h100-80gb)")
                   .kind(ValueKind::choice, run_option("--gpu").choices)
                   .fallback("h100-80gb"));
   r.push_back(
-      ServeRow("--gpu-memory", ServeFor::both, "SIZE",
+      ServeRow("--gpu-memory", ServeFor::all, "SIZE",
                "Total device memory as torch.cuda.mem_get_info reports it (overrides --gpu)")
           .kind(ValueKind::size)
           .fallback("", "--gpu's memory"));
-  r.push_back(ServeRow("--format", ServeFor::both, "FORMAT",
+  r.push_back(ServeRow("--format", ServeFor::all, "FORMAT",
                        serve_or_list(kFormatNames) + " (default table)")
                   .kind(ValueKind::choice, serve_format_names)
                   .fallback("table")
                   .flag_only());
-  r.push_back(ServeRow("--units", ServeFor::both, "UNIT", "Units of the table (default GiB)")
+  r.push_back(ServeRow("--units", ServeFor::all, "UNIT", "Units of the table (default GiB)")
                   .kind(ValueKind::choice, unit_names)
                   .fallback("GiB")
                   .flag_only());
@@ -122,18 +128,20 @@ std::vector<ServeRow> serve_vllm_rows() {
                        serve_or_list(vllm_kv_cache_dtypes()) + " (default auto)")
                   .kind(ValueKind::choice, vllm_kv_cache_dtypes)
                   .fallback("auto"));
-  r.push_back(ServeRow("--dtype", ServeFor::vllm, "NAME",
-                       "auto, bfloat16, float16 (default auto: the config's)")
+  r.push_back(ServeRow("--dtype", ServeFor::vllm | ServeFor::hf, "NAME",
+                       "auto, bfloat16, float16 (default auto: the config's); hf also float32")
                   .kind(ValueKind::choice, vllm_dtype_names)
+                  .hf(hf_dtype_names)
                   .fallback("auto"));
   r.push_back(
       ServeRow(
-          "--quantization", ServeFor::both, "NAME",
+          "--quantization", ServeFor::vllm | ServeFor::llama_cpp | ServeFor::hf, "NAME",
           "vllm: fp8, compressed-tensors (FP8 weights), gptq, gptq_marlin, awq, "
           "awq_marlin (the checkpoint's int4/int8 groups), bitsandbytes (NF4); llama.cpp: a GGUF "
-          "file type (Q4_K_M, ...)")
+          "file type (Q4_K_M, ...); hf: bnb-4bit, bnb-8bit")
           .kind(ValueKind::choice, vllm_quantization_methods)
           .llama_cpp(gguf_file_type_names)
+          .hf(hf_quantization_names)
           .fallback("", "the checkpoint's"));
   r.push_back(
       ServeRow("--tensor-parallel-size", ServeFor::vllm, "N", "Tensor-parallel ranks (default 1)")
@@ -165,9 +173,11 @@ std::vector<ServeRow> serve_llama_cpp_rows() {
       ServeRow("--ctx-size", ServeFor::llama_cpp, "N", "Context cells (default: the model's)")
           .kind(ValueKind::count)
           .fallback("", "the model's max_position_embeddings"));
-  r.push_back(ServeRow("--batch-size", ServeFor::llama_cpp, "N", "Logical batch (default 2048)")
+  r.push_back(ServeRow("--batch-size", ServeFor::llama_cpp | ServeFor::hf, "N",
+                       "llama.cpp: logical batch (default 2048); hf: sequences generated at "
+                       "once (default 1)")
                   .kind(ValueKind::count)
-                  .fallback("2048"));
+                  .fallback("", "2048 on llama.cpp, 1 on hf"));
   r.push_back(ServeRow("--ubatch-size", ServeFor::llama_cpp, "N",
                        "Micro-batch the compute buffer is sized for (512)")
                   .kind(ValueKind::count)
@@ -228,36 +238,60 @@ std::vector<ServeRow> serve_llama_cpp_device_rows() {
   return r;
 }
 
+// data table: Hugging Face transformers' model.generate() and from_pretrained() arguments
+std::vector<ServeRow> serve_hf_rows() {
+  std::vector<ServeRow> r;
+  r.push_back(ServeRow("--prompt-len", ServeFor::hf, "N",
+                       "Prompt tokens per sequence (input_ids' length; needed)")
+                  .kind(ValueKind::count));
+  r.push_back(ServeRow("--input-len", ServeFor::hf, "N", "Short for --prompt-len")
+                  .kind(ValueKind::count)
+                  .alias_of("--prompt-len"));
+  r.push_back(ServeRow("--max-new-tokens", ServeFor::hf, "N",
+                       "generate(max_new_tokens=): tokens generated per sequence (needed)")
+                  .kind(ValueKind::count));
+  r.push_back(ServeRow("--attn-implementation", ServeFor::hf, "NAME",
+                       serve_or_list(hf_attn_implementations()) + " (default sdpa)")
+                  .kind(ValueKind::choice, hf_attn_implementations)
+                  .fallback("sdpa"));
+  r.push_back(ServeRow("--cache-implementation", ServeFor::hf, "NAME",
+                       serve_or_list(hf_cache_implementations()) + " (default dynamic)")
+                  .kind(ValueKind::choice, hf_cache_implementations)
+                  .fallback("dynamic"));
+  return r;
+}
+
 // The question asked of the estimate, the run config itself and the help.
 std::vector<ServeRow> serve_command_rows() {
   std::vector<ServeRow> r;
   r.push_back(
-      ServeRow("--fit", ServeFor::both, "WHAT",
+      ServeRow("--fit", ServeFor::all, "WHAT",
                serve_or_list(kFitNames) +
-                   ": the largest --max-model-len/--ctx-size or --max-num-seqs/--parallel that "
-                   "fits, per weight format and KV-cache type")
+                   ": the largest --max-model-len/--ctx-size/--prompt-len or "
+                   "--max-num-seqs/--parallel/--batch-size that fits, per weight format and "
+                   "KV-cache type")
           .kind(ValueKind::choice, serve_fit_names)
           .flag_only());
-  r.push_back(ServeRow("--max", ServeFor::both, "N",
+  r.push_back(ServeRow("--max", ServeFor::all, "N",
                        "--fit: the largest value tried (default: the model's positions for a "
                        "context; max_num_batched_tokens or n_ctx's 2^32 - 1 cells for concurrency)")
                   .kind(ValueKind::count)
                   .fallback("", "the model's positions, or the engine's limit")
                   .flag_only());
   r.push_back(
-      ServeRow("--file", ServeFor::both, "PATH",
+      ServeRow("--file", ServeFor::all, "PATH",
                "A serve run config (JSON; keys as the flags: max_model_len); flags override it")
           .kind(ValueKind::path)
           .flag_only());
-  r.push_back(ServeRow("--help", ServeFor::both, "", "This help").flag_only());
-  r.push_back(ServeRow("-h", ServeFor::both, "", "This help").flag_only());
+  r.push_back(ServeRow("--help", ServeFor::all, "", "This help").flag_only());
+  r.push_back(ServeRow("-h", ServeFor::all, "", "This help").flag_only());
   return r;
 }
 
 std::vector<ServeOptionInfo> build_serve_table() {
   std::vector<ServeOptionInfo> out;
   for (auto rows : {serve_common_rows(), serve_vllm_rows(), serve_llama_cpp_rows(),
-                    serve_llama_cpp_device_rows(), serve_command_rows()}) {
+                    serve_llama_cpp_device_rows(), serve_hf_rows(), serve_command_rows()}) {
     for (ServeRow& r : rows) out.push_back(std::move(r.info));
   }
   return out;
@@ -284,13 +318,34 @@ std::string serve_config_key(std::string_view flag) {
 }
 
 bool serve_option_applies(const ServeOptionInfo& info, ServeEngine engine) {
-  if (info.engine == ServeFor::both) return true;
-  return (info.engine == ServeFor::vllm) == (engine == ServeEngine::vllm);
+  return serve_for_has(info.engine, engine);
 }
 
 std::span<const std::string_view> serve_choices(const ServeOptionInfo& info, ServeEngine engine) {
   if (engine == ServeEngine::llama_cpp && info.llama_cpp_choices) return info.llama_cpp_choices();
+  if (engine == ServeEngine::hf && info.hf_choices) return info.hf_choices();
   return info.choices ? info.choices() : std::span<const std::string_view>();
+}
+
+bool serve_choices_differ(const ServeOptionInfo& info) {
+  return info.llama_cpp_choices != nullptr || info.hf_choices != nullptr;
+}
+
+std::string serve_engines_prefix(const ServeOptionInfo& info) {
+  if (info.engine == ServeFor::all) return "";
+  std::vector<std::string_view> names;
+  for (std::size_t i = 0; i < kEngineNames.size(); ++i) {
+    if (serve_for_has(info.engine, static_cast<ServeEngine>(i))) names.push_back(kEngineNames[i]);
+  }
+  return fmt::format("[{}] ", fmt::join(names, ", "));
+}
+
+std::string serve_engines_words(const ServeOptionInfo& info) {
+  std::vector<std::string_view> words;
+  for (std::size_t i = 0; i < kEngineWords.size(); ++i) {
+    if (serve_for_has(info.engine, static_cast<ServeEngine>(i))) words.push_back(kEngineWords[i]);
+  }
+  return fmt::format("{}", fmt::join(words, " and "));
 }
 
 std::span<const std::string_view> serve_engine_names() { return kEngineNames; }

@@ -1,5 +1,7 @@
 #include "serve/serve_render.hpp"
 
+#include <memest/serve_options.hpp>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -8,7 +10,7 @@
 namespace memest {
 namespace {
 
-std::string engine_name(ServeEngine e) { return e == ServeEngine::vllm ? "vllm" : "llama.cpp"; }
+std::string engine_name(ServeEngine e) { return std::string(serve_engine_name(e)); }
 
 std::string row(std::string_view name, const std::string& size, const std::string& basis) {
   return fmt::format("{:<20} {:>14}  {}\n", name, size, basis);
@@ -49,9 +51,30 @@ std::string device_rows(const ServeEstimate& e, Unit unit) {
   return s;
 }
 
+// transformers' generate(): the parts, the peak they make and whether it fits the device.
+std::string hf_table(const ServeEstimate& e, const std::string& gpu, Unit unit) {
+  std::string s = fmt::format("model      {} (hf, 1 device)\n", e.model);
+  s += fmt::format("device     {} ({})\n", gpu, format_bytes(e.budget_bytes.value_or(0), unit));
+  s += fmt::format("\n{:<20} {:>14}  {}\n", "part", "size", "basis");
+  if (e.weights_bytes) s += row("weights", format_bytes(*e.weights_bytes, unit), e.weights_basis);
+  s += row("forward peak", optional_bytes(e.activation_peak_bytes, unit), e.activation_basis);
+  s += row("KV cache", format_bytes(e.kv_bytes, unit), e.kv_basis);
+  s += row("KV per token", format_bytes(e.kv_bytes_per_token, Unit::KiB),
+           "every layer, one sequence");
+  s += row("KV tokens", "", format_count(e.kv_tokens) + " (batch x tokens cached)");
+  s += row("peak", optional_bytes(e.peak_bytes, unit), e.peak_basis);
+  for (const std::string& n : e.notes) s += fmt::format("note: {}\n", n);
+  if (!e.fits) {
+    s += fmt::format("does not fit: the peak passes the device's {}\n",
+                     format_bytes(e.budget_bytes.value_or(0), unit));
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, Unit unit) {
+  if (e.engine == ServeEngine::hf) return hf_table(e, gpu, unit);
   std::string s = fmt::format("model      {} ({}, {} device{}; figures per device)\n", e.model,
                               engine_name(e.engine), e.devices, e.devices == 1 ? "" : "s");
   if (e.budget_bytes) {
@@ -124,6 +147,7 @@ std::string render_serve_json(const ServeEstimate& e, const std::string& inputs)
     j["host"] = {{"weights", {{"bytes", opt(e.host_weights_bytes)}}},
                  {"kv_cache", {{"bytes", opt(e.host_kv_bytes)}}}};
   }
+  if (e.peak_bytes) j["peak"] = {{"bytes", *e.peak_bytes}};
   j["inputs"] = ordered_json::parse(inputs);
   return j.dump(2) + "\n";
 }
@@ -136,6 +160,9 @@ namespace {
 std::string_view fit_flag(const ServeFit& f) {
   if (f.engine == ServeEngine::vllm) {
     return f.target == ServeFitTarget::context ? "--max-model-len" : "--max-num-seqs";
+  }
+  if (f.engine == ServeEngine::hf) {
+    return f.target == ServeFitTarget::context ? "--prompt-len" : "--batch-size";
   }
   return f.target == ServeFitTarget::context ? "--ctx-size" : "--parallel";
 }
@@ -150,7 +177,16 @@ std::string fit_header(const ServeFit& f, Unit unit) {
   const bool vllm = f.engine == ServeEngine::vllm;
   const bool context = f.target == ServeFitTarget::context;
   std::string rule;
-  if (vllm && context) {
+  if (f.engine == ServeEngine::hf) {
+    rule = context ? fmt::format(
+                         "the longest --prompt-len whose generate() peak fits the device, at "
+                         "--max-new-tokens {} and --batch-size {}",
+                         format_count(f.held_fixed), format_count(f.held_extra))
+                   : fmt::format(
+                         "the largest --batch-size whose generate() peak fits the device, at "
+                         "--prompt-len {} and --max-new-tokens {}",
+                         format_count(f.held_fixed), format_count(f.held_extra));
+  } else if (vllm && context) {
     rule = fmt::format(
         "the longest max_model_len vLLM starts with (one request fits the KV "
         "cache), at max_num_seqs {}",
@@ -172,8 +208,10 @@ std::string fit_header(const ServeFit& f, Unit unit) {
         format_count(f.held_fixed), format_count(f.held_fixed));
   }
   s += fmt::format("fit        {}\n", rule);
-  s += fmt::format("searched   1 to {}{}\n", format_count(f.limit),
-                   f.limit_is_model ? " (the model's max_position_embeddings)" : "");
+  const std::string_view bound = f.engine == ServeEngine::hf
+                                     ? " (max_position_embeddings - max_new_tokens)"
+                                     : " (the model's max_position_embeddings)";
+  s += fmt::format("searched   1 to {}{}\n", format_count(f.limit), f.limit_is_model ? bound : "");
   return s;
 }
 
@@ -186,6 +224,9 @@ std::string fit_margin(std::uint64_t bytes, Unit unit) {
 std::string_view held_flag(const ServeFit& f) {
   if (f.engine == ServeEngine::vllm) {
     return f.target == ServeFitTarget::context ? "--max-num-seqs" : "--max-model-len";
+  }
+  if (f.engine == ServeEngine::hf) {
+    return f.target == ServeFitTarget::context ? "--max-new-tokens" : "--prompt-len";
   }
   return f.target == ServeFitTarget::context ? "--parallel" : "--ctx-size";
 }
@@ -234,6 +275,11 @@ std::string render_serve_fit_table(const ServeFit& f, Unit unit) {
     if (!r.why_not.empty()) {
       s += fmt::format("note: {} / {}: {}\n", r.weights, r.kv_cache, r.why_not);
     }
+  }
+  if (f.engine == ServeEngine::hf) {
+    s += "note: the whole device against the torch allocator's peak; the CUDA context, cuBLAS "
+         "workspaces and the allocator's rounding are not counted (--gpu-memory states what is "
+         "free)\n";
   }
   if (f.engine == ServeEngine::llama_cpp) {
     s += "note: the whole device against llama.cpp's buffers; the CUDA context and driver's share "
@@ -287,6 +333,11 @@ std::string render_serve_fit_json(const ServeFit& f) {
                     {"limit", f.limit},
                     {"limit_is_model_positions", f.limit_is_model},
                     {"rows", rows}};
+  if (f.engine == ServeEngine::hf) {
+    j["also_held"] = {
+        {"flag", f.target == ServeFitTarget::context ? "batch_size" : "max_new_tokens"},
+        {"value", f.held_extra}};
+  }
   return j.dump(2) + "\n";
 }
 

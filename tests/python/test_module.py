@@ -327,6 +327,9 @@ def test_serve_keywords_are_the_table_rows_and_take_numbers():
     assert not keywords & {"format", "units", "help", "h"}
     by_kw = {o["keyword"]: o for o in SERVE_OPTIONS}
     assert by_kw["ctx_size"]["engine"] == "llama.cpp"
+    assert by_kw["dtype"]["engine"] == ["vllm", "hf"]
+    assert by_kw["model"]["engine"] == "all"
+    assert "float32" in by_kw["dtype"]["hf_choices"]
     assert by_kw["kv_cache_dtype"]["choices"] == ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
     assert "Q4_K_M" in by_kw["quantization"]["llama_cpp_choices"]
     assert by_kw["tp"]["alias_of"] == "--tensor-parallel-size"
@@ -356,5 +359,6 @@ def test_serve_file_and_schema(tmp_path):
     assert memest.schema(serve=True) == json.loads(cli(["schema", "--serve"])[1])
     schema = memest.schema(serve=True)
     for o in SERVE_OPTIONS:
-        if o["config_key"] and o["kind"] == "choice" and o["llama_cpp_choices"] == o["choices"]:
+        if (o["config_key"] and o["kind"] == "choice" and o["llama_cpp_choices"] == o["choices"]
+                and o["hf_choices"] == o["choices"]):
             assert schema["properties"][o["keyword"]]["enum"] == o["choices"], o["flag"]
