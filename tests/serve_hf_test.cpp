@@ -212,6 +212,46 @@ TEST_CASE("serve hf: whether it fits, and --fit concurrency", "[serve][hf]") {
   CHECK(rows[0]["best"] == (1000000 - kBf16Weights) / per_sequence);
 }
 
+TEST_CASE("serve hf: --fit context searches the prompt at the given batch and new tokens",
+          "[serve][hf]") {
+  TempDir dir("serve-hf-fit-context");
+  const std::string llama = hf_config(dir, "llama.json", kLlama);
+  const auto f = run_cli({"serve", "--engine", "hf", "--config", llama, "--max-new-tokens", "16",
+                          "--batch-size", "2", "--fit", "context", "--gpu-memory", "600000",
+                          "--quantization", "bnb-4bit", "--format", "json"});
+  INFO(f.err);
+  REQUIRE(f.code == 0);
+  const Json fit = Json::parse(f.out);
+  CHECK(fit["searched"] == "prompt_len");
+  CHECK(fit["held"]["value"] == 16);
+  CHECK(fit["also_held"]["value"] == 2);
+  CHECK(fit["limit"] == 4096 - 16);  // max_position_embeddings - max_new_tokens
+  REQUIRE(fit["rows"].size() == 3);  // dynamic, static, offloaded
+  for (const Json& row : fit["rows"]) {
+    INFO(row["kv_cache"]);
+    REQUIRE(row["best"].is_number());
+    CHECK(row["at_best"]["need_bytes"] <= 600000);
+    CHECK(row["past_best"]["need_bytes"] > 600000);
+    // The answer is the plain estimate's: that prompt fits, one token more does not.
+    const auto plain = [&](std::uint64_t prompt) {
+      return run_cli({"serve", "--engine", "hf", "--config", llama, "--max-new-tokens", "16",
+                      "--batch-size", "2", "--gpu-memory", "600000", "--quantization", "bnb-4bit",
+                      "--cache-implementation", row["kv_cache"].get<std::string>(), "--prompt-len",
+                      std::to_string(prompt)})
+          .code;
+    };
+    CHECK(plain(row["best"].get<std::uint64_t>()) == 0);
+    CHECK(plain(row["best"].get<std::uint64_t>() + 1) == 1);
+  }
+  // The searched flag is not given as well.
+  const auto both = run_cli({"serve", "--engine", "hf", "--config", llama, "--input-len", "8",
+                             "--max-new-tokens", "16", "--fit", "context"});
+  CHECK(both.code == 2);
+  CHECK(both.err ==
+        "memest: error: --prompt-len: --fit context searches it (give --max N to bound the "
+        "search)\n");
+}
+
 TEST_CASE("serve hf: what it does not model or transformers refuses is one line, exit 2",
           "[serve][hf]") {
   TempDir dir("serve-hf-refused");
