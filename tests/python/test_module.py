@@ -296,6 +296,10 @@ SERVE_RUNS = [
     ["--model", "qwen3-8b", "--engine", "llama.cpp", "--quantization", "Q5_K_M",
      "--gpu", "rtx-4090", "--fit", "context"],
     ["--model", "llama-3.1-8b", "--gpu-memory", "24GiB", "--fit", "concurrency", "--max", "512"],
+    ["--model", "qwen3-8b", "--engine", "hf", "--prompt-len", "4096", "--max-new-tokens", "512",
+     "--batch-size", "4", "--quantization", "bnb-4bit", "--attn-implementation", "eager"],
+    ["--model", "llama-3.1-8b", "--engine", "hf", "--max-new-tokens", "256", "--gpu", "l4",
+     "--fit", "context", "--cache-implementation", "static"],
 ]
 
 
