@@ -103,6 +103,12 @@ TEST_CASE("serve hf: the dynamic cache and the prompt's forward (GQA, batch 3)",
   const std::uint64_t mlp = base + 3 * 3 * 10 * 128 * 2;
   CHECK(j["activations"]["peak_bytes"] == mlp);
   CHECK(j["peak"]["bytes"] == kBf16Weights + 3 * 10 * 2 * kKvTokenLayer + mlp);
+  // Offloaded: at the end the layer being updated (14 tokens) and the prefetched next one (13)
+  // on the device, the whole cache on the host; after the prompt, one layer of 10 tokens.
+  const Json off = hf_json(llama, {"--prompt-len", "10", "--max-new-tokens", "5", "--batch-size",
+                                   "3", "--cache-implementation", "offloaded"});
+  CHECK(off["kv_cache"]["bytes"] == 3 * (14 + 13) * kKvTokenLayer);
+  CHECK(off["peak"]["bytes"] == kBf16Weights + 3 * 10 * kKvTokenLayer + mlp);
 }
 
 TEST_CASE("serve hf: a long generation peaks at the last torch.cat", "[serve][hf]") {
@@ -172,6 +178,15 @@ TEST_CASE("serve hf: sliding-window layers keep their window", "[serve][hf]") {
   const Json st = hf_json(mistral, s);
   CHECK(st["kv_cache"]["bytes"] == 3 * 8 * 2 * kKvTokenLayer);
   CHECK(st["peak"]["bytes"] == kBf16Weights + 3 * 8 * 2 * kKvTokenLayer + mlp);
+  // Offloaded (every layer moves to the host): after the prompt one layer of 10 tokens is on the
+  // device; at the end the layer being updated and the prefetched next one, 8 tokens each.
+  auto o = flags;
+  o.insert(o.end(), {"--cache-implementation", "offloaded"});
+  const Json off = hf_json(mistral, o);
+  CHECK(off["kv_cache"]["bytes"] == 3 * (8 + 8) * kKvTokenLayer);
+  CHECK(off["peak"]["bytes"] == kBf16Weights + 3 * 10 * kKvTokenLayer + mlp);
+  // The host keeps each layer's view of window - 1 = 7 tokens.
+  CHECK(off["notes"].dump().find("host memory") != std::string::npos);
 }
 
 TEST_CASE("serve hf: whether it fits, and --fit concurrency", "[serve][hf]") {
@@ -256,7 +271,6 @@ TEST_CASE("serve hf: what it does not model or transformers refuses is one line,
           "[serve][hf]") {
   TempDir dir("serve-hf-refused");
   const std::string llama = hf_config(dir, "llama.json", kLlama);
-  const std::string mistral = hf_config(dir, "mistral.json", kMistral);
   const auto expect = [&](const std::string& config, std::vector<std::string> flags,
                           const std::string& line) {
     std::vector<std::string> args = {"serve", "--engine", "hf", "--config", config};
@@ -282,9 +296,6 @@ TEST_CASE("serve hf: what it does not model or transformers refuses is one line,
   expect(llama, with({"--cache-implementation", "sliding_window"}),
          "--cache-implementation: \"sliding_window\" is not offered (expected one of: dynamic, "
          "static, offloaded, quantized)");
-  expect(mistral, with({"--cache-implementation", "offloaded"}),
-         "--cache-implementation offloaded: not modelled for sliding-window layers (which layers "
-         "stay on the device depends on offload_only_non_sliding)");
   expect(llama, with({"--attn-implementation", "flash_attention_2", "--dtype", "float32"}),
          "--attn-implementation flash_attention_2: runs in float16 or bfloat16 only");
   expect(llama, with({"--quantization", "fp8"}),

@@ -133,21 +133,28 @@ HfCache static_cache(const HfShape& s) {
   return c;
 }
 
-// DynamicCache(offloading=True) ("offloaded"): each layer goes to the host after its update,
-// and Cache.update prefetches the next one; on the device at the last step are the layer being
-// updated (its new K and V, and the old V beside the new) and the next layer (L - 1 tokens).
+// DynamicCache(config=..., offloading=True) ("offloaded"; offload_only_non_sliding is False, so
+// every layer moves): each layer goes to the host after its update, and Cache.update prefetches
+// the next one. On the device at the last step are the layer being updated (its new K and V, and
+// the old V beside the new) and the next layer, each at the larger kind's size (a full layer's
+// L, a sliding layer's min(L, window)); after the prompt, the one layer of P tokens. The host
+// keeps a full layer's L tokens and a sliding layer's view, window - 1.
 HfCache offloaded_cache(const HfShape& s) {
   const u64 t = 2 * half_token(s);
   HfCache c;
   c.tokens = s.last;
   c.prefill = mul3(s.b, s.p, t);
-  c.host = mul4(s.b, s.last, t, s.full);
+  const u64 host_slide = std::min(s.last, s.window > 0 ? s.window - 1 : 0);
+  c.host = checked_mul(checked_mul(s.b, t), checked_add(checked_mul(s.full, s.last),
+                                                        checked_mul(s.sliding, host_slide)));
   if (s.n < 2) {
     c.final = c.prefill;
     return c;
   }
-  c.final = checked_mul(s.b, checked_add(checked_mul(s.last, t), checked_mul(s.last - 1, t)));
-  c.growth = mul3(s.b, s.last - 1, half_token(s));
+  const u64 now = s.full > 0 ? s.last : std::min(s.last, s.window);
+  const u64 next = s.full > 0 ? s.last - 1 : std::min(s.last - 1, s.window);
+  c.final = checked_mul(s.b, checked_add(checked_mul(now, t), checked_mul(next, t)));
+  c.growth = mul3(s.b, next, half_token(s));
   return c;
 }
 
@@ -240,11 +247,6 @@ void check_hf_settings(const ServeModel& m, const HfSettings& s, Dtype dtype) {
     throw Error(
         "--cache-implementation quantized: not modelled (quanto's and HQQ's packed layouts)");
   }
-  if (s.cache_implementation == "offloaded" && m.attention.sliding > 0) {
-    throw Error(
-        "--cache-implementation offloaded: not modelled for sliding-window layers (which layers "
-        "stay on the device depends on offload_only_non_sliding)");
-  }
   if (s.attn_implementation == "flash_attention_2" && dtype == Dtype::fp32) {
     throw Error("--attn-implementation flash_attention_2: runs in float16 or bfloat16 only");
   }
@@ -291,15 +293,9 @@ void fill_peak(ServeEstimate& e, const HfShape& h, const HfCache& c) {
   e.activation_basis = fmt::format("{} of {} x {} token(s), beside the cache", at.what,
                                    format_count(h.b), format_count(at_prefill ? h.p : 1));
   e.peak_bytes = checked_add(*e.weights_bytes, std::max(prefill, decode));
-  e.peak_basis = at_prefill ? fmt::format(
-                                  "the prompt's forward: weights + the cache of {} tokens x {} + "
-                                  "the forward's peak",
-                                  format_count(h.p), format_count(h.b))
-                            : fmt::format(
-                                  "the last decode step: weights + the cache of {} tokens x {}{} "
-                                  "+ the forward's peak",
-                                  format_count(h.last), format_count(h.b),
-                                  c.growth > 0 ? " (a cat's old tensor included)" : "");
+  e.peak_basis = fmt::format("{}: weights + the cache on the device then{} + the forward's peak",
+                             at_prefill ? "the prompt's forward" : "the last decode step",
+                             c.growth > 0 && !at_prefill ? " (a cat's old tensor included)" : "");
   e.fits = *e.peak_bytes <= *e.budget_bytes;
 }
 
