@@ -149,6 +149,29 @@ TEST_CASE("serve hf: eager attention materialises the scores", "[serve][hf]") {
   CHECK(hf_json(llama, flash)["activations"]["peak_bytes"] == mlp);
 }
 
+TEST_CASE("serve hf: an MoE block's expert loop at its widest expert", "[serve][hf]") {
+  TempDir dir("serve-hf-moe");
+  // The Llama's shapes with 4 experts of width 96, 2 per token, in every layer (Mixtral).
+  const std::string mixtral = hf_config(dir, "mixtral.json", R"({"model_type": "mixtral",
+    "architectures": ["MixtralForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "vocab_size": 256, "max_position_embeddings": 4096, "num_local_experts": 4,
+    "num_experts_per_tok": 2, "tie_word_embeddings": false, "torch_dtype": "bfloat16"})");
+  const Json j =
+      hf_json(mixtral, {"--prompt-len", "10", "--max-new-tokens", "5", "--batch-size", "3"});
+  // Per layer: attention 12,288 elements, 4 experts of 3 x 96 x 64, the router 4 x 64, 2 norms.
+  CHECK(j["weights"]["bytes"] ==
+        2 * (2 * 256 * 64 + 2 * (12288 + 4 * 3 * 96 * 64 + 256 + 128) + 64));
+  // 30 tokens: the router's logits (30 x 4 x 2), top-k's weights and indices (30 x 2 x (2 + 8)),
+  // the zeroed output and the expert's input rows (30 x 64 x 2 each), one_hot's mask (4 x 2 x
+  // 30 x 8) and the expert's act(gate), up and product (30 x 96 x 2 each), every token at one
+  // expert; beside the residual stream.
+  const std::uint64_t base = 2 * 3 * 10 * 64 * 2 + 2 * 3 * 10 * 16 * 2;
+  const std::uint64_t moe =
+      30 * 4 * 2 + 30 * 2 * 10 + 2 * 30 * 64 * 2 + 4 * 2 * 30 * 8 + 3 * 30 * 96 * 2;
+  CHECK(j["activations"]["peak_bytes"] == base + moe);
+}
+
 TEST_CASE("serve hf: the static cache allocates max_length - 1 up front", "[serve][hf]") {
   TempDir dir("serve-hf-static");
   const std::string llama = hf_config(dir, "llama.json", kLlama);

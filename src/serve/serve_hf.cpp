@@ -38,6 +38,8 @@ struct HfShape {
   u64 b = 0, p = 0, n = 0, last = 0, w = 0;
   u64 hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, inter = 0, vocab = 0;
   u64 full = 0, sliding = 0, window = 0;
+  u64 experts = 0, top_k = 0, expert_inter = 0;  // MoE: routed experts, top-k, expert width
+  bool dense_layers = true;                      // some layer has a dense MLP
   std::string attn;
   bool static_cache = false;
   bool offloaded = false;
@@ -196,6 +198,20 @@ u64 attention_bytes(const HfShape& s, u64 q, KeySpan span) {
   return 2 * query;
 }
 
+// The MoE block's expert loop (MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock) at one expert,
+// for T tokens: the router's logits, top-k's weights (fp32 softmax cast back) and indices
+// (int64), the zeroed output, one_hot's expert mask (E x k x T int64), and the expert's input
+// rows and its act(gate), up and product. An expert gets each token at most once: every token,
+// the bound taken here.
+u64 moe_bytes(const HfShape& s, u64 tokens) {
+  const u64 router = mul3(tokens, s.experts, s.w);
+  const u64 topk = mul3(tokens, s.top_k, s.w + 8);
+  const u64 rows = mul3(2, tokens, s.hidden) * s.w;  // the output and the expert's input
+  const u64 mask = mul4(s.experts, s.top_k, tokens, 8);
+  const u64 mlp = mul4(3, tokens, s.expert_inter, s.w);
+  return checked_add(checked_add(router, topk), checked_add(checked_add(rows, mask), mlp));
+}
+
 struct Moment {
   u64 bytes = 0;
   std::string what;
@@ -220,9 +236,11 @@ Moment forward_moment(const HfShape& s, u64 q, u64 cached, u64 growth) {
     widest(m, base + attention_bytes(s, q, key_span(s, sliding, q, cached)),
            fmt::format("{} attention", s.attn));
   }
-  widest(m, base + mul4(3, s.b, q, s.inter) * s.w, "the MLP");
+  if (s.dense_layers) widest(m, base + mul4(3, s.b, q, s.inter) * s.w, "the MLP");
+  if (s.experts > 0) widest(m, base + moe_bytes(s, checked_mul(s.b, q)), "the MoE block");
   if (s.dense_weight > 0 && s.b * q > 1) {
-    widest(m, base + mul4(2, s.b, q, s.inter) * s.w + s.dense_weight,
+    const u64 inter = s.dense_layers ? s.inter : s.expert_inter;
+    widest(m, base + mul4(2, s.b, q, inter) * s.w + s.dense_weight,
            "the MLP with a dequantised 4-bit weight");
   }
   widest(m, checked_add(mul4(s.b, q, s.hidden, s.w), mul3(s.b, s.vocab, s.w + 4)), "the logits");
@@ -239,6 +257,9 @@ void check_hf_settings(const ServeModel& m, const HfSettings& s, Dtype dtype) {
         "--engine hf: the checkpoint's quantization_config ({}) is not modelled; give an "
         "unquantised checkpoint (with --quantization bnb-4bit or bnb-8bit)",
         m.spec.checkpoint_quant->method));
+  }
+  if (m.spec.arch->fused_experts) {
+    throw Error("--engine hf: fused 3-D experts (gpt-oss) are not modelled");
   }
   if (m.spec.arch->kv_lora_rank > 0) {
     throw Error("--engine hf: an MLA model's cache (keys decompressed per head) is not modelled");
@@ -264,7 +285,13 @@ HfShape hf_shape(const ServeModel& m, const HfSettings& s, Dtype dtype, u64 dens
   h.heads = a.num_heads;
   h.kv_heads = a.num_kv_heads;
   h.head_dim = a.head_dim;
-  h.inter = std::max(a.intermediate_size, a.moe_intermediate_size);
+  h.inter = a.intermediate_size;
+  if (a.moe_layers > 0) {
+    h.experts = a.num_experts;
+    h.top_k = a.experts_per_token;
+    h.expert_inter = a.moe_intermediate_size > 0 ? a.moe_intermediate_size : a.intermediate_size;
+    h.dense_layers = a.moe_layers < a.num_layers;
+  }
   h.vocab = a.vocab_size;
   h.full = m.attention.full;
   h.sliding = m.attention.sliding;
