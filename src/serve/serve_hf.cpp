@@ -212,12 +212,12 @@ u64 moe_bytes(const HfShape& s, u64 tokens) {
   return checked_add(checked_add(router, topk), checked_add(checked_add(rows, mask), mlp));
 }
 
-struct Moment {
+struct HfMoment {
   u64 bytes = 0;
   std::string what;
 };
 
-void widest(Moment& m, u64 bytes, std::string what) {
+void hf_widest(HfMoment& m, u64 bytes, std::string what) {
   if (bytes > m.bytes) m = {bytes, std::move(what)};
 }
 
@@ -226,24 +226,24 @@ void widest(Moment& m, u64 bytes, std::string what) {
 // the cache update (the projected K and V, and `growth`); each kind of attention layer; the MLP
 // (act(gate), up and their product: LlamaMLP's down_proj input); the logits of the last token
 // (logits_to_keep = 1) in the model dtype and generate's fp32 copy.
-Moment forward_moment(const HfShape& s, u64 q, u64 cached, u64 growth) {
+HfMoment forward_moment(const HfShape& s, u64 q, u64 cached, u64 growth) {
   const u64 base = checked_add(mul4(2, s.b, q, s.hidden) * s.w, mul4(2, s.b, q, s.head_dim) * s.w);
   const u64 query = mul4(s.b, q, s.heads, s.head_dim) * s.w;
-  Moment m;
-  widest(m, base + query + mul3(s.b, q, 2 * half_token(s)) + growth, "the cache update");
+  HfMoment m;
+  hf_widest(m, base + query + mul3(s.b, q, 2 * half_token(s)) + growth, "the cache update");
   for (const bool sliding : {false, true}) {
     if ((sliding ? s.sliding : s.full) == 0) continue;
-    widest(m, base + attention_bytes(s, q, key_span(s, sliding, q, cached)),
-           fmt::format("{} attention", s.attn));
+    hf_widest(m, base + attention_bytes(s, q, key_span(s, sliding, q, cached)),
+              fmt::format("{} attention", s.attn));
   }
-  if (s.dense_layers) widest(m, base + mul4(3, s.b, q, s.inter) * s.w, "the MLP");
-  if (s.experts > 0) widest(m, base + moe_bytes(s, checked_mul(s.b, q)), "the MoE block");
+  if (s.dense_layers) hf_widest(m, base + mul4(3, s.b, q, s.inter) * s.w, "the MLP");
+  if (s.experts > 0) hf_widest(m, base + moe_bytes(s, checked_mul(s.b, q)), "the MoE block");
   if (s.dense_weight > 0 && s.b * q > 1) {
     const u64 inter = s.dense_layers ? s.inter : s.expert_inter;
-    widest(m, base + mul4(2, s.b, q, inter) * s.w + s.dense_weight,
-           "the MLP with a dequantised 4-bit weight");
+    hf_widest(m, base + mul4(2, s.b, q, inter) * s.w + s.dense_weight,
+              "the MLP with a dequantised 4-bit weight");
   }
-  widest(m, checked_add(mul4(s.b, q, s.hidden, s.w), mul3(s.b, s.vocab, s.w + 4)), "the logits");
+  hf_widest(m, checked_add(mul4(s.b, q, s.hidden, s.w), mul3(s.b, s.vocab, s.w + 4)), "the logits");
   return m;
 }
 
@@ -306,16 +306,16 @@ HfShape hf_shape(const ServeModel& m, const HfSettings& s, Dtype dtype, u64 dens
 // The two moments the peak can fall at: the prompt's forward at its last layer (every layer's
 // cache filled) and the last decode step (the cache at its largest, a cat's old tensor beside).
 void fill_peak(ServeEstimate& e, const HfShape& h, const HfCache& c) {
-  const Moment pre = forward_moment(h, h.p, 0, 0);
+  const HfMoment pre = forward_moment(h, h.p, 0, 0);
   const u64 prefill = checked_add(c.prefill, pre.bytes);
-  Moment dec;
+  HfMoment dec;
   u64 decode = 0;
   if (h.n >= 2) {
     dec = forward_moment(h, 1, h.last - 1, c.growth);
     decode = checked_add(c.final, dec.bytes);
   }
   const bool at_prefill = prefill >= decode;
-  const Moment& at = at_prefill ? pre : dec;
+  const HfMoment& at = at_prefill ? pre : dec;
   e.activation_peak_bytes = at.bytes;
   e.activation_basis = fmt::format("{} of {} x {} token(s), beside the cache", at.what,
                                    format_count(h.b), format_count(at_prefill ? h.p : 1));
