@@ -337,6 +337,7 @@ py::list serve_options() {
     d["choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::vllm));
     d["llama_cpp_choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::llama_cpp));
     d["sglang_choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::sglang));
+    d["hf_choices"] = names_list(memest::serve_choices(f, memest::ServeEngine::hf));
     d["default"] =
         f.fallback.value.empty() ? py::none() : py::object(py::str(std::string(f.fallback.value)));
     d["alias_of"] = f.alias_of.empty() ? py::none() : py::object(py::str(std::string(f.alias_of)));
@@ -358,8 +359,8 @@ std::string serve_doc() {
   for (const auto& f : memest::serve_option_table()) {
     if (!serve_keyword(f)) continue;
     const std::string type = f.kind == memest::ValueKind::flag ? "bool" : f.type_name;
-    const std::string who = memest::serve_engines_prefix(f);
-    doc += fmt::format("    {} ({}): {}{}\n", memest::serve_config_key(f.flag), type, who, f.help);
+    doc += fmt::format("    {} ({}): {}{}\n", memest::serve_config_key(f.flag), type,
+                       memest::serve_engines_prefix(f), f.help);
   }
   return doc + "\n  None leaves a keyword out; False leaves a flag off.\n";
 }
@@ -480,10 +481,10 @@ PYBIND11_MODULE(memest, m) {
       "prints it;\nwith serve=True, of serve run configs (`memest schema --serve`).");
   m.def("serve_options", &serve_options,
         "serve_options() -> list of dict\n\n"
-        "The keywords of serve(): keyword, flag, engine (vllm, llama.cpp, sglang, a list of\n"
+        "The keywords of serve(): keyword, flag, engine (vllm, llama.cpp, sglang, hf, a list of\n"
         "them, or all), config_key (whether a serve run config has it), type, kind, choices\n"
-        "(vLLM's names, or every engine's), llama_cpp_choices, sglang_choices, default (None\n"
-        "when none is constant), alias_of and help.");
+        "(vLLM's names, or every engine's), llama_cpp_choices, sglang_choices, hf_choices,\n"
+        "default (None when none is constant), alias_of and help.");
   m.def("options", &options,
         "options() -> list of dict\n\n"
         "The run options: keyword, flag, run-config section and key, type, kind (flag, count,\n"

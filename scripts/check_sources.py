@@ -59,6 +59,8 @@ PARTS = {
 RULES_DIR = os.path.join("src", "step", "rules")
 # Modules checked through another module's test, each with where and why.
 UNTESTED = {
+    "serve_bnb": "bitsandbytes' bytes of one weight: tests/serve_vllm_test.cpp (vLLM's loader) "
+                 "and tests/serve_hf_test.cpp (transformers')",
     "main": "src/cli/main.cpp is one line: cli::run (tests/cli_test.cpp)",
     "gguf_header": "the GGUF header reader: tests/serve_gguf_header_test.cpp and fuzz_gguf",
     "gguf_model": "memest serve --gguf's model and weights: tests/serve_gguf_header_test.cpp",

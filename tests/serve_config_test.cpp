@@ -90,6 +90,12 @@ TEST_CASE("serve config: a file and the same flags give the same output", "[serv
        {"--config", (dir.path / "config.json").string(), "--engine", "llama.cpp", "--ctx-size",
         "16384", "--parallel", "4", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0",
         "--flash-attn", "--quantization", "Q4_K_M"}},
+      {R"({"model": "llama-3.1-8b", "engine": "hf", "input_len": 2048, "max_new_tokens": 256,
+          "batch_size": 4, "dtype": "float16", "attn_implementation": "eager",
+          "cache_implementation": "static"})",
+       {"--model", "llama-3.1-8b", "--engine", "hf", "--input-len", "2048", "--max-new-tokens",
+        "256", "--batch-size", "4", "--dtype", "float16", "--attn-implementation", "eager",
+        "--cache-implementation", "static"}},
   };
   int i = 0;
   for (const auto& [text, flags] : cases) {
@@ -142,6 +148,10 @@ TEST_CASE("serve config: a bad file is one line and exit 2", "[serve][config]") 
   expect(R"({"model": "llama-3.1-8b", "kv_cache_dtype": "q8_0"})",
          "/kv_cache_dtype: \"q8_0\" is not offered (expected one of: auto, fp8, fp8_e4m3, "
          "fp8_e5m2)");
+  expect(R"({"model": "llama-3.1-8b", "engine": "hf", "max_model_len": 8})",
+         "/max_model_len: a vLLM flag, not used by --engine hf");
+  expect(R"({"model": "llama-3.1-8b", "engine": "hf", "dtype": "fp16"})",
+         "/dtype: \"fp16\" is not offered (expected one of: auto, bfloat16, float16, float32)");
   expect(R"({"model": "llama-3.1-8b", "enforce_eager": "yes"})",
          "/enforce_eager: expected true or false, got string \"yes\"");
   expect(R"({"model": "llama-3.1-8b", "gpu_memory_utilization": 2})",
@@ -163,6 +173,11 @@ TEST_CASE("serve config: the shipped JSON Schema is the one the table generates"
   const auto schema = nlohmann::json::parse(r.out);
   const auto& p = schema["properties"];
   CHECK(p["engine"]["enum"] == nlohmann::json({"vllm", "llama.cpp", "sglang", "hf"}));
+  CHECK(p["cache_implementation"]["enum"] ==
+        nlohmann::json({"dynamic", "static", "offloaded", "quantized"}));
+  CHECK(schema["allOf"][3]["then"]["properties"]["dtype"]["enum"].back() == "float32");
+  CHECK(schema["allOf"][3]["then"]["properties"]["max_model_len"] == false);
+  CHECK(schema["allOf"][0]["then"]["properties"]["prompt_len"] == false);
   CHECK(p["kv_cache_dtype"]["enum"] == nlohmann::json({"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}));
   CHECK(p["cache_type_k"]["enum"][3] == "q8_0");
   CHECK(schema["allOf"][1]["then"]["properties"]["quantization"]["enum"][0] == "F16");
@@ -217,6 +232,9 @@ TEST_CASE("serve config: the JSON's inputs given back with --file give the same 
        "float16",
        "--quantization",
        "fp8"},
+      {"--engine", "hf", "--model", "qwen3-8b", "--prompt-len", "4096", "--max-new-tokens", "512",
+       "--batch-size", "8", "--quantization", "bnb-4bit", "--cache-implementation", "offloaded",
+       "--gpu", "a100-80gb"},
   };
   int i = 0;
   for (const auto& flags : cases) {

@@ -33,18 +33,24 @@ std::string serve_sample(const ServeOptionInfo& f, ServeEngine e) {
   }
 }
 
-// The engines modelled (hf is refused as a whole until it is).
+// The engines modelled, every one.
 std::vector<ServeEngine> serve_engines() {
-  return {ServeEngine::vllm, ServeEngine::llama_cpp, ServeEngine::sglang};
+  return {ServeEngine::vllm, ServeEngine::llama_cpp, ServeEngine::sglang, ServeEngine::hf};
 }
 
-// The engines of a row in words: --help's "[vllm, sglang] " and the refusal's "vLLM and SGLang".
+// The engines of a row: --help's "[vllm, sglang] " and the refusal's "vLLM and SGLang".
 std::vector<ServeEngine> engines_of(const ServeOptionInfo& f) {
   std::vector<ServeEngine> out;
   for (const ServeEngine e : serve_engines()) {
     if (serve_option_applies(f, e)) out.push_back(e);
   }
   return out;
+}
+
+// The flags an engine needs before any estimate: hf's two lengths.
+std::vector<std::string> needed_flags(ServeEngine e) {
+  if (e != ServeEngine::hf) return {};
+  return {"--prompt-len", "16", "--max-new-tokens", "4"};
 }
 
 }  // namespace
@@ -83,16 +89,24 @@ TEST_CASE("serve options: --help lists every row once, with its engine", "[serve
   for (const ServeOptionInfo& f : serve_option_table()) {
     if (f.flag == "-h") continue;
     INFO(f.flag);
-    // No prefix on the rows vLLM and llama.cpp share (the common ones); else the engines.
+    // No prefix on the rows every engine takes; else the engines.
     std::vector<std::string_view> names;
     for (const ServeEngine e : engines_of(f)) names.push_back(serve_engine_name(e));
-    const bool common = serve_option_applies(f, ServeEngine::vllm) &&
-                        serve_option_applies(f, ServeEngine::llama_cpp);
-    const std::string who = common ? "" : fmt::format("[{}] ", fmt::join(names, ", "));
+    const std::string who =
+        names.size() == serve_engines().size() ? "" : fmt::format("[{}] ", fmt::join(names, ", "));
     const std::string head =
         fmt::format("  {:<32} {}{}\n", f.flag + " " + f.type_name, who, f.help);
     CHECK(help.find(head) != std::string::npos);
   }
+  // The prefix names the engines of a row that not every engine takes.
+  CHECK(help.find("  --max-model-len N                [vllm] Longest") != std::string::npos);
+  CHECK(help.find("  --ctx-size N                     [llama.cpp] Context") != std::string::npos);
+  CHECK(help.find("  --max-new-tokens N               [hf] generate(") != std::string::npos);
+  CHECK(help.find("  --dtype NAME                     [vllm, sglang, hf] auto") !=
+        std::string::npos);
+  CHECK(help.find("  --batch-size N                   [llama.cpp, hf] llama.cpp:") !=
+        std::string::npos);
+  CHECK(help.find("  --model NAME                     Model preset") != std::string::npos);
 }
 
 TEST_CASE("serve options: every name of a choice is taken on its engine", "[serve][options]") {
@@ -101,13 +115,16 @@ TEST_CASE("serve options: every name of a choice is taken on its engine", "[serv
     for (const ServeEngine e : serve_engines()) {
       if (!serve_option_applies(f, e)) continue;
       for (const std::string_view name : serve_choices(f, e)) {
-        if (f.flag == "--engine" && name == "hf") continue;  // refused as a whole: not modelled
         INFO(f.flag << " " << name);
         std::vector<std::string> args = {"serve", "--model", "llama-3.1-8b", "--gpu-memory",
                                          "200GiB"};
         if (f.flag != "--engine") {
           args.insert(args.end(), {"--engine", std::string(serve_engine_name(e))});
         }
+        const ServeEngine run = f.flag != "--engine" ? e
+                                : name == "hf"       ? ServeEngine::hf
+                                                     : ServeEngine::vllm;
+        for (const std::string& n : needed_flags(run)) args.push_back(n);
         args.insert(args.end(), {f.flag, std::string(name)});
         const bool llama = f.flag == "--engine" ? name == "llama.cpp" : e == ServeEngine::llama_cpp;
         if (llama) args.emplace_back("--flash-attn");
@@ -115,7 +132,10 @@ TEST_CASE("serve options: every name of a choice is taken on its engine", "[serv
         // Accepted as a name: a GPTQ or AWQ kernel refuses this checkpoint, not the name.
         CHECK(r.err.find("is not offered") == std::string::npos);
         CHECK(r.err.find("unknown") == std::string::npos);
-        if (r.code == 2) CHECK(r.err.find("checkpoint's packed weights") != std::string::npos);
+        if (r.code == 2) {
+          CHECK((r.err.find("checkpoint's packed weights") != std::string::npos ||
+                 r.err.find("not modelled") != std::string::npos));
+        }
       }
     }
   }
@@ -137,14 +157,32 @@ TEST_CASE("serve options: an engine's flag under the other engine is one line, e
       CHECK(r.code == 2);
       std::vector<std::string_view> owners;
       for (const ServeEngine o : engines_of(f)) {
-        owners.push_back(o == ServeEngine::vllm     ? "vLLM"
-                         : o == ServeEngine::sglang ? "SGLang"
-                                                    : "llama.cpp");
+        owners.push_back(o == ServeEngine::vllm        ? "vLLM"
+                         : o == ServeEngine::sglang    ? "SGLang"
+                         : o == ServeEngine::llama_cpp ? "llama.cpp"
+                                                       : "hf");
+      }
+      // "vLLM", "vLLM and hf", "vLLM, SGLang and hf".
+      std::string words(owners.back());
+      if (owners.size() > 1) {
+        words = fmt::format("{} and {}", fmt::join(owners.begin(), owners.end() - 1, ", "),
+                            owners.back());
       }
       CHECK(r.err == fmt::format("memest: error: {}: a {} flag, not used by --engine {}\n", f.flag,
-                                 fmt::join(owners, " and "), serve_engine_name(e)));
+                                 words, serve_engine_name(e)));
       ++refused;
     }
   }
   CHECK(refused >= 40);
+  // The words name each engine of the row.
+  const auto refusal = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"serve", "--model", "llama-3.1-8b"});
+    return run_cli(args).err;
+  };
+  CHECK(refusal({"--engine", "llama.cpp", "--dtype", "auto"}) ==
+        "memest: error: --dtype: a vLLM, SGLang and hf flag, not used by --engine llama.cpp\n");
+  CHECK(refusal({"--engine", "hf", "--max-model-len", "8"}) ==
+        "memest: error: --max-model-len: a vLLM flag, not used by --engine hf\n");
+  CHECK(refusal({"--max-new-tokens", "8"}) ==
+        "memest: error: --max-new-tokens: a hf flag, not used by --engine vllm\n");
 }

@@ -221,9 +221,6 @@ TEST_CASE("SGLang: other engines' flags and names are one line, exit 2", "[serve
   const auto vllm = run_cli({"serve", "--model", "llama-3.1-8b", "--context-length", "100"});
   CHECK(vllm.code == 2);
   CHECK(vllm.err == "memest: error: --context-length: a SGLang flag, not used by --engine vllm\n");
-  const auto hf = run_cli({"serve", "--model", "llama-3.1-8b", "--engine", "hf"});
-  CHECK(hf.code == 2);
-  CHECK(hf.err == "memest: error: --engine hf: not modelled yet\n");
   const auto tight =
       run_cli({"serve", "--engine", "sglang", "--model", "llama-3.1-8b", "--gpu-memory", "16GiB"});
   CHECK(tight.code == 2);

@@ -15,7 +15,8 @@
 
 namespace memest {
 
-/// The inference engine whose allocation is modelled.
+/// The inference engine whose allocation is modelled; hf is Hugging Face transformers'
+/// model.generate() on one GPU.
 enum class ServeEngine { vllm, llama_cpp, sglang, hf };
 
 /// How a model's attention layers keep keys and values, as its config.json states it.
@@ -38,6 +39,7 @@ struct ServeModel {
   ModelSpec spec;
   AttentionLayers attention;
   Dtype dtype = Dtype::bf16;        ///< torch_dtype of the config (fp32 configs serve in bf16)
+  bool config_fp32 = false;         ///< the config's torch_dtype is float32 (hf loads it so)
   std::uint64_t max_positions = 0;  ///< max_position_embeddings; 0 when the config has none
 };
 
@@ -144,6 +146,27 @@ struct LlamaCppSettings {
   bool per_device = false;
 };
 
+/// Hugging Face transformers' names: from_pretrained's torch_dtype (auto, bfloat16, float16,
+/// float32), the bitsandbytes modes of --quantization, attn_implementation and generate's
+/// cache_implementation.
+std::span<const std::string_view> hf_dtype_names();
+std::span<const std::string_view> hf_quantization_names();
+std::span<const std::string_view> hf_attn_implementations();
+std::span<const std::string_view> hf_cache_implementations();
+
+/// transformers' model.generate() on one GPU, named as generate() and from_pretrained() take
+/// its arguments (docs/serving.md).
+struct HfSettings {
+  std::uint64_t total_memory = 0;  ///< the device's memory, bytes
+  std::uint64_t batch_size = 1;    ///< sequences generated at once (input_ids' rows)
+  std::uint64_t prompt_len = 0;    ///< input_ids' length, no padding
+  std::uint64_t max_new_tokens = 0;
+  std::optional<Dtype> dtype;                    ///< torch_dtype; absent: "auto", the config's
+  std::string quantization;                      ///< empty, bnb-4bit, bnb-8bit
+  std::string attn_implementation = "sdpa";      ///< sdpa, eager, flash_attention_2
+  std::string cache_implementation = "dynamic";  ///< dynamic, static, offloaded, quantized
+};
+
 /// What one GPU of a llama.cpp launch holds (llama_model::load_tensors, llama_kv_cache).
 struct ServeDevice {
   std::string name;                        ///< "CUDA0", ...
@@ -203,6 +226,10 @@ struct ServeEstimate {
   bool devices_shown = false;
   std::optional<std::uint64_t> host_weights_bytes;
   std::optional<std::uint64_t> host_kv_bytes;
+  /// hf: the most the torch allocator holds at once (weights, KV cache and the forward's
+  /// tensors), what `fits` compares with the device's memory; and where it falls.
+  std::optional<std::uint64_t> peak_bytes;
+  std::string peak_basis;
 };
 
 /// vLLM's budget on a device: gpu_memory_utilization x the total, rounded down to a byte (what
@@ -221,6 +248,11 @@ ServeEstimate estimate_sglang(const ServeModel& model, const SglangSettings& set
 /// llama.cpp's KV cache (llama_kv_cache: n_ctx cells, ggml block sizes). Throws Error for an
 /// unknown cache type.
 ServeEstimate estimate_llama_cpp(const ServeModel& model, const LlamaCppSettings& settings);
+
+/// transformers' model.generate() (a version named in src/serve/serve_hf.cpp): the weights, the
+/// KV cache as the cache class allocates it and the forward's peak, and whether their peak fits
+/// the device. Throws Error for settings it does not model.
+ServeEstimate estimate_hf(const ServeModel& model, const HfSettings& settings);
 
 /// What `memest serve` prints and its exit code: 0, or 1 when vLLM would refuse to start.
 struct ServeOutput {

@@ -99,6 +99,10 @@ ServeProbeFn llama_cpp_probe(const LlamaCppEstimateFn& estimate, LlamaCppSetting
 std::string_view serve_fit_flag(ServeEngine engine, ServeFitTarget target);
 std::string_view serve_held_flag(ServeEngine engine, ServeFitTarget target);
 
+/// transformers' probe: the peak (weights, cache and the forward's tensors) within the device.
+/// The context is --prompt-len, concurrency --batch-size.
+ServeProbeFn hf_probe(const ServeModel& model, HfSettings settings, ServeFitTarget target);
+
 /// What `memest serve --fit` prints: the rows and what they share.
 struct ServeFit {
   ServeEngine engine = ServeEngine::vllm;
@@ -113,6 +117,8 @@ struct ServeFit {
   std::uint64_t limit = 0;
   bool limit_is_model = false;   ///< the limit is the model's max_position_embeddings
   std::uint64_t held_fixed = 0;  ///< concurrency: tokens per request; context: max_num_seqs
+  /// hf: the other value kept, --batch-size for a context, --max-new-tokens for concurrency
+  std::uint64_t held_extra = 0;
   std::vector<ServeFitRow> rows;
 };
 

@@ -56,6 +56,9 @@ struct ServeOptionInfo {
   std::span<const std::string_view> (*llama_cpp_choices)() = nullptr;
   /// SGLang's names where they differ from `choices` (--kv-cache-dtype's).
   std::span<const std::string_view> (*sglang_choices)() = nullptr;
+  /// Hugging Face transformers' names where they differ from `choices` (--dtype's float32,
+  /// --quantization's bitsandbytes modes).
+  std::span<const std::string_view> (*hf_choices)() = nullptr;
   OptionDefault fallback;
   std::string_view alias_of;  ///< "--tensor-parallel-size" for --tp
   /// Whether a serve run config has the option as a key; false for the output's form, the
@@ -78,15 +81,15 @@ bool serve_option_applies(const ServeOptionInfo& info, ServeEngine engine);
 /// The names the option takes on `engine`; empty when it takes no list of names.
 std::span<const std::string_view> serve_choices(const ServeOptionInfo& info, ServeEngine engine);
 
-/// Whether the option's names differ by engine (llama.cpp's or SGLang's own list).
+/// Whether the option's names differ by engine (llama.cpp's, SGLang's or hf's own list).
 bool serve_choices_differ(const ServeOptionInfo& info);
 
-/// The engines of the option in --help's words: "[vllm] ", "[vllm, sglang] ", ...; none for
-/// a row that vLLM and llama.cpp both take (every engine's, or the common rows before the other
-/// engines took them).
+/// The engines of the option in --help's words: "" for every engine, else "[vllm] ",
+/// "[vllm, sglang] ", ...
 std::string serve_engines_prefix(const ServeOptionInfo& info);
 
-/// The engines of the option as an error names them: "vLLM", "llama.cpp", "vLLM and SGLang".
+/// The engines of the option as an error names them: "vLLM", "vLLM and SGLang", "vLLM, SGLang
+/// and hf".
 std::string serve_engines_words(const ServeOptionInfo& info);
 
 /// --engine's names, in ServeEngine's order ("vllm", "llama.cpp", "sglang", "hf").

@@ -31,11 +31,11 @@ const ServeOptionInfo& serve_row(std::string_view flag) { return *find_serve_opt
 std::string help_text() {
   std::string s =
       "memest serve: the memory an inference engine allocates per device for a model\n"
-      "Usage: memest serve --model NAME [--engine vllm|llama.cpp|sglang] [engine flags]\n\n";
+      "Usage: memest serve --model NAME [--engine vllm|llama.cpp|sglang|hf] [engine flags]\n\n";
   for (const ServeOptionInfo& f : serve_option_table()) {
     if (f.flag == "-h") continue;
-    const std::string who = serve_engines_prefix(f);
-    s += fmt::format("  {:<32} {}{}\n", fmt::format("{} {}", f.flag, f.type_name), who, f.help);
+    s += fmt::format("  {:<32} {}{}\n", fmt::format("{} {}", f.flag, f.type_name),
+                     serve_engines_prefix(f), f.help);
   }
   return s + "\nUnits: GB = 10^9 bytes, GiB = 2^30 bytes. See docs/serving.md.\n";
 }
@@ -338,6 +338,7 @@ void read_split_flags(const ServeValues& g, LlamaCppSettings& s) {
 
 LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
   LlamaCppSettings s;
+  s.batch_size = count_of(g, "--batch-size", 2048);
   s.ctx_size = count_of(g, "--ctx-size");
   s.parallel = count_of(g, "--parallel");
   s.n_gpu_layers = count_of(g, "--n-gpu-layers", 999);
@@ -346,9 +347,28 @@ LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
   s.quantization = llama_cpp_name(g, "--quantization", "GGUF file type");
   s.cache_type_k = llama_cpp_name(g, "--cache-type-k", "cache type");
   s.cache_type_v = llama_cpp_name(g, "--cache-type-v", "cache type");
-  s.batch_size = count_of(g, "--batch-size");
   s.ubatch_size = count_of(g, "--ubatch-size");
   read_split_flags(g, s);
+  return s;
+}
+
+// transformers' generate() settings; --input-len is --prompt-len's other name.
+HfSettings hf_settings(const ServeValues& g, u64 total) {
+  HfSettings s;
+  s.total_memory = total;
+  if (g.contains("--input-len") && g.contains("--prompt-len")) {
+    throw Error("--input-len: give --input-len or --prompt-len, not both");
+  }
+  s.batch_size = count_of(g, "--batch-size", 1);
+  s.prompt_len = count_of(g, g.contains("--input-len") ? "--input-len" : "--prompt-len");
+  s.max_new_tokens = count_of(g, "--max-new-tokens");
+  const std::string dtype = choice(g, "--dtype", ServeEngine::hf);
+  if (dtype != "auto") {
+    s.dtype = dtype == "float32" ? Dtype::fp32 : dtype == "float16" ? Dtype::fp16 : Dtype::bf16;
+  }
+  s.quantization = choice(g, "--quantization", ServeEngine::hf);
+  s.attn_implementation = choice(g, "--attn-implementation", ServeEngine::hf);
+  s.cache_implementation = choice(g, "--cache-implementation", ServeEngine::hf);
   return s;
 }
 
@@ -371,7 +391,6 @@ ServeInputs read_inputs(ServeValues g) {
   const auto names = serve_engine_names();
   in.engine =
       static_cast<ServeEngine>(std::find(names.begin(), names.end(), engine_name) - names.begin());
-  if (in.engine == ServeEngine::hf) throw Error("--engine hf: not modelled yet");
   check_engine(g, in.engine);
   in.format = choice(g, "--format");
   in.unit = parse_unit(g.contains("--units") ? g.at("--units").text
@@ -419,14 +438,17 @@ ServeOutput estimate_output(const ServeInputs& in) {
   // llama.cpp reads the device only for the picture (a plain run's table has no budget).
   std::string gpu_label;
   const bool vllm = in.engine == ServeEngine::vllm;
-  const u64 total = vllm || in.engine == ServeEngine::sglang || !in.plot.empty()
-                        ? total_memory(in.given, &gpu_label)
-                        : 0;
+  const u64 total =
+      vllm || in.engine == ServeEngine::sglang || in.engine == ServeEngine::hf || !in.plot.empty()
+          ? total_memory(in.given, &gpu_label)
+          : 0;
   ServeEstimate e;
   if (vllm) {
     e = estimate_vllm(in.model, vllm_settings(in.given, total));
   } else if (in.engine == ServeEngine::sglang) {
     e = estimate_sglang(in.model, sglang_settings(in.given, total));
+  } else if (in.engine == ServeEngine::hf) {
+    e = estimate_hf(in.model, hf_settings(in.given, total));
   } else {
     e = llama_cpp_estimator(in)(llama_cpp_settings(in.given));
   }
@@ -447,7 +469,7 @@ ServeFitTarget fit_target(const ServeInputs& in) {
   const ServeFitTarget t =
       what == "context" ? ServeFitTarget::context : ServeFitTarget::concurrency;
   const std::string flag(serve_fit_flag(in.engine, t));
-  if (in.given.contains(flag)) {
+  if (in.given.contains(flag) || (flag == "--prompt-len" && in.given.contains("--input-len"))) {
     throw Error(
         fmt::format("{}: --fit {} searches it (give --max N to bound the search)", flag, what));
   }
@@ -611,6 +633,51 @@ void llama_cpp_fit_rows(const ServeInputs& in, ServeFit& fit) {
   }
 }
 
+// transformers' rows: the weights in torch_dtype and, unless --quantization names one,
+// bitsandbytes 8-bit and 4-bit; the cache dynamic, static and offloaded unless
+// --cache-implementation names one. A context is --prompt-len at the given --max-new-tokens and
+// --batch-size (up to max_position_embeddings - max_new_tokens); concurrency is --batch-size
+// at both lengths.
+void hf_fit_rows(const ServeInputs& in, ServeFit& fit) {
+  const auto& g = in.given;
+  const HfSettings base = hf_settings(g, fit.total_memory);
+  if (base.max_new_tokens == 0) throw Error("--max-new-tokens: give the tokens to generate");
+  if (fit.target == ServeFitTarget::context) {
+    fit.limit = count_of(g, "--max");
+    if (fit.limit == 0) {
+      fit.limit_is_model = in.model.max_positions > base.max_new_tokens;
+      fit.limit = fit.limit_is_model ? in.model.max_positions - base.max_new_tokens : kFitSearchMax;
+    }
+    fit.held_fixed = base.max_new_tokens;
+    fit.held_extra = base.batch_size;
+  } else {
+    if (base.prompt_len == 0) {
+      throw Error("--prompt-len: give the prompt's tokens (input_ids' length)");
+    }
+    fit.limit = count_of(g, "--max", kFitSearchMax);
+    fit.held_fixed = base.prompt_len;
+    fit.held_extra = base.max_new_tokens;
+  }
+  std::vector<std::string> quants = {base.quantization};
+  if (!g.contains("--quantization")) quants = {"", "bnb-8bit", "bnb-4bit"};
+  std::vector<std::string> caches = {base.cache_implementation};
+  if (!g.contains("--cache-implementation")) caches = {"dynamic", "static", "offloaded"};
+  const Dtype dtype = base.dtype.value_or(in.model.config_fp32 ? Dtype::fp32 : in.model.dtype);
+  for (const std::string& q : quants) {
+    for (const std::string& c : caches) {
+      HfSettings s = base;
+      s.quantization = q;
+      s.cache_implementation = c;
+      ServeFitRow row = fit_serve_row(hf_probe(in.model, s, fit.target), fit.limit);
+      row.weights = q.empty() ? std::string(dtype_name(dtype)) : q;
+      row.kv_cache = c;
+      if (!g.contains("--quantization") && !q.empty()) row.flags.push_back("--quantization " + q);
+      if (!g.contains("--cache-implementation")) row.flags.push_back("--cache-implementation " + c);
+      fit.rows.push_back(std::move(row));
+    }
+  }
+}
+
 ServeOutput fit_output(const ServeInputs& in) {
   ServeFit fit;
   fit.engine = in.engine;
@@ -621,6 +688,8 @@ ServeOutput fit_output(const ServeInputs& in) {
     vllm_fit_rows(in, fit);
   } else if (in.engine == ServeEngine::sglang) {
     sglang_fit_rows(in, fit);
+  } else if (in.engine == ServeEngine::hf) {
+    hf_fit_rows(in, fit);
   } else {
     llama_cpp_fit_rows(in, fit);
   }

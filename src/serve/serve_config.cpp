@@ -59,11 +59,13 @@ ordered_json serve_json_value(const ServeOptionInfo& f, const std::string& text)
 }
 
 // The value's schema: the run-option kinds' own, except that a size is also vLLM's bare byte
-// count, and --quantization is either engine's names (each engine's own in allOf).
+// count, and an option whose names differ by engine (--quantization, --dtype) takes any of its
+// engines' names (each engine's own in allOf).
 ordered_json serve_value_schema(const ServeOptionInfo& f) {
   if (serve_choices_differ(f)) {
     ordered_json names = ordered_json::array();
-    for (const ServeEngine e : {ServeEngine::vllm, ServeEngine::llama_cpp, ServeEngine::sglang}) {
+    for (std::size_t i = 0; i < serve_engine_names().size(); ++i) {
+      const auto e = static_cast<ServeEngine>(i);
       if (!serve_option_applies(f, e)) continue;
       for (const auto n : serve_choices(f, e)) {
         if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
@@ -154,7 +156,7 @@ std::string serve_config_schema() {
       {"description",
        "One inference server for memest serve --file: the model, the engine and the engine's "
        "own settings, each key a flag of memest serve without its dashes ('-' as '_'); flags "
-       "override the file. Each engine's keys are refused under the other engine."},
+       "override the file. Each engine's keys are refused under the other engines."},
       {"type", "object"},
       {"additionalProperties", false},
       {"properties", properties},

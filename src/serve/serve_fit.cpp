@@ -82,6 +82,7 @@ std::string_view serve_fit_flag(ServeEngine e, ServeFitTarget t) {
     return t == ServeFitTarget::context ? "--max-model-len" : "--max-num-seqs";
   if (e == ServeEngine::sglang)
     return t == ServeFitTarget::context ? "--context-length" : "--max-running-requests";
+  if (e == ServeEngine::hf) return t == ServeFitTarget::context ? "--prompt-len" : "--batch-size";
   return t == ServeFitTarget::context ? "--ctx-size" : "--parallel";
 }
 
@@ -90,6 +91,8 @@ std::string_view serve_held_flag(ServeEngine e, ServeFitTarget t) {
     return t == ServeFitTarget::context ? "--max-num-seqs" : "--max-model-len";
   if (e == ServeEngine::sglang)
     return t == ServeFitTarget::context ? "--max-running-requests" : "--context-length";
+  if (e == ServeEngine::hf)
+    return t == ServeFitTarget::context ? "--max-new-tokens" : "--prompt-len";
   return t == ServeFitTarget::context ? "--parallel" : "--ctx-size";
 }
 
@@ -165,6 +168,17 @@ ServeProbeFn sglang_probe(const ServeModel& model, SglangSettings s, ServeFitTar
     const ServeEstimate& e = p.estimate;
     p.need = checked_mul(checked_mul(requests, e.context), e.kv_bytes_per_token);
     p.available = checked_mul(e.kv_tokens, e.kv_bytes_per_token);
+    return p;
+  };
+}
+
+ServeProbeFn hf_probe(const ServeModel& model, HfSettings s, ServeFitTarget target) {
+  return [model, s, target](u64 value) mutable {
+    (target == ServeFitTarget::context ? s.prompt_len : s.batch_size) = value;
+    ServeProbe p;
+    p.estimate = estimate_hf(model, s);
+    p.need = p.estimate.peak_bytes.value_or(0);
+    p.available = p.estimate.budget_bytes.value_or(0);
     return p;
   };
 }

@@ -68,6 +68,7 @@ void read_serving_facts(std::string_view text, ServeModel& m) {
   const Json& c = text_section(root);
   const std::string dtype = c.value("torch_dtype", root.value("torch_dtype", std::string()));
   m.dtype = dtype == "float16" ? Dtype::fp16 : Dtype::bf16;  // fp32 configs serve in bf16
+  m.config_fp32 = dtype == "float32";
   const auto p = c.find("max_position_embeddings");
   m.max_positions = p != c.end() && p->is_number_unsigned() ? p->get<std::uint64_t>() : 0;
 }

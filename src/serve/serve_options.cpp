@@ -62,6 +62,10 @@ struct ServeRow {
     info.sglang_choices = names;
     return std::move(*this);
   }
+  ServeRow&& hf(ServeNames names) && {
+    info.hf_choices = names;
+    return std::move(*this);
+  }
   ServeRow&& alias_of(std::string_view of) && {
     info.alias_of = of;
     return std::move(*this);
@@ -134,19 +138,21 @@ std::vector<ServeRow> serve_vllm_rows() {
                   .kind(ValueKind::choice, vllm_kv_cache_dtypes)
                   .sglang(sglang_kv_cache_dtypes)
                   .fallback("auto"));
-  r.push_back(ServeRow("--dtype", ServeFor::vllm | ServeFor::sglang, "NAME",
-                       "auto, bfloat16, float16 (default auto: the config's)")
+  r.push_back(ServeRow("--dtype", ServeFor::vllm | ServeFor::sglang | ServeFor::hf, "NAME",
+                       "auto, bfloat16, float16 (default auto: the config's); hf also float32")
                   .kind(ValueKind::choice, vllm_dtype_names)
                   .sglang(sglang_dtype_names)
+                  .hf(hf_dtype_names)
                   .fallback("auto"));
   r.push_back(
       ServeRow(
-          "--quantization", ServeFor::vllm | ServeFor::llama_cpp | ServeFor::sglang, "NAME",
+          "--quantization", ServeFor::all, "NAME",
           "vllm: fp8, compressed-tensors (FP8 weights), gptq, gptq_marlin, awq, "
           "awq_marlin (the checkpoint's int4/int8 groups), bitsandbytes (NF4); llama.cpp: a GGUF "
-          "file type (Q4_K_M, ...)")
+          "file type (Q4_K_M, ...); hf: bnb-4bit, bnb-8bit")
           .kind(ValueKind::choice, vllm_quantization_methods)
           .llama_cpp(gguf_file_type_names)
+          .hf(hf_quantization_names)
           .fallback("", "the checkpoint's"));
   r.push_back(ServeRow("--tensor-parallel-size", ServeFor::vllm | ServeFor::sglang, "N",
                        "Tensor-parallel ranks (default 1)")
@@ -219,9 +225,11 @@ std::vector<ServeRow> serve_llama_cpp_rows() {
       ServeRow("--ctx-size", ServeFor::llama_cpp, "N", "Context cells (default: the model's)")
           .kind(ValueKind::count)
           .fallback("", "the model's max_position_embeddings"));
-  r.push_back(ServeRow("--batch-size", ServeFor::llama_cpp, "N", "Logical batch (default 2048)")
+  r.push_back(ServeRow("--batch-size", ServeFor::llama_cpp | ServeFor::hf, "N",
+                       "llama.cpp: logical batch (default 2048); hf: sequences generated at "
+                       "once (default 1)")
                   .kind(ValueKind::count)
-                  .fallback("2048"));
+                  .fallback("", "2048 on llama.cpp, 1 on hf"));
   r.push_back(ServeRow("--ubatch-size", ServeFor::llama_cpp, "N",
                        "Micro-batch the compute buffer is sized for (512)")
                   .kind(ValueKind::count)
@@ -282,14 +290,38 @@ std::vector<ServeRow> serve_llama_cpp_device_rows() {
   return r;
 }
 
+// data table: Hugging Face transformers' model.generate() and from_pretrained() arguments
+std::vector<ServeRow> serve_hf_rows() {
+  std::vector<ServeRow> r;
+  r.push_back(ServeRow("--prompt-len", ServeFor::hf, "N",
+                       "Prompt tokens per sequence (input_ids' length; needed)")
+                  .kind(ValueKind::count));
+  r.push_back(ServeRow("--input-len", ServeFor::hf, "N", "Short for --prompt-len")
+                  .kind(ValueKind::count)
+                  .alias_of("--prompt-len"));
+  r.push_back(ServeRow("--max-new-tokens", ServeFor::hf, "N",
+                       "generate(max_new_tokens=): tokens generated per sequence (needed)")
+                  .kind(ValueKind::count));
+  r.push_back(ServeRow("--attn-implementation", ServeFor::hf, "NAME",
+                       serve_or_list(hf_attn_implementations()) + " (default sdpa)")
+                  .kind(ValueKind::choice, hf_attn_implementations)
+                  .fallback("sdpa"));
+  r.push_back(ServeRow("--cache-implementation", ServeFor::hf, "NAME",
+                       serve_or_list(hf_cache_implementations()) + " (default dynamic)")
+                  .kind(ValueKind::choice, hf_cache_implementations)
+                  .fallback("dynamic"));
+  return r;
+}
+
 // The question asked of the estimate, the run config itself and the help.
 std::vector<ServeRow> serve_command_rows() {
   std::vector<ServeRow> r;
   r.push_back(
       ServeRow("--fit", ServeFor::all, "WHAT",
                serve_or_list(kFitNames) +
-                   ": the largest --max-model-len/--ctx-size or --max-num-seqs/--parallel that "
-                   "fits, per weight format and KV-cache type")
+                   ": the largest --max-model-len/--ctx-size/--prompt-len or "
+                   "--max-num-seqs/--parallel/--batch-size that fits, per weight format and "
+                   "KV-cache type")
           .kind(ValueKind::choice, serve_fit_names)
           .flag_only());
   r.push_back(ServeRow("--max", ServeFor::all, "N",
@@ -310,8 +342,9 @@ std::vector<ServeRow> serve_command_rows() {
 
 std::vector<ServeOptionInfo> build_serve_table() {
   std::vector<ServeOptionInfo> out;
-  for (auto rows : {serve_common_rows(), serve_vllm_rows(), serve_sglang_rows(),
-                    serve_llama_cpp_rows(), serve_llama_cpp_device_rows(), serve_command_rows()}) {
+  for (auto rows :
+       {serve_common_rows(), serve_vllm_rows(), serve_sglang_rows(), serve_llama_cpp_rows(),
+        serve_llama_cpp_device_rows(), serve_hf_rows(), serve_command_rows()}) {
     for (ServeRow& r : rows) out.push_back(std::move(r.info));
   }
   return out;
@@ -344,21 +377,20 @@ bool serve_option_applies(const ServeOptionInfo& info, ServeEngine engine) {
 std::span<const std::string_view> serve_choices(const ServeOptionInfo& info, ServeEngine engine) {
   if (engine == ServeEngine::llama_cpp && info.llama_cpp_choices) return info.llama_cpp_choices();
   if (engine == ServeEngine::sglang && info.sglang_choices) return info.sglang_choices();
+  if (engine == ServeEngine::hf && info.hf_choices) return info.hf_choices();
   return info.choices ? info.choices() : std::span<const std::string_view>();
 }
 
 bool serve_choices_differ(const ServeOptionInfo& info) {
-  return info.llama_cpp_choices != nullptr || info.sglang_choices != nullptr;
+  return info.llama_cpp_choices != nullptr || info.sglang_choices != nullptr ||
+         info.hf_choices != nullptr;
 }
 
 std::string serve_engines_prefix(const ServeOptionInfo& info) {
-  if (serve_option_applies(info, ServeEngine::vllm) &&
-      serve_option_applies(info, ServeEngine::llama_cpp)) {
-    return "";
-  }
+  if (info.engine == ServeFor::all) return "";
   std::vector<std::string_view> names;
   for (std::size_t i = 0; i < kEngineNames.size(); ++i) {
-    if (serve_option_applies(info, static_cast<ServeEngine>(i))) names.push_back(kEngineNames[i]);
+    if (serve_for_has(info.engine, static_cast<ServeEngine>(i))) names.push_back(kEngineNames[i]);
   }
   return fmt::format("[{}] ", fmt::join(names, ", "));
 }
@@ -366,9 +398,12 @@ std::string serve_engines_prefix(const ServeOptionInfo& info) {
 std::string serve_engines_words(const ServeOptionInfo& info) {
   std::vector<std::string_view> words;
   for (std::size_t i = 0; i < kEngineWords.size(); ++i) {
-    if (serve_option_applies(info, static_cast<ServeEngine>(i))) words.push_back(kEngineWords[i]);
+    if (serve_for_has(info.engine, static_cast<ServeEngine>(i))) words.push_back(kEngineWords[i]);
   }
-  return fmt::format("{}", fmt::join(words, " and "));
+  if (words.size() < 3) return fmt::format("{}", fmt::join(words, " and "));
+  const std::string_view last = words.back();
+  words.pop_back();
+  return fmt::format("{} and {}", fmt::join(words, ", "), last);
 }
 
 std::span<const std::string_view> serve_engine_names() { return kEngineNames; }

@@ -1,5 +1,7 @@
 #include "serve/serve_render.hpp"
 
+#include <memest/serve_options.hpp>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -8,19 +10,7 @@
 namespace memest {
 namespace {
 
-std::string engine_name(ServeEngine e) {
-  switch (e) {
-    case ServeEngine::vllm:
-      return "vllm";
-    case ServeEngine::llama_cpp:
-      return "llama.cpp";
-    case ServeEngine::sglang:
-      return "sglang";
-    case ServeEngine::hf:
-      return "hf";
-  }
-  return "";
-}
+std::string engine_name(ServeEngine e) { return std::string(serve_engine_name(e)); }
 
 std::string row(std::string_view name, const std::string& size, const std::string& basis) {
   return fmt::format("{:<20} {:>14}  {}\n", name, size, basis);
@@ -72,9 +62,30 @@ std::string device_rows(const ServeEstimate& e, Unit unit) {
   return s;
 }
 
+// transformers' generate(): the parts, the peak they make and whether it fits the device.
+std::string hf_table(const ServeEstimate& e, const std::string& gpu, Unit unit) {
+  std::string s = fmt::format("model      {} (hf, 1 device)\n", e.model);
+  s += fmt::format("device     {} ({})\n", gpu, format_bytes(e.budget_bytes.value_or(0), unit));
+  s += fmt::format("\n{:<20} {:>14}  {}\n", "part", "size", "basis");
+  if (e.weights_bytes) s += row("weights", format_bytes(*e.weights_bytes, unit), e.weights_basis);
+  s += row("forward peak", optional_bytes(e.activation_peak_bytes, unit), e.activation_basis);
+  s += row("KV cache", format_bytes(e.kv_bytes, unit), e.kv_basis);
+  s += row("KV per token", format_bytes(e.kv_bytes_per_token, Unit::KiB),
+           "every layer, one sequence");
+  s += row("KV tokens", "", format_count(e.kv_tokens) + " (batch x tokens cached)");
+  s += row("peak", optional_bytes(e.peak_bytes, unit), e.peak_basis);
+  for (const std::string& n : e.notes) s += fmt::format("note: {}\n", n);
+  if (!e.fits) {
+    s += fmt::format("does not fit: the peak passes the device's {}\n",
+                     format_bytes(e.budget_bytes.value_or(0), unit));
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string render_serve_table(const ServeEstimate& e, const std::string& gpu, Unit unit) {
+  if (e.engine == ServeEngine::hf) return hf_table(e, gpu, unit);
   std::string s = fmt::format("model      {} ({}, {} device{}; figures per device)\n", e.model,
                               engine_name(e.engine), e.devices, e.devices == 1 ? "" : "s");
   if (e.budget_bytes) {
@@ -154,6 +165,7 @@ std::string render_serve_json(const ServeEstimate& e, const std::string& inputs)
     j["host"] = {{"weights", {{"bytes", opt(e.host_weights_bytes)}}},
                  {"kv_cache", {{"bytes", opt(e.host_kv_bytes)}}}};
   }
+  if (e.peak_bytes) j["peak"] = {{"bytes", *e.peak_bytes}};
   j["inputs"] = ordered_json::parse(inputs);
   return j.dump(2) + "\n";
 }
@@ -179,6 +191,15 @@ std::string fit_header(const ServeFit& f, Unit unit) {
     rule = context ? "the longest --context-length one request of which fits the KV pool"
                    : fmt::format("the most requests of {} tokens the KV pool holds at once",
                                  format_count(f.held_fixed));
+  } else if (f.engine == ServeEngine::hf) {
+    rule = context ? fmt::format(
+                         "the longest --prompt-len whose generate() peak fits the device, at "
+                         "--max-new-tokens {} and --batch-size {}",
+                         format_count(f.held_fixed), format_count(f.held_extra))
+                   : fmt::format(
+                         "the largest --batch-size whose generate() peak fits the device, at "
+                         "--prompt-len {} and --max-new-tokens {}",
+                         format_count(f.held_fixed), format_count(f.held_extra));
   } else if (vllm && context) {
     rule = fmt::format(
         "the longest max_model_len vLLM starts with (one request fits the KV "
@@ -201,8 +222,10 @@ std::string fit_header(const ServeFit& f, Unit unit) {
         format_count(f.held_fixed), format_count(f.held_fixed));
   }
   s += fmt::format("fit        {}\n", rule);
-  s += fmt::format("searched   1 to {}{}\n", format_count(f.limit),
-                   f.limit_is_model ? " (the model's max_position_embeddings)" : "");
+  const std::string_view bound = f.engine == ServeEngine::hf
+                                     ? " (max_position_embeddings - max_new_tokens)"
+                                     : " (the model's max_position_embeddings)";
+  s += fmt::format("searched   1 to {}{}\n", format_count(f.limit), f.limit_is_model ? bound : "");
   return s;
 }
 
@@ -259,6 +282,11 @@ std::string render_serve_fit_table(const ServeFit& f, Unit unit) {
       s += fmt::format("note: {} / {}: {}\n", r.weights, r.kv_cache, r.why_not);
     }
   }
+  if (f.engine == ServeEngine::hf) {
+    s += "note: the whole device against the torch allocator's peak; the CUDA context, cuBLAS "
+         "workspaces and the allocator's rounding are not counted (--gpu-memory states what is "
+         "free)\n";
+  }
   if (f.engine == ServeEngine::llama_cpp) {
     s += "note: the whole device against llama.cpp's buffers; the CUDA context and driver's share "
          "are not counted (--gpu-memory states what is free)\n";
@@ -311,6 +339,11 @@ std::string render_serve_fit_json(const ServeFit& f) {
                     {"limit", f.limit},
                     {"limit_is_model_positions", f.limit_is_model},
                     {"rows", rows}};
+  if (f.engine == ServeEngine::hf) {
+    j["also_held"] = {
+        {"flag", f.target == ServeFitTarget::context ? "batch_size" : "max_new_tokens"},
+        {"value", f.held_extra}};
+  }
   return j.dump(2) + "\n";
 }
 

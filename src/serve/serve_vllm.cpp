@@ -4,6 +4,7 @@
 // gpu_memory_utilization x total - weights - peak - non-torch memory (v1/worker/gpu_worker.py,
 // determine_available_memory), and the KV-cache groups that budget is cut into
 // (v1/core/kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size and get_num_blocks).
+#include "serve/serve_bnb.hpp"
 #include "serve/serve_weights.hpp"
 #include "serve/vllm_graphs.hpp"
 
@@ -118,22 +119,7 @@ u64 int_quant_bytes(const IntQuant& q, u64 k, u64 n, u64 k_full, bool row_parall
 // (quantization_config quant_method bitsandbytes) keeps its own state (QuantState.from_dict):
 // 4-bit with bnb_4bit_use_double_quant as above plus its 256-value nested code per tensor, else
 // an fp32 absmax per 64; load_in_8bit: int8 weights and an fp32 SCB per output row (Int8Params).
-// vLLM refuses tensor parallelism for a bitsandbytes checkpoint.
-struct BnbQuant {
-  bool eight = false;
-  bool double_quant = true;
-  bool pre_quant = false;
-  std::vector<std::string> skip;
-};
-
-u64 bnb_bytes(const BnbQuant& b, u64 rows, u64 n) {
-  if (b.eight) return checked_add(n, checked_mul(4, rows));
-  const u64 blocks = ceil_div(n, 64);
-  const u64 packed = checked_add(ceil_div(n, 2), u64{16} * 4);
-  if (!b.double_quant) return checked_add(packed, checked_mul(4, blocks));
-  const u64 nested = blocks + 4 * ceil_div(blocks, 256) + 4 + (b.pre_quant ? u64{256} * 4 : 0);
-  return checked_add(packed, nested);
-}
+// vLLM refuses tensor parallelism for a bitsandbytes checkpoint. The bytes: serve_bnb.hpp.
 
 // is_layer_skipped_bnb over the module's name ("model.layers.*.mlp.down_proj").
 bool bnb_skipped(const TensorGroup& g, const std::vector<std::string>& skip) {

@@ -302,6 +302,10 @@ SERVE_RUNS = [
     ["--model", "qwen3-8b", "--engine", "llama.cpp", "--quantization", "Q5_K_M",
      "--gpu", "rtx-4090", "--fit", "context"],
     ["--model", "llama-3.1-8b", "--gpu-memory", "24GiB", "--fit", "concurrency", "--max", "512"],
+    ["--model", "qwen3-8b", "--engine", "hf", "--prompt-len", "4096", "--max-new-tokens", "512",
+     "--batch-size", "4", "--quantization", "bnb-4bit", "--attn-implementation", "eager"],
+    ["--model", "llama-3.1-8b", "--engine", "hf", "--max-new-tokens", "256", "--gpu", "l4",
+     "--fit", "context", "--cache-implementation", "static"],
 ]
 
 
@@ -334,9 +338,10 @@ def test_serve_keywords_are_the_table_rows_and_take_numbers():
     by_kw = {o["keyword"]: o for o in SERVE_OPTIONS}
     assert by_kw["ctx_size"]["engine"] == "llama.cpp"
     assert by_kw["context_length"]["engine"] == "sglang"
-    assert by_kw["dtype"]["engine"] == ["vllm", "sglang"]
+    assert by_kw["dtype"]["engine"] == ["vllm", "sglang", "hf"]
     assert by_kw["model"]["engine"] == "all"
     assert by_kw["kv_cache_dtype"]["sglang_choices"] == ["auto", "fp8_e5m2", "fp8_e4m3"]
+    assert "float32" in by_kw["dtype"]["hf_choices"]
     assert by_kw["kv_cache_dtype"]["choices"] == ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
     assert "Q4_K_M" in by_kw["quantization"]["llama_cpp_choices"]
     assert by_kw["tp"]["alias_of"] == "--tensor-parallel-size"
@@ -366,5 +371,6 @@ def test_serve_file_and_schema(tmp_path):
     assert memest.schema(serve=True) == json.loads(cli(["schema", "--serve"])[1])
     schema = memest.schema(serve=True)
     for o in SERVE_OPTIONS:
-        if o["config_key"] and o["kind"] == "choice" and o["llama_cpp_choices"] == o["choices"]:
+        if (o["config_key"] and o["kind"] == "choice" and o["llama_cpp_choices"] == o["choices"]
+                and o["hf_choices"] == o["choices"]):
             assert schema["properties"][o["keyword"]]["enum"] == o["choices"], o["flag"]
