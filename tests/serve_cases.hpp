@@ -240,9 +240,9 @@ inline std::string figure_row(const Result& r, const Figure& f) {
   const std::string label =
       f.device.empty() ? f.kind->label : fmt::format("{}, {}", f.kind->label, f.device);
   const char* met = f.kind->bound == 0 ? "-" : f.met() ? "yes" : "**no**";
-  return fmt::format("| {} | {} | {} | {} | {} | {:+.1f}% | {} | {} |\n", r.run.id, r.run.engine,
-                     label, in_unit(f.memest, f.unit), in_unit(f.printed, f.unit), f.error * 100,
-                     bound_text(*f.kind), met);
+  return fmt::format("| {} | {} | {} | {} | {} | {:+.1f}% | {} | {} |\n", r.run.id,
+                     r.run.log["engine"].get<std::string>(), label, in_unit(f.memest, f.unit),
+                     in_unit(f.printed, f.unit), f.error * 100, bound_text(*f.kind), met);
 }
 
 /// The markdown table of docs/accuracy.md's serving section, its summary and the figures left.
@@ -251,19 +251,21 @@ inline std::string serve_table(const std::string& root) {
   std::string out =
       "| case | engine | figure | memest | printed | error | bound | met |\n"
       "|---|---|---|---:|---:|---:|---:|---|\n";
-  std::size_t bounded = 0, met = 0;
+  std::size_t bounded[2] = {}, met[2] = {};  // vLLM, llama.cpp
   for (const auto& r : rs) {
+    const int e = r.run.engine == "vllm" ? 0 : 1;
     for (const auto& f : r.figures) {
       out += figure_row(r, f);
-      bounded += f.kind->bound > 0;
-      met += f.kind->bound > 0 && f.met();
+      bounded[e] += f.kind->bound > 0;
+      met[e] += f.kind->bound > 0 && f.met();
     }
   }
   out += fmt::format(
-      "\n{} cases: {} of {} figures within their bound.\n\n"
+      "\n{} cases: {} of {} figures within their bound (vLLM {} of {}, llama.cpp and "
+      "ik_llama.cpp {} of {}).\n\n"
       "<details><summary>The command of each case, and the printed figures not compared"
       "</summary>\n\n",
-      rs.size(), met, bounded);
+      rs.size(), met[0] + met[1], bounded[0] + bounded[1], met[0], bounded[0], met[1], bounded[1]);
   for (const auto& r : rs) {
     out += fmt::format("* `{}`: `{}`\n", r.run.id, command_line(r.run, root));
     for (const auto& s : r.skipped) out += fmt::format("  * not compared: {}: {}\n", s.name, s.why);
