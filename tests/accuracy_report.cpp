@@ -1,7 +1,9 @@
 // Writes the measured-vs-estimated tables of docs/accuracy.md (between their markers): the
-// CPU training steps of tests/data/truth and the published GPU runs of tests/data/gpu.
-// Usage: memest_accuracy_report [SOURCE_DIR]; truth_test fails when the file is stale.
+// CPU training steps of tests/data/truth, the published GPU runs of tests/data/gpu and the
+// published serving logs of tests/data/inference. Usage: memest_accuracy_report [SOURCE_DIR];
+// truth_test, gpu_cases_test and serve_cases_test fail when the file is stale.
 #include "gpu_cases.hpp"
+#include "serve_cases.hpp"
 
 #include <fstream>
 #include <iostream>
@@ -16,8 +18,12 @@ int main(int argc, char** argv) {
     doc << in.rdbuf();
     const std::string table = memest::truth::accuracy_table(root + "/tests/data/truth/cases.jsonl");
     const std::string gpu = memest::gpu::gpu_table(root);
-    std::ofstream(doc_path, std::ios::binary) << memest::truth::with_table(
-        memest::truth::with_table(doc.str(), table), gpu, memest::gpu::kBegin, memest::gpu::kEnd);
+    const std::string serve = memest::serve_cases::serve_table(root);
+    namespace t = memest::truth;
+    const std::string with_gpu =
+        t::with_table(t::with_table(doc.str(), table), gpu, memest::gpu::kBegin, memest::gpu::kEnd);
+    std::ofstream(doc_path, std::ios::binary)
+        << t::with_table(with_gpu, serve, memest::serve_cases::kBegin, memest::serve_cases::kEnd);
     std::cout << "wrote " << doc_path << "\n";
     return 0;
   } catch (const std::exception& e) {

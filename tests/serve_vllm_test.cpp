@@ -1,5 +1,7 @@
 // vLLM's serving memory against the start-up logs of tests/data/inference/cases.jsonl (vLLM
-// 0.19.0 on H100s, llm-d-planner's sweep) and against KV layouts derived by hand.
+// 0.19.0 on H100s, llm-d-planner's sweep) with the KV budget the log printed, and against KV
+// layouts derived by hand. serve_cases_test.cpp holds the logs' figures to the bounds.
+#include "serve_cases.hpp"
 #include "testutil.hpp"
 
 #include <memest/serve.hpp>
@@ -20,65 +22,13 @@ using memest::test::data_path;
 using memest::test::run_cli;
 using Json = nlohmann::json;
 
-std::map<std::string, Json> published_cases() {
-  std::map<std::string, Json> cases;
-  std::ifstream in(data_path("data/inference/cases.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    Json c = Json::parse(line);
-    cases[c.at("id").get<std::string>()] = c;
-  }
-  return cases;
-}
-
 // The printed figure `what` of a case in bytes (or tokens, blocks, x).
 double measured(const Json& c, const std::string& what) {
   for (const Json& m : c.at("measured")) {
-    if (m.at("what") == what) {
-      return m.contains("bytes") && !m.at("bytes").is_null() ? m.at("bytes").get<double>()
-                                                             : m.at("value").get<double>();
-    }
+    if (m.at("what") == what) return memest::serve_cases::printed_value(m);
   }
   FAIL("no measured " << what);
   return 0;
-}
-
-struct VllmCase {
-  std::string id;
-  std::vector<std::string> args;   // the launch line as memest serve flags
-  std::vector<std::string> unmet;  // the figures memest does not meet (reason in a comment)
-};
-
-// Every case ran with --max-model-len 8192 (32768 once) and --gpu-memory-utilization 0.95 on
-// H100 80GB HBM3 (total_memory=79.19GiB as the logs print it).
-std::vector<VllmCase> vllm_cases() {
-  const std::string data = data_path("data/inference/");
-  return {
-      {"vllm-llmd-llama31-8b-bf16-tp1-8k", {"--model", "llama-3.1-8b"}, {}},
-      {"vllm-llmd-llama31-8b-bf16-tp2-8k", {"--model", "llama-3.1-8b", "--tp", "2"}, {}},
-      {"vllm-llmd-llama31-8b-bf16-tp1-32k", {"--model", "llama-3.1-8b"}, {}},
-      {"vllm-llmd-llama31-8b-fp8w", {"--model", "llama-3.1-8b", "--quantization", "fp8"}, {}},
-      {"vllm-llmd-qwen25-7b-bf16-tp1-8k", {"--model", "qwen2.5-7b"}, {}},
-      // 72.7B parameters leave 3.04 GiB of KV cache per rank: the small errors of the weights
-      // (-0.07 GiB), the peak (-0.12 GiB) and the non-torch default (-0.09 GiB) add up to +10%.
-      {"vllm-llmd-qwen25-72b-bf16-tp2",
-       {"--model", "qwen2.5-72b-instruct", "--tp", "2"},
-       {"kv_bytes", "tokens", "concurrency"}},
-      {"vllm-llmd-qwen3-8b-bf16", {"--model", "qwen3-8b"}, {}},
-      {"vllm-llmd-gemma2-9b-bf16", {"--config", data + "gemma-2-9b-it.json"}, {}},
-      // Multimodal checkpoints: the SigLIP vision tower's weights (and its share of the profile
-      // run) are not modelled, so the budget left to the KV cache comes out too large.
-      {"vllm-llmd-gemma3-12b-bf16",
-       {"--config", data + "gemma-3-12b-it.json"},
-       {"weights", "kv_bytes", "tokens", "concurrency"}},
-      {"vllm-llmd-gemma3-27b-bf16",
-       {"--config", data + "gemma-3-27b-it.json"},
-       {"weights", "kv_bytes", "tokens", "concurrency"}},
-      {"vllm-llmd-phi4-bf16", {"--model", "phi-4"}, {}},
-      {"vllm-llmd-llama33-70b-fp8-tp4",
-       {"--model", "llama-3-70b", "--quantization", "compressed-tensors", "--tp", "4"},
-       {}},
-  };
 }
 
 Json vllm_json(std::vector<std::string> args) {
@@ -90,69 +40,30 @@ Json vllm_json(std::vector<std::string> args) {
   return Json::parse(r.out);
 }
 
-std::vector<std::string> launch(const Json& c, const VllmCase& v) {
-  std::vector<std::string> a = v.args;
-  const Json& s = c.at("settings");
-  a.insert(a.end(), {"--gpu-memory", "79.19GiB", "--gpu-memory-utilization",
-                     fmt::format("{}", s.at("gpu_memory_utilization").get<double>()),
-                     "--max-model-len", fmt::format("{}", s.at("max_model_len").get<int>())});
-  return a;
-}
-
 double error(double predicted, double printed) { return predicted / printed - 1.0; }
 
 }  // namespace
-
-TEST_CASE("vLLM: the published start-up logs, within the issue's tolerances", "[serve]") {
-  // Each case's row of docs/serving.md's accuracy table is computed here and must be in the
-  // page as printed, so the page cannot drift from the build; an unmet figure is in bold.
-  const auto cases = published_cases();
-  const std::string docs =
-      memest::test::read_file(std::string(MEMEST_SOURCE_DIR) + "/docs/serving.md");
-  for (const VllmCase& v : vllm_cases()) {
-    INFO(v.id);
-    const Json& c = cases.at(v.id);
-    const Json j = vllm_json(launch(c, v));
-    const std::map<std::string, double> err = {
-        {"weights", error(j["weights"]["bytes"], measured(c, "weights_bytes"))},
-        {"peak", error(j["activations"]["peak_bytes"], measured(c, "activation_peak_bytes"))},
-        {"kv_bytes", error(j["kv_cache"]["bytes"], measured(c, "kv_cache_bytes"))},
-        {"tokens", error(j["kv_cache"]["tokens"], measured(c, "kv_cache_tokens"))},
-        {"concurrency", error(j["max_concurrency"], measured(c, "max_concurrency"))},
-    };
-    CHECK(std::abs(err.at("peak")) < 0.20);
-    std::string row = fmt::format("| {} |", v.id);
-    for (const char* figure : {"weights", "peak", "kv_bytes", "tokens", "concurrency"}) {
-      INFO(figure);
-      const bool unmet = std::find(v.unmet.begin(), v.unmet.end(), figure) != v.unmet.end();
-      const std::string cell = fmt::format("{:+.1f}%", 100 * err.at(figure));
-      row += unmet ? fmt::format(" **{}** |", cell) : fmt::format(" {} |", cell);
-      if (std::string_view(figure) == "peak") continue;
-      // An unmet figure is checked to stay unmet, so the list (and docs/serving.md) stays true.
-      CHECK((std::abs(err.at(figure)) < 0.02) == !unmet);
-    }
-    INFO("docs/serving.md lacks the row " << row);
-    CHECK(docs.find(row + "\n") != std::string::npos);
-  }
-}
 
 TEST_CASE("vLLM: the printed KV memory gives the printed tokens, blocks and concurrency",
           "[serve]") {
   // --kv-cache-memory pins the budget to what the log printed, so what remains is the KV
   // layout alone: page sizes, hybrid groups, padding layers and blocks per request. The GiB
   // printed with two decimals carries up to 5 MiB of rounding: 0.2% on 3 GiB.
-  const auto cases = published_cases();
-  for (const VllmCase& v : vllm_cases()) {
-    INFO(v.id);
-    const Json& c = cases.at(v.id);
-    auto args = launch(c, v);
-    args.insert(args.end(),
-                {"--kv-cache-memory", fmt::format("{:.0f}", measured(c, "kv_cache_bytes"))});
-    const Json j = vllm_json(args);
+  // The launch lines are tests/data/inference/runs.jsonl's (tests/serve_cases.hpp), which
+  // serve_cases_test.cpp holds to the bounds and docs/accuracy.md shows.
+  int checked = 0;
+  for (const auto& run : memest::serve_cases::load_runs(memest::test::kRoot)) {
+    if (run.engine != "vllm") continue;
+    INFO(run.id);
+    const Json& c = run.log;
+    const Json j = memest::serve_cases::estimate(
+        run, {"--kv-cache-memory", fmt::format("{:.0f}", measured(c, "kv_cache_bytes"))});
+    ++checked;
     CHECK(std::abs(error(j["kv_cache"]["tokens"], measured(c, "kv_cache_tokens"))) < 0.002);
     CHECK(std::abs(error(j["kv_cache"]["blocks"], measured(c, "gpu_blocks"))) < 0.002);
     CHECK(std::abs(error(j["max_concurrency"], measured(c, "max_concurrency"))) < 0.002);
   }
+  CHECK(checked == 12);
 }
 
 TEST_CASE("vLLM: KV bytes per token from first principles", "[serve]") {
