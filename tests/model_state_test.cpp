@@ -68,6 +68,22 @@ TEST_CASE("parameter sums of one layer and of the model", "[model_state]") {
   CHECK(s.matmul_biases == 0);
 }
 
+TEST_CASE("the trainable count leaves out frozen weights and quantisation constants",
+          "[model_state]") {
+  RunSpec run = small_llama();
+  for (TensorGroup& g : run.model.inventory.groups) {
+    if (g.kind == "q") g.trainable = false;  // the two layers' q projections, 16,384 each
+  }
+  TensorGroup scales =
+      make_group("model.layers.*.self_attn.q_proj.absmax", Role::attention, 1, 64, 2);
+  scales.quant_state = true;  // stored, but no parameter
+  run.model.inventory.groups.push_back(scales);
+  const ParameterSums s = parameter_sums(run, two_layers());
+  CHECK(s.trainable == 651'904 - 2 * 16'384);
+  CHECK(s.trainable == trainable_count(run.model.inventory));
+  CHECK(s.layer_trainable == 197'888 - 16'384);
+}
+
 TEST_CASE("a group is per layer when every layer has a share of it", "[model_state]") {
   const TensorGroup q = make_group("model.layers.*.q", Role::attention, 4, 4, 6);
   CHECK(per_layer(q, 2));

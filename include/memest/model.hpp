@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memest/dtype.hpp>
+#include <memest/units.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -53,10 +54,10 @@ struct TensorGroup {
   /// "proj", "lm_head" for the other matmuls; empty for embeddings and norms.
   std::string kind;
 
-  /// rows * cols: elements of one tensor.
-  std::uint64_t tensor_elements() const;
+  /// rows * cols: elements of one tensor. Inline: each estimate sums the groups several times.
+  std::uint64_t tensor_elements() const { return checked_mul(rows, cols); }
   /// rows * cols * count: elements of the whole group.
-  std::uint64_t elements() const;
+  std::uint64_t elements() const { return checked_mul(tensor_elements(), count); }
 
   bool operator==(const TensorGroup&) const = default;
 };

@@ -56,10 +56,6 @@ TensorGroup make_group(std::string name, Role role, std::uint64_t rows, std::uin
   return g;
 }
 
-std::uint64_t TensorGroup::tensor_elements() const { return checked_mul(rows, cols); }
-
-std::uint64_t TensorGroup::elements() const { return checked_mul(tensor_elements(), count); }
-
 std::uint64_t parameter_count(const Inventory& inv) {
   return sum_groups(
       inv, [](const TensorGroup& g) { return !g.quant_state; },

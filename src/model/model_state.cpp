@@ -42,8 +42,9 @@ std::vector<char> listed_groups(const Inventory& inv, u64 layers) {
 }
 
 // The sums of an inventory whose layer list has `layers` layers; `listed` from listed_groups.
+// With `count_trainable`, its trainable elements as trainable_count counts them.
 ParameterSums sum_parameters(const Inventory& inv, u64 layers, u64 norms_per_layer,
-                             const std::vector<char>& listed) {
+                             const std::vector<char>& listed, bool count_trainable) {
   ParameterSums l;
   l.inventory = &inv;
   l.layers = std::max<u64>(1, layers);
@@ -53,6 +54,7 @@ ParameterSums sum_parameters(const Inventory& inv, u64 layers, u64 norms_per_lay
     const TensorGroup& g = inv.groups[i];
     if (g.quant_state) continue;
     const u64 n = g.elements();
+    if (count_trainable && g.trainable) l.trainable = checked_add(l.trainable, n);
     if (g.matmul && !g.storage) l.autocast_weights += n;
     if (g.rows == 1 && !g.kind.empty()) l.matmul_biases += n;
     if (listed[i]) {
@@ -165,8 +167,11 @@ ParameterSums parameter_sums(const RunSpec& run, const ActivationInputs& in) {
   const u64 layers = run.model.arch ? run.model.arch->num_layers : in.L;
   const Inventory& inv = walk_inventory(run);
   const std::vector<char> listed = listed_groups(inv, std::max<u64>(1, layers));
-  ParameterSums sums = sum_parameters(inv, layers, in.norms, listed);
-  sums.trainable = trainable_count(run.model.inventory);  // exact even when shapes are assumed
+  // The trainable count is the run's inventory's, exact even when shapes are assumed (the
+  // canonical inventory summed): counted while summing when the two are one.
+  const bool own = &inv == &run.model.inventory;
+  ParameterSums sums = sum_parameters(inv, layers, in.norms, listed, own);
+  if (!own) sums.trainable = trainable_count(run.model.inventory);
   sums.order = trainable_order(sums, listed);
   return sums;
 }

@@ -713,6 +713,11 @@ Tensor make_tensor(std::string_view name, Part part, Scope scope, Slot slot, std
 
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
                          std::uint64_t width, const Shape& shape, Batch batch) {
+#if defined(__cpp_aggregate_paren_init) && __cpp_aggregate_paren_init >= 201902L
+  // Built in place from its fields (parenthesised aggregate initialisation): the record's shape
+  // is not zeroed before the shape is copied in. Its bytes are zero until sized.
+  Tensor& t = step.tensors.emplace_back(name, part, scope, slot, width, shape, Poly{}, batch);
+#else  // clang 14 (the web build's, clang-tidy's): the same fields, assigned
   Tensor& t = step.tensors.emplace_back();
   t.name = name;
   t.part = part;
@@ -721,7 +726,8 @@ std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope sco
   t.width = width;
   t.shape = shape;
   t.batch = batch;
-  size_new_tensor(t);  // emplace_back() made its bytes zero
+#endif
+  size_new_tensor(t);  // its bytes are zero
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
 }
 

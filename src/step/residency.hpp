@@ -116,9 +116,10 @@ class MomentWriter {
   /// Enters again the entries [begin, end) written before, in their order.
   void repeat(std::uint32_t begin, std::uint32_t end) {
     std::vector<Entry>& v = step_.entries;
-    const auto at = static_cast<std::ptrdiff_t>(v.size());
-    v.resize(v.size() + (end - begin));
-    std::copy(v.begin() + begin, v.begin() + end, v.begin() + at);
+    const std::size_t size = v.size() + (end - begin);
+    if (size > v.capacity()) v.reserve(std::max(size, 2 * v.capacity()));
+    // Appended one by one into the capacity reserved: no default entries written first.
+    for (std::uint32_t i = begin; i < end; ++i) v.push_back(v[i]);
   }
   /// `count` copies of tensor `id`; nothing when the tensor is empty.
   void add(std::uint32_t id, std::uint64_t count = 1) { enter(id, count, false); }

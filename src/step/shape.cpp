@@ -131,7 +131,8 @@ std::string Shape::values(std::uint64_t b, std::uint64_t s, std::uint64_t t) con
 Shape shape(std::initializer_list<Sym> factors) {
   Shape sh;
   if (factors.size() > sh.factors.size()) throw std::logic_error("shape: more than five factors");
-  for (const Sym& f : factors) sh.factors[sh.rank++] = f;
+  std::copy(factors.begin(), factors.end(), sh.factors.begin());  // the rest stay zero
+  sh.rank = static_cast<std::uint8_t>(factors.size());
   return sh;
 }
 

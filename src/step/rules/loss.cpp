@@ -247,7 +247,9 @@ void add_loss_saved(Step& step, const ActivationInputs& in) {
   if (!loss_keeps(in)) return;
   const Sym V = Dims(in).V;
   each_loss_row(in, [&](const LossRow& row) {
-    if (row.life == LossLife::saved) add_tensor(step, row_tensor(row, in, V));
+    if (row.life != LossLife::saved) return;  // row_tensor's fields, built in place
+    add_tensor(step, row.name, Part::activations, Scope::head, row.slot, row_width(row.width, in),
+               row_shape(row.shape, in, V), row.batch);
   });
 }
 
