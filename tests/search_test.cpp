@@ -186,6 +186,37 @@ TEST_CASE("fit --gpus: each layout that fits is estimated like any run, most hea
   }
 }
 
+TEST_CASE("fit --gpus tells its progress once per candidate, ending at the total", "[search]") {
+  RunSpec run;
+  run.model = load_model_preset("llama-3.2-1b");
+  run.precision = precision_preset("mixed-bf16");
+  run.optimizer.kind = OptimizerKind::adamw;
+  run.training.micro_batch = 1;
+  run.training.seq_len = 2048;
+  const Budget budget{find_gpu("t4").capacity, kDefaultReserve, "t4", true};
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> calls;
+  const auto record = [&](std::uint64_t done, std::uint64_t total) {
+    calls.emplace_back(done, total);
+  };
+  const LayoutSearch s = fit_layouts(run, budget, 4, 64, FitTarget::micro_batch, {}, record);
+  REQUIRE(calls.size() > 2);
+  const std::uint64_t total = calls.front().second;
+  // One call before each candidate (a layout with one recompute choice), then (total, total).
+  CHECK(calls.size() == total + 1);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    CHECK(calls[i] == std::make_pair(static_cast<std::uint64_t>(i), total));
+  }
+  // Every layout estimated was a candidate; some candidates are refused by check_layout.
+  CHECK(s.tried <= total);
+  // With the recompute fixed, a third as many candidates.
+  LayoutConstraints fixed;
+  fixed.recompute = Recompute::full;
+  calls.clear();
+  (void)fit_layouts(run, budget, 4, 64, FitTarget::micro_batch, fixed, record);
+  REQUIRE_FALSE(calls.empty());
+  CHECK(calls.back().second * 3 == total);
+}
+
 TEST_CASE("fit of a split run asks the caller's NeedCache", "[search]") {
   auto run = llama("bf16");
   run.parallel.tensor = 2;

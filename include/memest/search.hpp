@@ -111,6 +111,10 @@ struct LayoutSearch {
   std::vector<LayoutFit> fits;  ///< most headroom first (for a sequence: the longest first)
 };
 
+/// Told how far a layout search has come: the candidate layouts looked at and all of them
+/// (`memest fit --gpus` prints it at a terminal).
+using LayoutProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
 /// Every layout of `gpus` devices: tensor parallelism within a node of 8 (1, 2, 4, 8), pipeline
 /// stages dividing the layers (m = max(grad_accum, p) micro-batches, 1F1B), context parallelism
 /// (1, 2, 4, 8; not with eager attention), data parallelism over the rest with ZeRO 0-3, and
@@ -119,10 +123,11 @@ struct LayoutSearch {
 /// modelled. With FitTarget::seq_len the largest sequence of each layout is searched instead
 /// (at most `max`), at the run's micro-batch, and those that fit at sequence 1 (or the run's)
 /// are listed longest first. `fixed` keeps what the user gave; throws Error naming the flag when
-/// it cannot make `gpus` devices.
+/// it cannot make `gpus` devices. `progress`, when given, is told after each candidate layout
+/// (with each recompute choice), ending at (total, total).
 LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, std::uint64_t gpus,
                          std::uint64_t max, FitTarget target = FitTarget::micro_batch,
-                         const LayoutConstraints& fixed = {});
+                         const LayoutConstraints& fixed = {}, const LayoutProgress& progress = {});
 
 /// A grid of runs: every combination of the listed values (an empty list keeps the run's own).
 struct SweepGrid {

@@ -20,6 +20,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -232,6 +233,25 @@ LayoutConstraints fixed_layout(const RunOptions& given, const RunSpec& run) {
   return c;
 }
 
+// A layout search's progress on stderr, for a person at a terminal: one line rewritten at most
+// every 100 ms after the first 100 ms, cleared at the end; nothing when stderr is a pipe or a
+// file.
+LayoutProgress terminal_progress() {
+  if (!isatty(STDERR_FILENO)) return {};
+  using Clock = std::chrono::steady_clock;
+  return [last = Clock::now(), shown = false](std::uint64_t done, std::uint64_t total) mutable {
+    if (done == total) {
+      if (shown) fmt::print(stderr, "\r\033[K");
+      return;
+    }
+    if (Clock::now() - last < std::chrono::milliseconds(100)) return;
+    last = Clock::now();
+    shown = true;
+    fmt::print(stderr, "\rmemest fit: {} of {} candidate layouts looked at", format_count(done),
+               format_count(total));
+  };
+}
+
 int run_fit_layouts(const RunSpec& run, const FitFlags& ff, FitTarget target,
                     const RunOptions& given, const OutputFlags& flags, std::ostream& out) {
   const auto report = report_options(flags, kReportFormats);
@@ -242,8 +262,8 @@ int run_fit_layouts(const RunSpec& run, const FitFlags& ff, FitTarget target,
     rethrow_with_context(e, "--gpus");
   }
   if (gpus > 4096) throw Error(fmt::format("--gpus: {} is past the 4096 searched", gpus));
-  const LayoutSearch search =
-      fit_layouts(run, *run.budget, gpus, parse_max(ff), target, fixed_layout(given, run));
+  const LayoutSearch search = fit_layouts(run, *run.budget, gpus, parse_max(ff), target,
+                                          fixed_layout(given, run), terminal_progress());
   out << (flags.format == "json"
               ? render_layouts_json(run, *run.budget, search)
               : as_markdown(flags, render_layouts_table(run, *run.budget, search, report.unit)));

@@ -203,7 +203,8 @@ std::optional<LayoutFit> try_layout(const RunSpec& run, const Budget& budget, Fi
 }  // namespace
 
 LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, u64 gpus, u64 max,
-                         FitTarget target, const LayoutConstraints& fixed) {
+                         FitTarget target, const LayoutConstraints& fixed,
+                         const LayoutProgress& progress) {
   check_fixed(fixed, gpus);
   LayoutSearch r;
   r.gpus = gpus;
@@ -220,9 +221,13 @@ LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, u64 gpus, u64
   NeedCache need;
   constexpr std::array<Recompute, 3> kRecompute = {Recompute::none, Recompute::selective,
                                                    Recompute::full};
-  for (const ParallelSpec& p : candidate_layouts(run, gpus, fixed)) {
+  const std::vector<ParallelSpec> candidates = candidate_layouts(run, gpus, fixed);
+  const u64 total = candidates.size() * (fixed.recompute ? 1 : kRecompute.size());
+  u64 done = 0;
+  for (const ParallelSpec& p : candidates) {
     for (Recompute rc : kRecompute) {
       if (fixed.recompute && rc != *fixed.recompute) continue;
+      if (progress) progress(done++, total);
       point.parallel = p;
       point.training.recompute = rc;
       try {
@@ -234,6 +239,7 @@ LayoutSearch fit_layouts(const RunSpec& run, const Budget& budget, u64 gpus, u64
       if (auto f = try_layout(point, budget, target, max, need)) r.fits.push_back(*f);
     }
   }
+  if (progress) progress(total, total);
   std::stable_sort(r.fits.begin(), r.fits.end(), [&](const LayoutFit& a, const LayoutFit& b) {
     if (target == FitTarget::seq_len && a.largest != b.largest) return a.largest > b.largest;
     return a.headroom > b.headroom;
