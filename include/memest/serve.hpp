@@ -142,6 +142,9 @@ struct LlamaCppSettings {
   /// --override-tensor PATTERN=BUFT pairs, in order: the first pattern found in a tensor's
   /// name (std::regex_search) puts it in that buffer ("CPU", "CUDA0", ...).
   std::vector<std::pair<std::string, std::string>> overrides;
+  /// --sched-copies: the build's GGML_SCHED_MAX_COPIES, the copies of each split's inputs
+  /// pipeline parallelism keeps (4; 1 for a build that sets it to 1).
+  std::uint64_t sched_copies = 4;
   /// Whether the estimate reports each device and the host (the multi-GPU flags given).
   bool per_device = false;
 };

@@ -66,6 +66,7 @@ u64 row_bytes(const GgmlType& t, u64 elements) {
 struct ComputeBuffer {
   u64 attention = 0;  // the attention moment of a device with layers
   u64 output = 0;     // the output moment of the device with the output layer
+  u64 mask = 0;       // the KQ mask counted in the attention moment
   std::string attention_basis;
   std::string output_basis;
 };
@@ -84,6 +85,7 @@ ComputeBuffer compute_buffer(const Architecture& a, u64 n_kv, u64 tokens, bool f
   }
   ComputeBuffer c;
   c.attention = attention;
+  c.mask = checked_mul(checked_mul(n_kv, tokens), flash_attn ? 2 : f32);
   c.output = checked_add(hidden, checked_mul(checked_mul(a.vocab_size, tokens), f32));
   c.output_basis = fmt::format("logits of {} tokens x {} vocab in f32", tokens, a.vocab_size);
   c.attention_basis = flash_attn ? "the attention's inputs and output"
@@ -129,11 +131,52 @@ LayerKv layer_kv(const Architecture& a, const LlamaCppSettings& s, u64 cells) {
           fmt::format("(K {} x {} + V {} x {})", k_width, tk.name, v_width, tv.name)};
 }
 
+// Pipeline parallelism (llama_new_context_with_model, src/llama.cpp of ikawrakow/ik_llama.cpp at
+// 4084ca73, as mainline's context): with several devices, every layer and the output offloaded
+// (n_gpu_layers > n_layer) and --split-mode layer, ggml_backend_sched_new keeps n_copies =
+// GGML_SCHED_MAX_COPIES (--sched-copies) copies of each split's inputs from other backends, each
+// set as input and output so that ggml-alloc never frees or reuses them
+// (ggml_backend_sched_split_graph, ggml/src/ggml-backend.c). The graph's inputs are on the CPU
+// (the last backend); a device's split takes the hidden state [n_embd x n_tokens] f32 (inp_embd
+// from the CPU, else the previous device's layer output), inp_pos (n_tokens i32), the KQ mask
+// [n_kv x GGML_PAD(n_tokens, 32)] (f32 from the CPU, or with flash attention the f16 ggml_cast
+// of it, made by the first device's first layer and kept there until the next split has copied
+// it) and, on the last layer's device, inp_out_ids (n_tokens i32, every token an output).
+// Returns each device's bytes held beside its moments; empty without pipeline parallelism.
+std::vector<u64> pipeline_copies(const Architecture& a, const LlamaCppSettings& s,
+                                 const LlamaCppPlacement& p, u64 n_kv, u64 tokens) {
+  if (p.names.size() < 2 || s.split_mode != "layer" || s.n_gpu_layers <= a.num_layers ||
+      s.sched_copies < 2) {
+    return {};
+  }
+  const u64 rows = ceil_div(tokens, 32) * 32;  // GGML_KQ_MASK_PAD (ggml/include/ggml.h)
+  const u64 mask_f32 = checked_mul(checked_mul(n_kv, rows), 4);
+  const u64 hidden = checked_mul(checked_mul(a.hidden_size, tokens), 4);
+  const u64 ids = checked_mul(tokens, 4);  // inp_pos, inp_out_ids
+  const auto first = static_cast<std::size_t>(p.layer_device.front());
+  const auto last = static_cast<std::size_t>(p.layer_device.back());
+  std::vector<u64> bytes(p.names.size(), 0);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    const bool layers = std::find(p.layer_device.begin(), p.layer_device.end(),
+                                  static_cast<int>(i)) != p.layer_device.end();
+    if (!layers && p.output_device != static_cast<int>(i)) continue;
+    u64 inputs = hidden;
+    if (layers) inputs += ids + (s.flash_attn && i != first ? mask_f32 / 2 : mask_f32);
+    if (i == last) inputs += ids;
+    bytes[i] = checked_mul(inputs, s.sched_copies);
+    if (i == first && s.flash_attn) bytes[i] = checked_add(bytes[i], mask_f32 / 2);
+  }
+  return bytes;
+}
+
 // Each device's layers, output, KV cache and compute buffer (llama_kv_cache puts a layer's K
 // and V on the layer's device; each device computes its layers, the output's device the
 // logits); what the CPU layers keep in host memory.
+// Under pipeline parallelism (copies not empty) a device holds its copies beside the moments,
+// and the mask of the attention moment is among them.
 std::vector<ServeDevice> device_shares(const LlamaCppPlacement& p, u64 layer_bytes,
-                                       const ComputeBuffer& c, u64* host_kv) {
+                                       const ComputeBuffer& c, const std::vector<u64>& copies,
+                                       u64* host_kv) {
   std::vector<ServeDevice> d(p.names.size());
   for (std::size_t i = 0; i < d.size(); ++i) d[i].name = p.names[i];
   *host_kv = 0;
@@ -147,8 +190,11 @@ std::vector<ServeDevice> device_shares(const LlamaCppPlacement& p, u64 layer_byt
     x.kv_bytes = checked_add(x.kv_bytes, layer_bytes);
   }
   if (p.output_device != kLlamaHost) d[static_cast<std::size_t>(p.output_device)].output = true;
-  for (ServeDevice& x : d) {
-    x.compute_buffer_bytes = std::max(x.layers > 0 ? c.attention : 0, x.output ? c.output : 0);
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    ServeDevice& x = d[i];
+    const u64 attention = copies.empty() ? c.attention : c.attention - c.mask;
+    x.compute_buffer_bytes = std::max(x.layers > 0 ? attention : 0, x.output ? c.output : 0);
+    if (!copies.empty()) x.compute_buffer_bytes = checked_add(x.compute_buffer_bytes, copies[i]);
   }
   return d;
 }
@@ -220,7 +266,8 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   const u64 tokens = std::min({s.ubatch_size, s.batch_size, e.context});
   const ComputeBuffer c = compute_buffer(a, e.context, tokens, s.flash_attn);
   u64 host_kv = 0;
-  e.per_device = device_shares(p, kv.bytes, c, &host_kv);
+  e.per_device =
+      device_shares(p, kv.bytes, c, pipeline_copies(a, s, p, e.context, tokens), &host_kv);
   e.devices = p.names.size();
   e.devices_shown = s.per_device;
   e.host_kv_bytes = host_kv;
