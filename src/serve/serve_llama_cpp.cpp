@@ -56,20 +56,38 @@ u64 row_bytes(const GgmlType& t, u64 elements) {
 
 // The compute buffer of one micro-batch: ggml's graph allocator gives each f32 intermediate a
 // buffer and frees it after its last use, reusing an input's buffer where the op can work in
-// place (the softmax of KQ), so the peak is the widest of two moments of the worst-case graph
+// place (the softmax of KQ), so the peak is the widest of the moments of the worst-case graph
 // llama.cpp reserves (n_kv = the whole cache, n_tokens = the micro-batch, every token an output):
 // the attention without flash attention (KQ [n_kv x n_tokens x n_head], the mask [n_kv x
 // n_tokens], the Q (or fused QKV) projection and the attention output, beside the layer's input
-// and residual [n_embd x n_tokens]), and the output (logits [n_vocab x n_tokens] beside the
-// same two hidden states) when the output layer is on the GPU. Not counted: what the MoE
-// experts' matmuls and MLA's absorbed attention keep.
+// and residual [n_embd x n_tokens]), the routed experts' down projection of a MoE layer, and the
+// output (logits [n_vocab x n_tokens] beside the same two hidden states) when the output layer
+// is on the GPU. Not counted: MLA's absorbed attention.
 struct ComputeBuffer {
   u64 attention = 0;  // the attention moment of a device with layers
+  u64 moe = 0;        // the experts' moment of a device with (MoE) layers
   u64 output = 0;     // the output moment of the device with the output layer
   u64 mask = 0;       // the KQ mask counted in the attention moment
   std::string attention_basis;
+  std::string moe_basis;
   std::string output_basis;
 };
+
+// llm_build_moe_ffn (src/llama.cpp of ikawrakow/ik_llama.cpp at 4084ca73; build_moe_ffn in
+// mainline's graph): the down projection's ggml_mul_mat_id writes [n_embd x n_expert_used x
+// n_tokens] f32 from the gated product [n_ff_exp x n_expert_used x n_tokens] f32
+// (ggml_moe_up_gate under -fmoe, else the product of the up and gate matmuls, freed by then),
+// beside the residual ffn_inp [n_embd x n_tokens]; the normed input is freed after the up and
+// gate matmuls. 0 for a dense model.
+void add_moe_moment(const Architecture& a, u64 tokens, ComputeBuffer& c) {
+  if (a.num_experts == 0 || a.experts_per_token == 0) return;
+  const u64 width = a.moe_intermediate_size > 0 ? a.moe_intermediate_size : a.intermediate_size;
+  const u64 routed = checked_mul(checked_mul(a.experts_per_token, tokens), 4);
+  c.moe = checked_add(checked_mul(a.hidden_size, checked_mul(tokens, 4)),
+                      checked_mul(checked_add(width, a.hidden_size), routed));
+  c.moe_basis = fmt::format("{} experts' {} + {} wide outputs of {} tokens in f32",
+                            a.experts_per_token, width, a.hidden_size, tokens);
+}
 
 ComputeBuffer compute_buffer(const Architecture& a, u64 n_kv, u64 tokens, bool flash_attn) {
   const u64 f32 = 4;
@@ -91,6 +109,7 @@ ComputeBuffer compute_buffer(const Architecture& a, u64 n_kv, u64 tokens, bool f
   c.attention_basis = flash_attn ? "the attention's inputs and output"
                                  : fmt::format("KQ of {} cells x {} tokens x {} heads in f32", n_kv,
                                                tokens, a.num_heads);
+  add_moe_moment(a, tokens, c);
   return c;
 }
 
@@ -192,8 +211,8 @@ std::vector<ServeDevice> device_shares(const LlamaCppPlacement& p, u64 layer_byt
   if (p.output_device != kLlamaHost) d[static_cast<std::size_t>(p.output_device)].output = true;
   for (std::size_t i = 0; i < d.size(); ++i) {
     ServeDevice& x = d[i];
-    const u64 attention = copies.empty() ? c.attention : c.attention - c.mask;
-    x.compute_buffer_bytes = std::max(x.layers > 0 ? attention : 0, x.output ? c.output : 0);
+    const u64 layer = std::max(copies.empty() ? c.attention : c.attention - c.mask, c.moe);
+    x.compute_buffer_bytes = std::max(x.layers > 0 ? layer : 0, x.output ? c.output : 0);
     if (!copies.empty()) x.compute_buffer_bytes = checked_add(x.compute_buffer_bytes, copies[i]);
   }
   return d;
@@ -217,8 +236,10 @@ void show_fullest(ServeEstimate& e, const ComputeBuffer& c, const std::string& k
   e.compute_basis.clear();
   if (top->layers > 0 || top->output) {
     e.compute_buffer_bytes = top->compute_buffer_bytes;
-    const bool output = top->output && c.output >= c.attention;
-    e.compute_basis = output ? c.output_basis : c.attention_basis;
+    const bool output = top->output && c.output >= std::max(c.attention, c.moe);
+    e.compute_basis = output                ? c.output_basis
+                      : c.moe > c.attention ? c.moe_basis
+                                            : c.attention_basis;
   }
   if (e.per_device.size() > 1) {
     e.notes.push_back(
