@@ -170,4 +170,10 @@ TEST_CASE("llama.cpp: pipeline parallelism keeps four copies of each split's inp
   CHECK(one["per_device"][0]["compute_buffer"]["bytes"].get<double>() / 1048576 == 24 + 32);
   CHECK(one["per_device"][1]["compute_buffer"]["bytes"].get<double>() / 1048576 ==
         cuda1 - 4 * (4 + 32 + 2 * i32));
+  // --override-tensor turns pipeline parallelism off (the newer builds' has_tensor_overrides).
+  args.resize(args.size() - 2);
+  args.insert(args.end(), {"--override-tensor", "exps=CPU"});
+  const Json ot = llama_cpp_json(args);
+  CHECK(ot["per_device"][0]["compute_buffer"]["bytes"] ==
+        one["per_device"][0]["compute_buffer"]["bytes"]);
 }

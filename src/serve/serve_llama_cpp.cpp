@@ -161,11 +161,13 @@ LayerKv layer_kv(const Architecture& a, const LlamaCppSettings& s, u64 cells) {
 // [n_kv x GGML_PAD(n_tokens, 32)] (f32 from the CPU, or with flash attention the f16 ggml_cast
 // of it, made by the first device's first layer and kept there until the next split has copied
 // it) and, on the last layer's device, inp_out_ids (n_tokens i32, every token an output).
+// --override-tensor turns it off, as mainline's llama_context and ik_llama.cpp from commit
+// a3bd0158 (src/llama.cpp: !model->has_tensor_overrides()) do; the builds before kept it on.
 // Returns each device's bytes held beside its moments; empty without pipeline parallelism.
 std::vector<u64> pipeline_copies(const Architecture& a, const LlamaCppSettings& s,
                                  const LlamaCppPlacement& p, u64 n_kv, u64 tokens) {
   if (p.names.size() < 2 || s.split_mode != "layer" || s.n_gpu_layers <= a.num_layers ||
-      s.sched_copies < 2) {
+      s.sched_copies < 2 || !s.overrides.empty()) {
     return {};
   }
   const u64 rows = ceil_div(tokens, 32) * 32;  // GGML_KQ_MASK_PAD (ggml/include/ggml.h)
