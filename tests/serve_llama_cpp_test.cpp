@@ -177,3 +177,20 @@ TEST_CASE("llama.cpp: pipeline parallelism keeps four copies of each split's inp
   CHECK(ot["per_device"][0]["compute_buffer"]["bytes"] ==
         one["per_device"][0]["compute_buffer"]["bytes"]);
 }
+
+TEST_CASE("llama.cpp: the host's compute buffer holds the graph's inputs and inp_embd", "[serve]") {
+  // The CPU backend keeps the inputs (the f32 KQ mask [n_kv x n_tokens padded to 32] and three
+  // n_tokens i32 inputs) beside inp_embd [n_embd x n_tokens] f32. Phi-3-mini (4,096 cells, 256
+  // tokens, n_embd 3072): 4 MiB + 3 KiB + 3 MiB; the log prints 7.00 MiB.
+  const Json phi3 = sc::estimate(lcpp_run("lcpp-phi3-mini-4k-q4km-rtx3070-4k"));
+  CHECK(phi3["host"]["compute_buffer"]["bytes"] == 4096 * 256 * 4 + 3 * 256 * 4 + 3072 * 256 * 4);
+  // Qwen3-30B-A3B on two T4s, pipeline parallelism: 4 x (the 64 MiB mask + 3 x 2 KiB) + 4 MiB;
+  // the log prints 260.02 MiB.
+  const Json q = sc::estimate(lcpp_run("ik-qwen3-30b-a3b-q4km-2xT4-32k"));
+  CHECK(q["host"]["compute_buffer"]["bytes"] ==
+        4 * (32768 * 512 * 4 + 3 * 512 * 4) + 2048 * 512 * 4);
+  // Layers left on the CPU compute there: not modelled.
+  const Json cpu =
+      llama_cpp_json({"--model", "llama-3.1-8b", "--n-gpu-layers", "20", "--device", "CUDA0"});
+  CHECK(cpu["host"]["compute_buffer"]["bytes"].is_null());
+}

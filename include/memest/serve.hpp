@@ -229,6 +229,9 @@ struct ServeEstimate {
   bool devices_shown = false;
   std::optional<std::uint64_t> host_weights_bytes;
   std::optional<std::uint64_t> host_kv_bytes;
+  /// llama.cpp: the CPU backend's compute buffer (the graph's inputs and the token embeddings'
+  /// rows), when every layer is on the GPUs.
+  std::optional<std::uint64_t> host_compute_buffer_bytes;
   /// hf: the most the torch allocator holds at once (weights, KV cache and the forward's
   /// tensors), what `fits` compares with the device's memory; and where it falls.
   std::optional<std::uint64_t> peak_bytes;

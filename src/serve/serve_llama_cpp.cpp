@@ -190,6 +190,24 @@ std::vector<u64> pipeline_copies(const Architecture& a, const LlamaCppSettings& 
   return bytes;
 }
 
+// The CPU backend's compute buffer (ggml_backend_sched_backend_id_from_cur puts the graph's
+// inputs on the last backend, the CPU; token_embd stays there and GGML_OP_GET_ROWS is never
+// offloaded, ggml_backend_cuda_offload_op): inp_tokens, inp_pos and inp_out_ids (n_tokens i32
+// each) and the f32 KQ mask [n_kv x GGML_PAD(n_tokens, 32)], each n_copies times under pipeline
+// parallelism (one the original), beside inp_embd [n_embd x n_tokens] f32. Not modelled (empty):
+// CPU layers, whose intermediates the host computes. Not counted: the second (sliding-window)
+// mask of the graphs that build one (Gemma-2 and -3).
+std::optional<u64> host_compute(const ServeModel& m, const LlamaCppPlacement& p, u64 copies,
+                                u64 n_kv, u64 tokens) {
+  const bool cpu_layers = std::any_of(p.layer_device.begin(), p.layer_device.end(),
+                                      [](int d) { return d == kLlamaHost; });
+  if (cpu_layers) return std::nullopt;
+  const u64 mask = checked_mul(checked_mul(n_kv, ceil_div(tokens, 32) * 32), 4);
+  const u64 inputs = checked_add(mask, checked_mul(3 * tokens, 4));
+  return checked_add(checked_mul(inputs, std::max<u64>(copies, 1)),
+                     checked_mul(checked_mul(m.spec.arch->hidden_size, tokens), 4));
+}
+
 // Each device's layers, output, KV cache and compute buffer (llama_kv_cache puts a layer's K
 // and V on the layer's device; each device computes its layers, the output's device the
 // logits); what the CPU layers keep in host memory.
@@ -289,8 +307,10 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   const u64 tokens = std::min({s.ubatch_size, s.batch_size, e.context});
   const ComputeBuffer c = compute_buffer(a, e.context, tokens, s.flash_attn);
   u64 host_kv = 0;
-  e.per_device =
-      device_shares(p, kv.bytes, c, pipeline_copies(a, s, p, e.context, tokens), &host_kv);
+  const std::vector<u64> copies = pipeline_copies(a, s, p, e.context, tokens);
+  e.per_device = device_shares(p, kv.bytes, c, copies, &host_kv);
+  e.host_compute_buffer_bytes =
+      host_compute(m, p, copies.empty() ? 1 : s.sched_copies, e.context, tokens);
   e.devices = p.names.size();
   e.devices_shown = s.per_device;
   e.host_kv_bytes = host_kv;
