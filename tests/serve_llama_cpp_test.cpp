@@ -139,3 +139,58 @@ TEST_CASE("llama.cpp: the compute buffer of one micro-batch, exact where two mom
     CHECK(sc::memest_value(sc::estimate(run), m) == sc::printed_value(m));
   }
 }
+
+TEST_CASE("llama.cpp: pipeline parallelism keeps four copies of each split's inputs", "[serve]") {
+  // Qwen3-30B-A3B over two T4s (ik_llama.cpp build 3673, -fa, ctx 32768, ubatch 512): every
+  // layer and the output offloaded under the layer split, so ggml_backend_sched keeps 4 copies
+  // of each split's inputs, never freed. In MiB: the f32 KQ mask 32768 x 512 x 4 B = 64, its
+  // f16 cast 32, a hidden state 2048 x 512 x 4 B = 4, an i32 input 512 x 4 B = 1/512.
+  const double i32 = 1.0 / 512;
+  // A layer's moments beside them: the attention (2 hidden states + Q 4096 wide + output 4096
+  // wide = 8 + 8 + 8 MiB, and the mask) and the experts' down projection (ffn_inp, the gated
+  // product 768 x 8 experts x 512 tokens x 4 B = 12 MiB and the output 2048 x 8 x 512 x 4 B =
+  // 32 MiB: 48 MiB).
+  const double experts = 4 + 12 + 32;
+  // CUDA0 (layers 0-24): 4 x (inp_embd + KQ mask in f32 + inp_pos) from the CPU, the f16 cast it
+  // makes, and the experts' moment. The log prints 368.01.
+  const double cuda0 = 4 * (4 + 64 + i32) + 32 + experts;
+  // CUDA1 (layers 25-47, the output): 4 x (the hidden state + the f16 mask from CUDA0 + inp_pos
+  // + inp_out_ids), and the logits 151936 x 512 x 4 B beside 2 hidden states. Printed: 444.77.
+  const double cuda1 = 4 * (4 + 32 + 2 * i32) + 151936.0 * 512 * 4 / 1048576 + 8;
+  const Json j = sc::estimate(lcpp_run("ik-qwen3-30b-a3b-q4km-2xT4-32k"));
+  CHECK(j["per_device"][0]["compute_buffer"]["bytes"].get<double>() / 1048576 == cuda0);
+  CHECK(j["per_device"][1]["compute_buffer"]["bytes"].get<double>() / 1048576 == cuda1);
+  CHECK(std::abs(cuda0 / 368.01 - 1) < 0.05);
+  CHECK(std::abs(cuda1 / 444.77 - 1) < 0.02);
+  // One copy (a build with GGML_SCHED_MAX_COPIES=1) keeps no copies: the moments only.
+  std::vector<std::string> args = lcpp_run("ik-qwen3-30b-a3b-q4km-2xT4-32k").args;
+  args.insert(args.end(), {"--sched-copies", "1"});
+  const Json one = llama_cpp_json(args);
+  // CUDA0: the attention with its own 32 MiB f16 mask, wider than the experts' moment.
+  CHECK(one["per_device"][0]["compute_buffer"]["bytes"].get<double>() / 1048576 == 24 + 32);
+  CHECK(one["per_device"][1]["compute_buffer"]["bytes"].get<double>() / 1048576 ==
+        cuda1 - 4 * (4 + 32 + 2 * i32));
+  // --override-tensor turns pipeline parallelism off (the newer builds' has_tensor_overrides).
+  args.resize(args.size() - 2);
+  args.insert(args.end(), {"--override-tensor", "exps=CPU"});
+  const Json ot = llama_cpp_json(args);
+  CHECK(ot["per_device"][0]["compute_buffer"]["bytes"] ==
+        one["per_device"][0]["compute_buffer"]["bytes"]);
+}
+
+TEST_CASE("llama.cpp: the host's compute buffer holds the graph's inputs and inp_embd", "[serve]") {
+  // The CPU backend keeps the inputs (the f32 KQ mask [n_kv x n_tokens padded to 32] and three
+  // n_tokens i32 inputs) beside inp_embd [n_embd x n_tokens] f32. Phi-3-mini (4,096 cells, 256
+  // tokens, n_embd 3072): 4 MiB + 3 KiB + 3 MiB; the log prints 7.00 MiB.
+  const Json phi3 = sc::estimate(lcpp_run("lcpp-phi3-mini-4k-q4km-rtx3070-4k"));
+  CHECK(phi3["host"]["compute_buffer"]["bytes"] == 4096 * 256 * 4 + 3 * 256 * 4 + 3072 * 256 * 4);
+  // Qwen3-30B-A3B on two T4s, pipeline parallelism: 4 x (the 64 MiB mask + 3 x 2 KiB) + 4 MiB;
+  // the log prints 260.02 MiB.
+  const Json q = sc::estimate(lcpp_run("ik-qwen3-30b-a3b-q4km-2xT4-32k"));
+  CHECK(q["host"]["compute_buffer"]["bytes"] ==
+        4 * (32768 * 512 * 4 + 3 * 512 * 4) + 2048 * 512 * 4);
+  // Layers left on the CPU compute there: not modelled.
+  const Json cpu =
+      llama_cpp_json({"--model", "llama-3.1-8b", "--n-gpu-layers", "20", "--device", "CUDA0"});
+  CHECK(cpu["host"]["compute_buffer"]["bytes"].is_null());
+}

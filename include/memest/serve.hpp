@@ -142,6 +142,9 @@ struct LlamaCppSettings {
   /// --override-tensor PATTERN=BUFT pairs, in order: the first pattern found in a tensor's
   /// name (std::regex_search) puts it in that buffer ("CPU", "CUDA0", ...).
   std::vector<std::pair<std::string, std::string>> overrides;
+  /// --sched-copies: the build's GGML_SCHED_MAX_COPIES, the copies of each split's inputs
+  /// pipeline parallelism keeps (4; 1 for a build that sets it to 1).
+  std::uint64_t sched_copies = 4;
   /// Whether the estimate reports each device and the host (the multi-GPU flags given).
   bool per_device = false;
 };
@@ -226,6 +229,9 @@ struct ServeEstimate {
   bool devices_shown = false;
   std::optional<std::uint64_t> host_weights_bytes;
   std::optional<std::uint64_t> host_kv_bytes;
+  /// llama.cpp: the CPU backend's compute buffer (the graph's inputs and the token embeddings'
+  /// rows), when every layer is on the GPUs.
+  std::optional<std::uint64_t> host_compute_buffer_bytes;
   /// hf: the most the torch allocator holds at once (weights, KV cache and the forward's
   /// tensors), what `fits` compares with the device's memory; and where it falls.
   std::optional<std::uint64_t> peak_bytes;

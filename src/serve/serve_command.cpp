@@ -348,6 +348,7 @@ LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
   s.cache_type_k = llama_cpp_name(g, "--cache-type-k", "cache type");
   s.cache_type_v = llama_cpp_name(g, "--cache-type-v", "cache type");
   s.ubatch_size = count_of(g, "--ubatch-size");
+  s.sched_copies = count_of(g, "--sched-copies");
   read_split_flags(g, s);
   return s;
 }

@@ -56,19 +56,38 @@ u64 row_bytes(const GgmlType& t, u64 elements) {
 
 // The compute buffer of one micro-batch: ggml's graph allocator gives each f32 intermediate a
 // buffer and frees it after its last use, reusing an input's buffer where the op can work in
-// place (the softmax of KQ), so the peak is the widest of two moments of the worst-case graph
+// place (the softmax of KQ), so the peak is the widest of the moments of the worst-case graph
 // llama.cpp reserves (n_kv = the whole cache, n_tokens = the micro-batch, every token an output):
 // the attention without flash attention (KQ [n_kv x n_tokens x n_head], the mask [n_kv x
 // n_tokens], the Q (or fused QKV) projection and the attention output, beside the layer's input
-// and residual [n_embd x n_tokens]), and the output (logits [n_vocab x n_tokens] beside the
-// same two hidden states) when the output layer is on the GPU. Not counted: what the MoE
-// experts' matmuls and MLA's absorbed attention keep.
+// and residual [n_embd x n_tokens]), the routed experts' down projection of a MoE layer, and the
+// output (logits [n_vocab x n_tokens] beside the same two hidden states) when the output layer
+// is on the GPU. Not counted: MLA's absorbed attention.
 struct ComputeBuffer {
   u64 attention = 0;  // the attention moment of a device with layers
+  u64 moe = 0;        // the experts' moment of a device with (MoE) layers
   u64 output = 0;     // the output moment of the device with the output layer
+  u64 mask = 0;       // the KQ mask counted in the attention moment
   std::string attention_basis;
+  std::string moe_basis;
   std::string output_basis;
 };
+
+// llm_build_moe_ffn (src/llama.cpp of ikawrakow/ik_llama.cpp at 4084ca73; build_moe_ffn in
+// mainline's graph): the down projection's ggml_mul_mat_id writes [n_embd x n_expert_used x
+// n_tokens] f32 from the gated product [n_ff_exp x n_expert_used x n_tokens] f32
+// (ggml_moe_up_gate under -fmoe, else the product of the up and gate matmuls, freed by then),
+// beside the residual ffn_inp [n_embd x n_tokens]; the normed input is freed after the up and
+// gate matmuls. 0 for a dense model.
+void add_moe_moment(const Architecture& a, u64 tokens, ComputeBuffer& c) {
+  if (a.num_experts == 0 || a.experts_per_token == 0) return;
+  const u64 width = a.moe_intermediate_size > 0 ? a.moe_intermediate_size : a.intermediate_size;
+  const u64 routed = checked_mul(checked_mul(a.experts_per_token, tokens), 4);
+  c.moe = checked_add(checked_mul(a.hidden_size, checked_mul(tokens, 4)),
+                      checked_mul(checked_add(width, a.hidden_size), routed));
+  c.moe_basis = fmt::format("{} experts' {} + {} wide outputs of {} tokens in f32",
+                            a.experts_per_token, width, a.hidden_size, tokens);
+}
 
 ComputeBuffer compute_buffer(const Architecture& a, u64 n_kv, u64 tokens, bool flash_attn) {
   const u64 f32 = 4;
@@ -84,11 +103,13 @@ ComputeBuffer compute_buffer(const Architecture& a, u64 n_kv, u64 tokens, bool f
   }
   ComputeBuffer c;
   c.attention = attention;
+  c.mask = checked_mul(checked_mul(n_kv, tokens), flash_attn ? 2 : f32);
   c.output = checked_add(hidden, checked_mul(checked_mul(a.vocab_size, tokens), f32));
   c.output_basis = fmt::format("logits of {} tokens x {} vocab in f32", tokens, a.vocab_size);
   c.attention_basis = flash_attn ? "the attention's inputs and output"
                                  : fmt::format("KQ of {} cells x {} tokens x {} heads in f32", n_kv,
                                                tokens, a.num_heads);
+  add_moe_moment(a, tokens, c);
   return c;
 }
 
@@ -129,11 +150,72 @@ LayerKv layer_kv(const Architecture& a, const LlamaCppSettings& s, u64 cells) {
           fmt::format("(K {} x {} + V {} x {})", k_width, tk.name, v_width, tv.name)};
 }
 
+// Pipeline parallelism (llama_new_context_with_model, src/llama.cpp of ikawrakow/ik_llama.cpp at
+// 4084ca73, as mainline's context): with several devices, every layer and the output offloaded
+// (n_gpu_layers > n_layer) and --split-mode layer, ggml_backend_sched_new keeps n_copies =
+// GGML_SCHED_MAX_COPIES (--sched-copies) copies of each split's inputs from other backends, each
+// set as input and output so that ggml-alloc never frees or reuses them
+// (ggml_backend_sched_split_graph, ggml/src/ggml-backend.c). The graph's inputs are on the CPU
+// (the last backend); a device's split takes the hidden state [n_embd x n_tokens] f32 (inp_embd
+// from the CPU, else the previous device's layer output), inp_pos (n_tokens i32), the KQ mask
+// [n_kv x GGML_PAD(n_tokens, 32)] (f32 from the CPU, or with flash attention the f16 ggml_cast
+// of it, made by the first device's first layer and kept there until the next split has copied
+// it) and, on the last layer's device, inp_out_ids (n_tokens i32, every token an output).
+// --override-tensor turns it off, as mainline's llama_context and ik_llama.cpp from commit
+// a3bd0158 (src/llama.cpp: !model->has_tensor_overrides()) do; the builds before kept it on.
+// Returns each device's bytes held beside its moments; empty without pipeline parallelism.
+std::vector<u64> pipeline_copies(const Architecture& a, const LlamaCppSettings& s,
+                                 const LlamaCppPlacement& p, u64 n_kv, u64 tokens) {
+  if (p.names.size() < 2 || s.split_mode != "layer" || s.n_gpu_layers <= a.num_layers ||
+      s.sched_copies < 2 || !s.overrides.empty()) {
+    return {};
+  }
+  const u64 rows = ceil_div(tokens, 32) * 32;  // GGML_KQ_MASK_PAD (ggml/include/ggml.h)
+  const u64 mask_f32 = checked_mul(checked_mul(n_kv, rows), 4);
+  const u64 hidden = checked_mul(checked_mul(a.hidden_size, tokens), 4);
+  const u64 ids = checked_mul(tokens, 4);  // inp_pos, inp_out_ids
+  const auto first = static_cast<std::size_t>(p.layer_device.front());
+  const auto last = static_cast<std::size_t>(p.layer_device.back());
+  std::vector<u64> bytes(p.names.size(), 0);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    const bool layers = std::find(p.layer_device.begin(), p.layer_device.end(),
+                                  static_cast<int>(i)) != p.layer_device.end();
+    if (!layers && p.output_device != static_cast<int>(i)) continue;
+    u64 inputs = hidden;
+    if (layers) inputs += ids + (s.flash_attn && i != first ? mask_f32 / 2 : mask_f32);
+    if (i == last) inputs += ids;
+    bytes[i] = checked_mul(inputs, s.sched_copies);
+    if (i == first && s.flash_attn) bytes[i] = checked_add(bytes[i], mask_f32 / 2);
+  }
+  return bytes;
+}
+
+// The CPU backend's compute buffer (ggml_backend_sched_backend_id_from_cur puts the graph's
+// inputs on the last backend, the CPU; token_embd stays there and GGML_OP_GET_ROWS is never
+// offloaded, ggml_backend_cuda_offload_op): inp_tokens, inp_pos and inp_out_ids (n_tokens i32
+// each) and the f32 KQ mask [n_kv x GGML_PAD(n_tokens, 32)], each n_copies times under pipeline
+// parallelism (one the original), beside inp_embd [n_embd x n_tokens] f32. Not modelled (empty):
+// CPU layers, whose intermediates the host computes. Not counted: the second (sliding-window)
+// mask of the graphs that build one (Gemma-2 and -3).
+std::optional<u64> host_compute(const ServeModel& m, const LlamaCppPlacement& p, u64 copies,
+                                u64 n_kv, u64 tokens) {
+  const bool cpu_layers = std::any_of(p.layer_device.begin(), p.layer_device.end(),
+                                      [](int d) { return d == kLlamaHost; });
+  if (cpu_layers) return std::nullopt;
+  const u64 mask = checked_mul(checked_mul(n_kv, ceil_div(tokens, 32) * 32), 4);
+  const u64 inputs = checked_add(mask, checked_mul(3 * tokens, 4));
+  return checked_add(checked_mul(inputs, std::max<u64>(copies, 1)),
+                     checked_mul(checked_mul(m.spec.arch->hidden_size, tokens), 4));
+}
+
 // Each device's layers, output, KV cache and compute buffer (llama_kv_cache puts a layer's K
 // and V on the layer's device; each device computes its layers, the output's device the
 // logits); what the CPU layers keep in host memory.
+// Under pipeline parallelism (copies not empty) a device holds its copies beside the moments,
+// and the mask of the attention moment is among them.
 std::vector<ServeDevice> device_shares(const LlamaCppPlacement& p, u64 layer_bytes,
-                                       const ComputeBuffer& c, u64* host_kv) {
+                                       const ComputeBuffer& c, const std::vector<u64>& copies,
+                                       u64* host_kv) {
   std::vector<ServeDevice> d(p.names.size());
   for (std::size_t i = 0; i < d.size(); ++i) d[i].name = p.names[i];
   *host_kv = 0;
@@ -147,8 +229,11 @@ std::vector<ServeDevice> device_shares(const LlamaCppPlacement& p, u64 layer_byt
     x.kv_bytes = checked_add(x.kv_bytes, layer_bytes);
   }
   if (p.output_device != kLlamaHost) d[static_cast<std::size_t>(p.output_device)].output = true;
-  for (ServeDevice& x : d) {
-    x.compute_buffer_bytes = std::max(x.layers > 0 ? c.attention : 0, x.output ? c.output : 0);
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    ServeDevice& x = d[i];
+    const u64 layer = std::max(copies.empty() ? c.attention : c.attention - c.mask, c.moe);
+    x.compute_buffer_bytes = std::max(x.layers > 0 ? layer : 0, x.output ? c.output : 0);
+    if (!copies.empty()) x.compute_buffer_bytes = checked_add(x.compute_buffer_bytes, copies[i]);
   }
   return d;
 }
@@ -171,8 +256,10 @@ void show_fullest(ServeEstimate& e, const ComputeBuffer& c, const std::string& k
   e.compute_basis.clear();
   if (top->layers > 0 || top->output) {
     e.compute_buffer_bytes = top->compute_buffer_bytes;
-    const bool output = top->output && c.output >= c.attention;
-    e.compute_basis = output ? c.output_basis : c.attention_basis;
+    const bool output = top->output && c.output >= std::max(c.attention, c.moe);
+    e.compute_basis = output                ? c.output_basis
+                      : c.moe > c.attention ? c.moe_basis
+                                            : c.attention_basis;
   }
   if (e.per_device.size() > 1) {
     e.notes.push_back(
@@ -220,7 +307,10 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   const u64 tokens = std::min({s.ubatch_size, s.batch_size, e.context});
   const ComputeBuffer c = compute_buffer(a, e.context, tokens, s.flash_attn);
   u64 host_kv = 0;
-  e.per_device = device_shares(p, kv.bytes, c, &host_kv);
+  const std::vector<u64> copies = pipeline_copies(a, s, p, e.context, tokens);
+  e.per_device = device_shares(p, kv.bytes, c, copies, &host_kv);
+  e.host_compute_buffer_bytes =
+      host_compute(m, p, copies.empty() ? 1 : s.sched_copies, e.context, tokens);
   e.devices = p.names.size();
   e.devices_shown = s.per_device;
   e.host_kv_bytes = host_kv;

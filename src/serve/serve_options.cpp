@@ -287,6 +287,13 @@ std::vector<ServeRow> serve_llama_cpp_device_rows() {
                        "PATTERN=BUFT,...: tensors whose name matches the regex go to CPU or a "
                        "device (exps=CPU)")
                   .kind(ValueKind::text));
+  // GGML_SCHED_MAX_COPIES, ggml/src/ggml-backend.c (ikawrakow/ik_llama.cpp at 4084ca73): a
+  // cmake option of the build, 4 unless set
+  r.push_back(ServeRow("--sched-copies", ServeFor::llama_cpp, "N",
+                       "The build's GGML_SCHED_MAX_COPIES: copies of each split's inputs kept "
+                       "under pipeline parallelism (default 4)")
+                  .kind(ValueKind::count)
+                  .fallback("4"));
   return r;
 }
 

@@ -56,9 +56,11 @@ std::string device_rows(const ServeEstimate& e, Unit unit) {
                      e.weights_bytes ? format_bytes(d.weights_bytes, unit) : "-",
                      format_bytes(d.kv_bytes, unit), format_bytes(d.compute_buffer_bytes, unit));
   }
-  s += fmt::format("{:<10} {:>6} {:>6} {:>14} {:>14} {:>14}\n", "host", "", "",
-                   e.host_weights_bytes ? format_bytes(*e.host_weights_bytes, unit) : "-",
-                   format_bytes(e.host_kv_bytes.value_or(0), unit), "-");
+  s += fmt::format(
+      "{:<10} {:>6} {:>6} {:>14} {:>14} {:>14}\n", "host", "", "",
+      e.host_weights_bytes ? format_bytes(*e.host_weights_bytes, unit) : "-",
+      format_bytes(e.host_kv_bytes.value_or(0), unit),
+      e.host_compute_buffer_bytes ? format_bytes(*e.host_compute_buffer_bytes, unit) : "-");
   return s;
 }
 
@@ -163,7 +165,8 @@ std::string render_serve_json(const ServeEstimate& e, const std::string& inputs)
     }
     j["per_device"] = devices;
     j["host"] = {{"weights", {{"bytes", opt(e.host_weights_bytes)}}},
-                 {"kv_cache", {{"bytes", opt(e.host_kv_bytes)}}}};
+                 {"kv_cache", {{"bytes", opt(e.host_kv_bytes)}}},
+                 {"compute_buffer", {{"bytes", opt(e.host_compute_buffer_bytes)}}}};
   }
   if (e.peak_bytes) j["peak"] = {{"bytes", *e.peak_bytes}};
   j["inputs"] = ordered_json::parse(inputs);
