@@ -155,15 +155,25 @@ TEST_CASE("sweep: every sequence must split over the sequence- and context-paral
         "(expected a multiple of 2)\n");
 }
 
-TEST_CASE("fit --gpus: each layout that fits is estimated like any run, most headroom first",
-          "[search]") {
+namespace {
+
+// Llama-3.2-1B at micro-batch 1, sequence 2048, mixed-bf16 AdamW: 1.2B parameters at 16 B each
+// (~20 GB of model states), too much for one 16 GB T4.
+RunSpec llama_1b_run() {
   RunSpec run;
   run.model = load_model_preset("llama-3.2-1b");
   run.precision = precision_preset("mixed-bf16");
   run.optimizer.kind = OptimizerKind::adamw;
   run.training.micro_batch = 1;
   run.training.seq_len = 2048;
-  // 1.2B parameters at 16 B each (~20 GB of model states): too much for one 16 GB T4.
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("fit --gpus: each layout that fits is estimated like any run, most headroom first",
+          "[search]") {
+  const RunSpec run = llama_1b_run();
   const Budget budget{find_gpu("t4").capacity, kDefaultReserve, "t4", true};
   const LayoutSearch s = fit_layouts(run, budget, 4, 64);
   CHECK(s.gpus == 4);
@@ -187,12 +197,7 @@ TEST_CASE("fit --gpus: each layout that fits is estimated like any run, most hea
 }
 
 TEST_CASE("fit --gpus tells its progress once per candidate, ending at the total", "[search]") {
-  RunSpec run;
-  run.model = load_model_preset("llama-3.2-1b");
-  run.precision = precision_preset("mixed-bf16");
-  run.optimizer.kind = OptimizerKind::adamw;
-  run.training.micro_batch = 1;
-  run.training.seq_len = 2048;
+  const RunSpec run = llama_1b_run();
   const Budget budget{find_gpu("t4").capacity, kDefaultReserve, "t4", true};
   std::vector<std::pair<std::uint64_t, std::uint64_t>> calls;
   const auto record = [&](std::uint64_t done, std::uint64_t total) {
