@@ -9,6 +9,7 @@
 #include <memest/serve_fit.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -403,4 +404,37 @@ TEST_CASE("serve --fit: llama.cpp's bar is the probe's need", "[serve][fit][plot
   CHECK(row.held.size() == 3);  // weights, compute buffer, KV cache
   CHECK(held_sum(row.held) == row.at_best->need);
   CHECK(held_sum(row.held) <= total);
+}
+
+TEST_CASE("serve --fit --plot: SGLang's bars against mem_fraction_static x total",
+          "[serve][fit][plot][sglang]") {
+  const memest::ServeModel m = memest::load_serve_model("qwen3-8b", "");
+  memest::SglangSettings s;
+  s.total_memory = std::uint64_t{48} << 30;
+  s.context_length = 40960;
+  const memest::ServeFitRow row =
+      memest::fit_serve_row(memest::sglang_probe(m, s, memest::ServeFitTarget::concurrency), 4096);
+  REQUIRE(row.best);
+  REQUIRE(row.at_best);
+  const memest::ServeEstimate& e = row.at_best->estimate;
+  // The pool is allocated at start: the requests' part is the probe's need, the rest free.
+  REQUIRE(row.held.size() == 3);
+  CHECK(row.held[0].part == memest::ServeHeld::weights);
+  CHECK(row.held[0].bytes == *e.weights_bytes);
+  CHECK(row.held[1].part == memest::ServeHeld::kv_cache);
+  CHECK(row.held[1].bytes == *row.best * 40960 * e.kv_bytes_per_token);
+  CHECK(row.held[2].part == memest::ServeHeld::kv_cache_free);
+  CHECK(held_sum(row.held) == *e.weights_bytes + e.kv_bytes);
+  // The picture's line is SGLang's budget, named by its own flag.
+  memest::test::TempDir dir("serve-sglang-plot");
+  const std::string svg = (dir.path / "fit.svg").string();
+  const auto r =
+      run_cli({"serve", "--engine", "sglang", "--model", "qwen3-8b", "--gpu-memory", "48GiB",
+               "--context-length", "40960", "--fit", "concurrency", "--plot", svg});
+  REQUIRE(r.code == 0);
+  const std::string text = memest::test::read_file(svg);
+  CHECK(text.find("qwen3-8b on SGLang") != std::string::npos);
+  CHECK(text.find("mem_fraction_static x") != std::string::npos);
+  CHECK(text.find(fmt::format("class=\"budget\" data-bytes=\"{}\"", memest::sglang_budget(s))) !=
+        std::string::npos);
 }

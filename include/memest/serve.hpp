@@ -120,6 +120,10 @@ struct SglangMemoryDefaults {
 };
 SglangMemoryDefaults sglang_memory_defaults(const SglangSettings& settings);
 
+/// SGLang's budget for the weights and the KV pool: mem_fraction_static (given, else the
+/// default) x the total, rounded down to a byte. Throws Error when the default is not positive.
+std::uint64_t sglang_budget(const SglangSettings& settings);
+
 /// llama.cpp's settings, named as its flags.
 struct LlamaCppSettings {
   std::uint64_t ctx_size = 0;       ///< 0: the model's max_position_embeddings

@@ -539,6 +539,7 @@ void sglang_fit_rows(const ServeInputs& in, ServeFit& fit) {
   const auto& g = in.given;
   const SglangSettings base = sglang_settings(g, fit.total_memory);
   fit.devices = base.tp_size;
+  fit.usable_memory = sglang_budget(base);
   if (fit.target == ServeFitTarget::context) {
     context_limit(in, fit);
     fit.held_fixed = base.max_running_requests.value_or(0);

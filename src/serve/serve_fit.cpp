@@ -111,9 +111,10 @@ std::vector<ServeHeldPart> serve_held(const ServeEstimate& e) {
 
 std::vector<ServeHeldPart> serve_held(const ServeProbe& p) {
   std::vector<ServeHeldPart> out = serve_held(p.estimate);
-  if (p.estimate.engine != ServeEngine::vllm) return out;
-  // vLLM: the KV cache the value takes is the probe's need (one request of max_model_len, or
-  // max_num_seqs requests of it); the rest of the allocated blocks is free at the value.
+  const ServeEngine engine = p.estimate.engine;
+  if (engine != ServeEngine::vllm && engine != ServeEngine::sglang) return out;
+  // vLLM and SGLang allocate the whole KV cache at start: the part the value takes is the
+  // probe's need (one request of the context, or that many requests of it); the rest is free.
   const u64 kv = p.estimate.kv_bytes;
   out.back().bytes = p.need;
   if (kv > p.need) out.push_back({ServeHeld::kv_cache_free, kv - p.need});

@@ -179,6 +179,26 @@ SglangMemoryDefaults sglang_memory_defaults(const SglangSettings& s) {
   return d;
 }
 
+namespace {
+
+// mem_fraction_static: the given one, else SGLang's default for the device and TP.
+double sgl_fraction(const SglangSettings& s, const SglangMemoryDefaults& d) {
+  const double fraction = s.mem_fraction_static.value_or(d.mem_fraction_static);
+  if (!(fraction > 0)) {
+    throw Error(fmt::format(
+        "--mem-fraction-static: SGLang's default is {} on {} (it reserves {:.0f} MiB); give one",
+        fraction, format_bytes(s.total_memory, Unit::GiB), d.reserved_mib));
+  }
+  return fraction;
+}
+
+}  // namespace
+
+u64 sglang_budget(const SglangSettings& s) {
+  const double fraction = sgl_fraction(s, sglang_memory_defaults(s));
+  return static_cast<u64>(std::floor(static_cast<double>(s.total_memory) * fraction));
+}
+
 ServeEstimate estimate_sglang(const ServeModel& m, const SglangSettings& s) {
   sgl_check(m, s);
   const Architecture& a = *m.spec.arch;
@@ -196,13 +216,8 @@ ServeEstimate estimate_sglang(const ServeModel& m, const SglangSettings& s) {
   if (per_layer == 0) throw Error("serve: the model caches no keys or values (no attention)");
   const u64 cell = checked_mul(per_layer, a.num_layers);
   const SglangMemoryDefaults d = sglang_memory_defaults(s);
-  const double fraction = s.mem_fraction_static.value_or(d.mem_fraction_static);
-  if (!(fraction > 0)) {
-    throw Error(fmt::format(
-        "--mem-fraction-static: SGLang's default is {} on {} (it reserves {:.0f} MiB); give one",
-        fraction, format_bytes(s.total_memory, Unit::GiB), d.reserved_mib));
-  }
-  e.budget_bytes = static_cast<u64>(std::floor(static_cast<double>(s.total_memory) * fraction));
+  const double fraction = sgl_fraction(s, d);
+  e.budget_bytes = sglang_budget(s);
   e.budget_basis = fmt::format("mem_fraction_static {} x total", fraction);
   const u64 profiled = sgl_profiled_tokens(s.total_memory, w.bytes, fraction, cell);
   if (profiled == 0) {

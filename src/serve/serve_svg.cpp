@@ -153,7 +153,29 @@ std::string held_svg(const HeldPicture& pic, Unit unit) {
   return out + usable_line(pic, axis, bottom) + held_legend(pic) + "</svg>\n";
 }
 
-std::string engine_title(ServeEngine e) { return e == ServeEngine::vllm ? "vLLM" : "llama.cpp"; }
+std::string engine_title(ServeEngine e) {
+  switch (e) {
+    case ServeEngine::vllm:
+      return "vLLM";
+    case ServeEngine::llama_cpp:
+      return "llama.cpp";
+    case ServeEngine::sglang:
+      return "SGLang";
+    case ServeEngine::hf:
+      return "transformers";
+  }
+  return "";
+}
+
+// The line a bar must stay left of: the engine's budget (a fraction of the total), or the device.
+std::string usable_words(ServeEngine e, std::uint64_t usable, std::uint64_t total, Unit unit) {
+  if (e == ServeEngine::vllm || e == ServeEngine::sglang) {
+    return fmt::format("budget {} ({} x {})", format_bytes(usable, unit),
+                       e == ServeEngine::vllm ? "gpu_memory_utilization" : "mem_fraction_static",
+                       format_bytes(total, unit));
+  }
+  return fmt::format("the device, {}", format_bytes(usable, unit));
+}
 
 }  // namespace
 
@@ -168,11 +190,7 @@ std::string render_serve_fit_svg(const ServeFit& f, Unit unit) {
       flag, serve_held_flag(f.engine, f.target), format_count(f.held_fixed), f.devices,
       f.devices == 1 ? "" : "s");
   pic.usable = f.usable_memory;
-  pic.usable_label =
-      f.engine == ServeEngine::vllm
-          ? fmt::format("budget {} (gpu_memory_utilization x {})",
-                        format_bytes(f.usable_memory, unit), format_bytes(f.total_memory, unit))
-          : fmt::format("the device, {}", format_bytes(f.usable_memory, unit));
+  pic.usable_label = usable_words(f.engine, f.usable_memory, f.total_memory, unit);
   for (const ServeFitRow& r : f.rows) {
     HeldBar b;
     const std::string value =
@@ -196,10 +214,7 @@ std::string render_serve_svg(const ServeEstimate& e, const ServeHeldBars& bars,
   pic.subtitle = fmt::format("context {}; bytes per device, {} device{}", format_count(e.context),
                              e.devices, e.devices == 1 ? "" : "s");
   pic.usable = e.budget_bytes.value_or(total);
-  pic.usable_label =
-      e.budget_bytes ? fmt::format("budget {} (gpu_memory_utilization x {})",
-                                   format_bytes(*e.budget_bytes, unit), format_bytes(total, unit))
-                     : fmt::format("the device, {}", format_bytes(total, unit));
+  pic.usable_label = usable_words(e.engine, pic.usable, total, unit);
   for (const auto& [name, parts] : bars) pic.bars.push_back({name, "", e.fits, parts});
   return held_svg(pic, unit);
 }
