@@ -5,9 +5,12 @@
 #include "testutil.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <regex>
 
 namespace {
 
@@ -325,4 +328,35 @@ TEST_CASE("serve hf: what it does not model or transformers refuses is one line,
          "--quantization: \"fp8\" is not offered (expected one of: bnb-4bit, bnb-8bit)");
   expect(llama, with({"--input-len", "8"}),
          "--input-len: give --input-len or --prompt-len, not both");
+}
+
+// The picture's bar is what the device holds at the peak: its parts (weights, the forward's
+// tensors, the cache at that moment) sum to the JSON's peak, whether it falls at the prompt's
+// forward or at the last decode step, for each cache class.
+TEST_CASE("serve hf: --plot's bar sums to the peak", "[serve][hf][plot]") {
+  TempDir dir("serve-hf-plot");
+  const std::string config = hf_config(dir, "llama.json", kLlama);
+  const std::string svg = (dir.path / "hf.svg").string();
+  const std::vector<std::vector<std::string>> cases = {
+      {"--prompt-len", "2000", "--max-new-tokens", "2", "--batch-size", "3"},
+      {"--prompt-len", "8", "--max-new-tokens", "2000", "--batch-size", "3"},
+      {"--prompt-len", "100", "--max-new-tokens", "500", "--cache-implementation", "static"},
+      {"--prompt-len", "100", "--max-new-tokens", "500", "--cache-implementation", "offloaded"}};
+  for (const auto& flags : cases) {
+    INFO(fmt::format("{}", fmt::join(flags, " ")));
+    const Json j = hf_json(config, flags);
+    std::vector<std::string> args = {"serve",        "--engine", "hf",     "--config", config,
+                                     "--gpu-memory", "1GiB",     "--plot", svg};
+    args.insert(args.end(), flags.begin(), flags.end());
+    REQUIRE(run_cli(args).code == 0);
+    const std::string text = memest::test::read_file(svg);
+    CHECK(text.find("on transformers") != std::string::npos);
+    const std::regex part("class=\"part\" data-part=\"[^\"]*\" data-bytes=\"([0-9]+)\"");
+    std::uint64_t sum = 0;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), part);
+         it != std::sregex_iterator(); ++it) {
+      sum += std::stoull((*it)[1].str());
+    }
+    CHECK(sum == j["peak"]["bytes"].get<std::uint64_t>());
+  }
 }

@@ -240,6 +240,8 @@ struct ServeEstimate {
   /// tensors), what `fits` compares with the device's memory; and where it falls.
   std::optional<std::uint64_t> peak_bytes;
   std::string peak_basis;
+  /// hf: the cache on the device at that moment (the prompt's or the last decode step's).
+  std::optional<std::uint64_t> peak_cache_bytes;
 };
 
 /// vLLM's budget on a device: gpu_memory_utilization x the total, rounded down to a byte (what

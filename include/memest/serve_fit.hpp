@@ -43,7 +43,8 @@ struct ServeHeldPart {
 };
 
 /// What one device holds per the estimate, the parts it has in ServeHeld's order: the weights,
-/// vLLM's profile-run peak and non-torch memory or llama.cpp's compute buffer, the KV cache.
+/// vLLM's profile-run peak and non-torch memory or llama.cpp's compute buffer, the KV cache
+/// (under hf, the forward's peak and the cache at that moment: they sum to the peak).
 std::vector<ServeHeldPart> serve_held(const ServeEstimate& e);
 
 /// The same at a probe of --fit, its KV cache split into what the value takes (vLLM: the

@@ -643,6 +643,7 @@ void llama_cpp_fit_rows(const ServeInputs& in, ServeFit& fit) {
 void hf_fit_rows(const ServeInputs& in, ServeFit& fit) {
   const auto& g = in.given;
   const HfSettings base = hf_settings(g, fit.total_memory);
+  fit.usable_memory = fit.total_memory;
   if (base.max_new_tokens == 0) throw Error("--max-new-tokens: give the tokens to generate");
   if (fit.target == ServeFitTarget::context) {
     fit.limit = count_of(g, "--max");

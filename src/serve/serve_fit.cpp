@@ -105,7 +105,8 @@ std::vector<ServeHeldPart> serve_held(const ServeEstimate& e) {
   add(ServeHeld::activations, e.activation_peak_bytes);
   add(ServeHeld::compute_buffer, e.compute_buffer_bytes);
   add(ServeHeld::non_torch, e.non_torch_bytes);
-  add(ServeHeld::kv_cache, e.kv_bytes);
+  // hf: the cache at the peak's moment, so that the parts sum to the peak.
+  add(ServeHeld::kv_cache, e.peak_cache_bytes ? *e.peak_cache_bytes : e.kv_bytes);
   return out;
 }
 

@@ -320,6 +320,7 @@ void fill_peak(ServeEstimate& e, const HfShape& h, const HfCache& c) {
   e.activation_basis = fmt::format("{} of {} x {} token(s), beside the cache", at.what,
                                    format_count(h.b), format_count(at_prefill ? h.p : 1));
   e.peak_bytes = checked_add(*e.weights_bytes, std::max(prefill, decode));
+  e.peak_cache_bytes = at_prefill ? c.prefill : c.final;
   e.peak_basis = fmt::format("{}: weights + the cache on the device then{} + the forward's peak",
                              at_prefill ? "the prompt's forward" : "the last decode step",
                              c.growth > 0 && !at_prefill ? " (a cat's old tensor included)" : "");

@@ -106,7 +106,7 @@ std::vector<ServeRow> serve_common_rows() {
                   .kind(ValueKind::choice, unit_names)
                   .fallback("GiB")
                   .flag_only());
-  r.push_back(ServeRow("--plot", ServeFor::vllm | ServeFor::llama_cpp | ServeFor::sglang, "FILE",
+  r.push_back(ServeRow("--plot", ServeFor::all, "FILE",
                        "Also draw an SVG picture to FILE: what a device holds (with --fit, at "
                        "each row's largest value)")
                   .kind(ValueKind::path)
