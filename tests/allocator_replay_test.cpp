@@ -207,7 +207,7 @@ TEST_CASE("issue 10: the step replay covers model loading, a first and a steady 
   // 4096 x 11008 MLP matrices (180 MB) get segments of their own.
   REQUIRE(a.setup_reserved >= parameter_bytes(r.model.inventory, Dtype::fp32));
   REQUIRE(a.setup_reserved < parameter_bytes(r.model.inventory, Dtype::fp32) + (1ULL << 30));
-  REQUIRE(a.cublas_workspace == kCublasWorkspace);
+  REQUIRE(a.cublas_workspace == kCublasThreads * kCublasWorkspace);
   REQUIRE(a.reserved >= a.allocated);
   REQUIRE(a.allocated >= e.peak->bytes);  // every moment of the step is replayed
   REQUIRE(a.allocated_at.stretch != "set-up");
@@ -233,13 +233,14 @@ TEST_CASE("issue 10: nvidia-smi is reserved plus a stated context", "[allocator]
                             Catch::EndsWith("4096B, or a stated context: v100-cuda11.2)\n"));
 }
 
-TEST_CASE("issue 10: the cuBLAS workspace follows the GPU (32 MiB on sm90)", "[allocator][cli]") {
+TEST_CASE("issue 10: the cuBLAS workspaces follow the GPU (32 MiB each on sm90)", "[allocator][cli]") {
   const auto workspace = [](const std::vector<std::string>& extra) {
     return gpt2_allocator(extra)["cublas_workspace_bytes"].get<std::uint64_t>();
   };
-  REQUIRE(workspace({}) == 8'519'680);  // ":4096:2:16:8"
-  REQUIRE(workspace({"--gpu", "a100-80gb"}) == 8'519'680);
-  REQUIRE(workspace({"--gpu", "h100-80gb"}) == 32ULL << 20);  // ":4096:8"
+  // Two threads run matmuls, the forward's and autograd's: two workspaces.
+  REQUIRE(workspace({}) == 2 * 8'519'680);  // ":4096:2:16:8"
+  REQUIRE(workspace({"--gpu", "a100-80gb"}) == 2 * 8'519'680);
+  REQUIRE(workspace({"--gpu", "h100-80gb"}) == 2 * (32ULL << 20));  // ":4096:8"
   REQUIRE(workspace({"--device", "cpu"}) == 0);
 }
 

@@ -24,6 +24,9 @@ inline constexpr std::uint64_t kRoundLarge = 2ULL << 20;      ///< larger segmen
 /// parseChosenWorkspaceSize and getNewWorkspace).
 inline constexpr std::uint64_t kCublasWorkspace = 4096ULL * 1024 * 2 + 16ULL * 1024 * 8;
 inline constexpr std::uint64_t kCublasWorkspaceSm90 = 4096ULL * 1024 * 8;
+/// The threads of a training step that run cuBLAS, each with a handle and so a workspace of its
+/// own: the caller's (the forward) and autograd's device thread (the backward).
+inline constexpr std::uint64_t kCublasThreads = 2;
 /// Transformer Engine's own cuBLAS workspace, one per device, a torch.empty at its first GEMM
 /// (transformer_engine/pytorch/cpp_extensions/gemm.py, get_cublas_workspace_size_bytes and
 /// get_cublas_workspace, read at d0067d0da): 4 MiB, and 32 MiB + 1 KiB from sm90 on.
@@ -57,7 +60,7 @@ struct AllocatorReplay {
   /// fit even then (the run is out of memory; reserved then says by how much).
   std::uint64_t released_segments = 0;
   std::uint64_t out_of_memory = 0;
-  std::uint64_t cublas_workspace = 0;  ///< allocated through the allocator at the first matmul
+  std::uint64_t cublas_workspace = 0;  ///< both threads' workspaces, through the allocator
   std::uint64_t te_workspace = 0;      ///< Transformer Engine's, at its first GEMM
 };
 

@@ -518,11 +518,17 @@ void Replay::stretch(const std::vector<MomentSpec>& walk, StepOf step, std::stri
 
 AllocatorReplay Replay::run() {
   setup();
-  // PyTorch's cuBLAS workspace, allocated through the caching allocator by the first matmul
-  // and kept (aten/src/ATen/cuda/CublasHandlePool.cpp, getNewWorkspace).
-  out_.cublas_workspace = run_.training.cublas_workspace;
-  now_ = {"first step", "cuBLAS workspace"};
-  (void)a_.malloc(out_.cublas_workspace);
+  // PyTorch's cuBLAS workspaces, allocated through the caching allocator by the first matmul
+  // of each cuBLAS handle and stream and kept (aten/src/ATen/cuda/CublasHandlePool.cpp,
+  // setWorkspaceForHandle: one per (handle, stream); handles are per thread). A training step
+  // has two threads that run matmuls: the forward's, and autograd's device thread, which runs
+  // the backward (measured: 2 x 32 MiB on an H200, tests/data/truth_cuda).
+  out_.cublas_workspace = kCublasThreads * run_.training.cublas_workspace;
+  now_ = {"first step", "cuBLAS workspace (the forward's thread)"};
+  (void)a_.malloc(run_.training.cublas_workspace);
+  note();
+  now_ = {"first step", "cuBLAS workspace (autograd's device thread)"};
+  (void)a_.malloc(run_.training.cublas_workspace);
   note();
   // Transformer Engine's workspace, a torch.empty at its first GEMM (kTeWorkspace).
   out_.te_workspace = run_.training.te_workspace;

@@ -157,8 +157,8 @@ std::string render_peak(const RunSpec& run, const Estimate& e, Unit unit) {
                                           : "";
     out += fmt::format(
         "  cuda caching allocator, replayed over model loading and two steps ({} segments, "
-        "cuBLAS workspace {}{}):\n",
-        a.segments, format_bytes(a.cublas_workspace, unit), te);
+        "cuBLAS workspaces {} x {}{}):\n",
+        a.segments, kCublasThreads, format_bytes(a.cublas_workspace / kCublasThreads, unit), te);
     out +=
         fmt::format("    allocated (max_memory_allocated) {} at {}, {}\n",
                     format_bytes(a.allocated, unit), a.allocated_at.stretch, a.allocated_at.moment);
