@@ -56,10 +56,14 @@ TEST_CASE("adafactor factors matrices into rows + columns", "[optimizer]") {
   OptimizerSpec s;
   s.kind = OptimizerKind::adafactor;
   auto ob = optimizer_bytes(s, small_model(), Dtype::fp32);
-  // matrix: 1000 + 500 row/col entries; vector: full 500
-  REQUIRE(ob.state_bytes == 4 * (1500 + 500));
+  // matrix: 1000 + 500 row/col entries; vector: full 500; a 0-dim fp32 RMS per tensor (2)
+  REQUIRE(ob.state_bytes == 4 * (1500 + 500) + 4 * 2);
   s.first_moment = true;
-  REQUIRE(optimizer_bytes(s, small_model(), Dtype::fp32).state_bytes == 4 * (1500 + 500 + 500'500));
+  REQUIRE(optimizer_bytes(s, small_model(), Dtype::fp32).state_bytes ==
+          4 * (1500 + 500 + 500'500) + 4 * 2);
+  // Its states come from the gradient upcast to fp32: fp32 under a bf16 policy too.
+  REQUIRE(optimizer_bytes(s, small_model(), Dtype::bf16).state_bytes ==
+          4 * (1500 + 500 + 500'500) + 4 * 2);
   auto bare = optimizer_bytes(s, model_from_count(1'000'000).inventory, Dtype::fp32);
   REQUIRE(bare.assumptions.size() == 1);
   REQUIRE(bare.state_bytes == 4 * (2000 + 1'000'000));

@@ -80,7 +80,8 @@ constexpr std::array<OptimizerTraits, 9> kTraits = {{
      .states = {{{"exp_avg", Opt::first_moment}}},
      .shape = StateShape::factored,
      .temporaries = any_impl({.span = Span::largest, .copies = 2, .width = W::fp32}),
-     .temporaries_name = "Adafactor step: factored update buffers (fp32, largest tensor)"},
+     .temporaries_name = "Adafactor step: factored update buffers (fp32, largest tensor)",
+     .fp32_states = true},
     {.kind = OptimizerKind::adam8bit,
      .name = "adam8bit",
      .shape = StateShape::blockwise8,
@@ -236,6 +237,14 @@ void add_adafactor(const Inventory& inv, Dtype d, OptimizerBytes& out) {
   if (full > 0) {
     out.states.push_back({"exp_avg_sq", d, bytes_for(d, full), params_formula(d, full)});
   }
+  // state["RMS"] = self._rms(p_data_fp32): a 0-dim fp32 tensor per parameter tensor, on the
+  // parameter's device (transformers optimization.py, Adafactor.step; measured as 156 B for the
+  // 39 tensors of tests/data/truth_cuda's llama-m).
+  if (inv.shapes_known) {
+    const std::uint64_t tensors = trainable_tensor_count(inv);
+    out.states.push_back({"RMS", Dtype::fp32, checked_mul(4, tensors),
+                          fmt::format("4 B x {} tensors (0-dim)", format_count(tensors))});
+  }
 }
 
 // bitsandbytes Adam8bit (block_wise): two uint8 states per element plus one fp32 absmax per
@@ -297,8 +306,9 @@ OptimizerKind parse_optimizer(std::string_view text) {
 }
 
 OptimizerBytes optimizer_bytes(const OptimizerSpec& spec, const Inventory& inventory,
-                               Dtype state_dtype) {
+                               Dtype policy_state_dtype) {
   const detail::OptimizerTraits& traits = detail::traits_of(spec.kind);
+  const Dtype state_dtype = traits.fp32_states ? Dtype::fp32 : policy_state_dtype;
   OptimizerBytes out;
   out.states.reserve(4);
   if (traits.shape == detail::StateShape::factored) add_adafactor(inventory, state_dtype, out);

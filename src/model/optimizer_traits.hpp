@@ -73,6 +73,9 @@ struct OptimizerTraits {
   std::string_view temporaries_name;  ///< what they are, for --explain
   /// bitsandbytes has a paged version (PagedAdamW, PagedAdamW8bit, PagedLion).
   bool pageable = false;
+  /// The states are made from the gradient upcast to fp32, whatever the policy's state dtype
+  /// (transformers.Adafactor: grad.float(), then torch.zeros(...).to(grad)).
+  bool fp32_states = false;
 };
 
 /// The row of `kind`.

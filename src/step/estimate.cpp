@@ -89,7 +89,9 @@ Category params_category(const Inventory& inv, Dtype dtype, std::uint64_t params
 }
 
 Category optimizer_states(const OptimizerBytes& ob, std::uint64_t trainable, Dtype state_dtype) {
-  Category c = kind_row("optimizer_states", state_dtype, trainable, ob.state_bytes);
+  // The states' own dtype where they share one (Adafactor's are fp32 under any policy).
+  const Dtype own = ob.states.empty() ? state_dtype : ob.states.front().dtype;
+  Category c = kind_row("optimizer_states", own, trainable, ob.state_bytes);
   if (ob.states.empty()) {
     c.basis = "no state";
     c.dtype.reset();
@@ -99,7 +101,7 @@ Category optimizer_states(const OptimizerBytes& ob, std::uint64_t trainable, Dty
   bool same = true;
   for (const auto& s : ob.states) {
     same = same && s.formula == ob.states.front().formula;
-    if (s.dtype != state_dtype) c.dtype.reset();  // mixed dtypes (adam8bit)
+    if (s.dtype != own) c.dtype.reset();  // mixed dtypes (adam8bit)
   }
   const bool one_term = same && ob.states.size() > 1;
   fmt::memory_buffer out;
