@@ -59,6 +59,7 @@ struct ActivationInputs {
   std::uint64_t ex = 4;          ///< residual stream / model dtype
   std::uint64_t ec = 4;          ///< matmul outputs (activation dtype)
   std::uint64_t ew = 2;          ///< autocast weight copies
+  std::uint64_t ea = 0;          ///< LoRA adapters of their own dtype (PEFT's fp32), else 0
   std::uint64_t loss_chunk = 0;  ///< chunks (chunked) or positions per chunk (chunked-tokens)
   // One device of a split run (src/parallel/layout.hpp): the dimensions above are its share.
   std::uint64_t t = 1;          ///< tensor-parallel ranks: a, kv, I, V are per rank
@@ -76,6 +77,7 @@ struct ActivationInputs {
   bool shared_gate = false;
   bool gated = false, fused_qkv = false, fused_gate_up = false, parallel = false;
   bool qk_norm = false;
+  bool norm_fp32_output = false;  ///< Gemma's RMSNorm: (1 + weight) * x in fp32, cast after
   bool tied = false, lm_head = true, final_norm = true, embedding_norm = false;
   bool rotary = false, learned_positions = false, causal = true;
   bool amp = false;  ///< autocast

@@ -35,7 +35,8 @@ struct RunOptions {
   TextSetting config;        ///< path to a Hugging Face config.json
   TextSetting architecture;  ///< a config.json given inline, as JSON text
   TextSetting freeze;        ///< comma-separated roles to freeze
-  TextSetting lora_rank, lora_targets, lora_dropout, qlora_init, model_code, model_loading;
+  TextSetting lora_rank, lora_targets, lora_dropout, adapter_dtype, qlora_init, model_code,
+      model_loading;
   FlagSetting qlora, double_quant, qlora_keeps_input, layer_clones;
   // optimizer
   TextSetting optimizer;       ///< default adamw

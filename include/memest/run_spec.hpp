@@ -144,6 +144,8 @@ struct TrainingSpec {
   /// Dropout on the LoRA branch's input (PEFT's lora_dropout; 0 is PEFT's and torchtune's
   /// default, LitGPT's finetune/lora.py uses 0.05, Answer.AI's fsdp_qlora 0.1).
   double lora_dropout = 0;
+  /// The LoRA adapters' dtype when it is their own (--adapter-dtype: PEFT's fp32 upcast).
+  std::optional<Dtype> adapter_dtype;
   /// bitsandbytes before 0.43.2: each 4-bit linear keeps its input for backward although it
   /// has no weight gradient (MatMul4Bit's ctx.tensors = (A, B), dropped in PR #1270).
   bool nf4_keeps_input = false;

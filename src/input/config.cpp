@@ -139,6 +139,12 @@ void check_something_trains(const ModelSpec& model, const RunOptions& o) {
       o.freeze->where, o.freeze->value));
 }
 
+// --adapter-dtype: the adapters' own dtype; none for base (the parameters').
+std::optional<Dtype> adapter_dtype(const RunOptions& o) {
+  if (!o.adapter_dtype || o.adapter_dtype->value == "base") return std::nullopt;
+  return parse_setting(*o.adapter_dtype, parse_dtype);
+}
+
 // The model with its trainable subset applied: frozen roles, then LoRA/QLoRA.
 ModelSpec resolve_model(const RunOptions& o) {
   ModelSpec model = load_model(o);
@@ -162,6 +168,7 @@ ModelSpec resolve_model(const RunOptions& o) {
       o.lora_targets ? split_list(o.lora_targets->value) : std::vector<std::string>{"q", "v"};
   lora.qlora = flag(o.qlora);
   lora.double_quant = flag(o.double_quant);
+  lora.adapter_dtype = adapter_dtype(o);
   check_rules(o, Check::qlora);
   const auto& where = o.lora_targets ? o.lora_targets->where : o.lora_rank->where;
   try {
@@ -641,6 +648,13 @@ RunSpec resolve(const RunOptions& given) {
   check_trainable_dtype(run, options);
   check_rules(options, Check::loading);
   check_techniques(run, options);
+  // Adapters of their own dtype are all that trains: their gradients and states take it
+  // (torch.optim's states are zeros_like(param)).
+  if (const auto d = adapter_dtype(options); d && options.lora_rank) {
+    if (!options.grad_dtype) run.precision.grad = *d;
+    if (!options.state_dtype) run.precision.state = *d;
+    run.training.adapter_dtype = d;
+  }
   // bitsandbytes' 32-bit optimizers keep fp32 states whatever the parameters' dtype.
   if (run.optimizer.paged && run.optimizer.kind != OptimizerKind::adam8bit && !options.state_dtype)
     run.precision.state = Dtype::fp32;

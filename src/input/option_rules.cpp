@@ -41,6 +41,7 @@ std::vector<OptionRule> build_rules() {
       // QLoRA and LoRA settings without adapters: valued options first, as they read.
       {C::lora, "--lora-targets", {}, needs, {"--lora-rank"}, {}, false, kNeeds},
       {C::lora, "--lora-dropout", {}, needs, {"--lora-rank"}, {}, false, kNeeds},
+      {C::lora, "--adapter-dtype", {}, needs, {"--lora-rank"}, {}, false, kNeeds},
       {C::lora, "--qlora-init", {}, needs, {"--lora-rank"}, {}, false, kNeeds},
       {C::lora,
        "--model-loading",

@@ -30,6 +30,9 @@ constexpr std::array<std::string_view, 2> kZeroGradNames = {"none", "zero"};
 constexpr std::array<std::string_view, 3> kOffloadNames = {"optimizer", "params", "activations"};
 constexpr std::array<std::string_view, 4> kZeroStageNames = {"0", "1", "2", "3"};
 constexpr std::array<std::string_view, 2> kFsdpVersionNames = {"1", "2"};
+// The LoRA adapters' dtype: the base parameters' (base) or their own.
+constexpr std::array<std::string_view, 4> kAdapterDtypeNames = {"base", "fp32", "bf16", "fp16"};
+std::span<const std::string_view> adapter_dtype_names() { return kAdapterDtypeNames; }
 
 // A dtype, or none (no master weights, no working copies, no accumulation buffer).
 std::span<const std::string_view> optional_dtype_names() {
@@ -143,6 +146,12 @@ std::vector<RunOptionInfo> build_table() {
       text("--lora-dropout", "model", "lora_dropout", "P",
            "Dropout on the LoRA input (default 0 as PEFT; LitGPT 0.05, fsdp_qlora 0.1)",
            &R::lora_dropout, K::probability, {"0", ""}),
+      text("--adapter-dtype", "model", "adapter_dtype", "DTYPE",
+           "Dtype of the LoRA adapters, their gradients and optimizer states: base (the "
+           "parameters', the default), fp32, bf16 or fp16 (PEFT from 0.11 upcasts fp16/bf16 "
+           "adapters to fp32, autocast_adapter_dtype=True, and each adapter casts its input to "
+           "them)",
+           &R::adapter_dtype, K::choice, {"base", ""}, adapter_dtype_names),
       boolean("--qlora", "model", "qlora", "QLoRA: 4-bit NF4 base weights (needs --lora-rank)",
               &R::qlora),
       boolean("--double-quant", "model", "double_quant",

@@ -60,6 +60,13 @@ constexpr std::array kHf{
                  {"bitsandbytes", "", "0.43.2"}},
     StackDefault{"--lora-targets", "q,v", "peft src/peft/utils/constants.py: llama q_proj, v_proj",
                  "--lora-rank"},
+    StackDefault{"--adapter-dtype",
+                 "fp32",
+                 "peft from 0.11: get_peft_model(autocast_adapter_dtype=True) upcasts fp16/bf16 "
+                 "adapter weights to fp32 (src/peft/tuners/tuners_utils.py _cast_adapter_dtype, "
+                 "PR #1706), and LoRA's forward casts each input to them (_cast_input_dtype)",
+                 "--lora-rank",
+                 {"peft", "0.11", ""}},
 };
 
 constexpr std::array kTorchtune{

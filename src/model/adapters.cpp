@@ -113,6 +113,7 @@ void apply_lora(ModelSpec& model, const LoraSpec& spec) {
           make_group(module + ".lora_B.weight", Role::adapter, g.rows, spec.rank, g.count);
       a.matmul = b.matmul = true;
       a.kind = b.kind = g.kind;
+      a.storage = b.storage = spec.adapter_dtype;
       std::uint64_t elements = checked_add(a.elements(), b.elements());
       // A token runs only experts_per_token of the num_experts experts, and their adapters.
       if (g.role == Role::expert && model.arch->num_experts > 0) {

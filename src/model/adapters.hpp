@@ -3,6 +3,7 @@
 #include <memest/model.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +21,8 @@ struct LoraSpec {
   std::vector<std::string> targets;  ///< q, k, v, o, gate, up, down, or all-linear
   bool qlora = false;                ///< base matmul weights stored as 4-bit NF4
   bool double_quant = false;         ///< QLoRA double quantization of the absmax constants
+  /// The adapters' own dtype (PEFT's fp32 upcast); none: the parameters' dtype.
+  std::optional<Dtype> adapter_dtype;
 };
 
 /// The names LoraSpec::targets accepts, in display order.

@@ -43,7 +43,6 @@ constexpr ModuleNames with_parallel_norms(ModuleNames n, std::string_view attn,
 
 constexpr std::string_view kAlibi =
     "; ALiBi's position bias is left out and rotary's cos/sin counted instead";
-constexpr std::string_view kFullWidthK = "; its k norm is taken as spanning all query heads";
 
 constexpr std::array<ModelFamily, 40> kFamilies = {{
     {.type = "bert", .names = kEncoderNames, .graph = LayerGraph::gpt2},
@@ -62,19 +61,18 @@ constexpr std::array<ModelFamily, 40> kFamilies = {{
      .graph = std::nullopt},
     {.type = "cohere",
      .names = {.norms = {"input_layernorm"}},
-     .graph = LayerGraph::gpt2,
-     .approximation = kFullWidthK},
+     .graph = LayerGraph::gpt2},
     {.type = "deepseek_v2"},
     {.type = "deepseek_v3"},
     {.type = "falcon",
      .names = with_parallel_norms(kFusedTransformerNames, "ln_attn", "ln_mlp"),
      .graph = LayerGraph::gpt2},
-    {.type = "gemma"},
-    {.type = "gemma2"},
+    {.type = "gemma", .norm_fp32_output = true},
+    {.type = "gemma2", .norm_fp32_output = true},
     // Gemma 3's multimodal checkpoints: their text_config is read as gemma3_text, whose row
     // the estimate then uses; the vision tower's tensors are src/model/model.cpp's.
-    {.type = "gemma3", .approximation = kFullWidthK},
-    {.type = "gemma3_text", .approximation = kFullWidthK},
+    {.type = "gemma3", .norm_fp32_output = true},
+    {.type = "gemma3_text", .norm_fp32_output = true},
     {.type = "glm"},
     {.type = "glm4",
      .names = {.norms = {"input_layernorm", "post_attention_layernorm", "post_self_attn_layernorm",
@@ -150,7 +148,7 @@ constexpr std::array<ModelFamily, 40> kFamilies = {{
     {.type = "olmo2",
      .names = {.norms = {"post_attention_layernorm", "post_feedforward_layernorm"}},
      .approximation = "; its norms after attention and the MLP are taken as pre-norms"},
-    {.type = "olmoe", .approximation = kFullWidthK},
+    {.type = "olmoe"},
     {.type = "opt",
      .names = {.embed = "model.decoder.embed_tokens",
                .positions = "model.decoder.embed_positions",
@@ -174,10 +172,10 @@ constexpr std::array<ModelFamily, 40> kFamilies = {{
     {.type = "qwen2_moe",
      .names = {.shared = {"mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
                           "mlp.shared_expert.down_proj", "mlp.shared_expert.gate_up_proj"}}},
-    {.type = "qwen3", .approximation = kFullWidthK},
-    {.type = "qwen3_moe", .approximation = kFullWidthK},
+    {.type = "qwen3"},
+    {.type = "qwen3_moe"},
     {.type = "roberta", .names = kEncoderNames, .graph = LayerGraph::gpt2},
-    {.type = "stablelm", .graph = LayerGraph::gpt2, .approximation = kFullWidthK},
+    {.type = "stablelm", .graph = LayerGraph::gpt2},
     {.type = "starcoder2",
      .names = {.mlp = {"mlp.c_gate", "mlp.c_fc", "mlp.c_proj", "mlp.c_fc"}},
      .graph = LayerGraph::gpt2},

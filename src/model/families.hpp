@@ -70,6 +70,9 @@ struct ModelFamily {
   /// --dropout applies at every dropout site the family has (attention, residual, embedding),
   /// as in every GPT-2-graph family; the other Llama-graph families have it on attention only.
   bool dropout_everywhere = false;
+  /// Its RMSNorm computes output * (1 + weight) in fp32 and casts the product back (Gemma's
+  /// GemmaRMSNorm.forward), so what it keeps for backward is fp32.
+  bool norm_fp32_output = false;
 };
 
 /// Every supported model_type's row, sorted by type.

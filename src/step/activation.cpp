@@ -51,6 +51,7 @@ void read_shape(const Architecture& arch, const detail::ModelFamily& family, Act
   in.fused_gate_up = arch.fused_gate_up;
   in.parallel = arch.parallel_block;
   in.qk_norm = arch.qk_norm;
+  in.norm_fp32_output = family.norm_fp32_output;
   in.tied = arch.tied_embeddings;
   in.lm_head = arch.lm_head;
   in.final_norm = arch.final_norm;
@@ -83,6 +84,7 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.ec = width(p.activation);
   in.amp = p.autocast;
   in.ew = p.working ? width(*p.working) : in.ec;
+  in.ea = t.adapter_dtype ? width(*t.adapter_dtype) : 0;
   in.cuda = t.device == Device::cuda;
   in.attention = t.attention;
   in.recompute = t.recompute;

@@ -63,8 +63,9 @@ class Saver {
   // what the linears keep (bitsandbytes' 4-bit linears keeping their input).
   Flow flow(bool input) const {
     const GradFlow& g = in_.grads;
-    // A LoRA adapter without dropout (and without autocast's cast) reads the base's input itself.
-    const bool plain = g.lora_dropout == 0 && !in_.amp;
+    // A LoRA adapter without dropout (and without autocast's or PEFT's cast) reads the base's
+    // input itself.
+    const bool plain = g.lora_dropout == 0 && !in_.amp && !upcast();
     Flow f;
     f.input = input;
     f.norm1 = input || g.norms;
@@ -91,6 +92,8 @@ class Saver {
   }
 
   bool llama() const { return in_.graph == LayerGraph::llama; }
+  // Adapters wider than the compute dtype outside autocast: each casts its own input up.
+  bool upcast() const { return !in_.amp && in_.ea > in_.ec; }
 
   void add(std::string_view name, Scope sc, Slot sl, u64 width, const Shape& sh,
            Batch batch = Batch::any) {
@@ -114,22 +117,29 @@ class Saver {
   void norm(Scope sc, Slot sl, u64 n, const char* n_name, NormSite site, bool (*input)(const Flow&),
             bool weight) {
     const NormNames& names = norm_names(site);
+    // q and k norms: over q's heads and k's (kv) heads, of the projections' output dtype.
     const bool qk = site == NormSite::qk;
-    const Shape full = qk ? counted(n, n_name, {sym::N, dims_.a, dims_.d})
-                          : counted(n, n_name, {tokens_, dims_.h});
+    const Sym heads = dim("a+kv", in_.a + in_.k);
+    const Shape full = qk ? shape({sym::N, heads, dims_.d}) : counted(n, n_name, {tokens_, dims_.h});
+    const u64 e_in = qk ? in_.ec : in_.ex;
     if (llama()) {
       if (when(input)) {
         add(names.fp32_input, sc, sl, 4, full);
-        add(names.rsqrt, sc, sl, 4,
-            qk ? counted(n, n_name, {sym::N, dims_.a}) : counted(n, n_name, {tokens_}));
+        add(names.rsqrt, sc, sl, 4, qk ? shape({sym::N, heads}) : counted(n, n_name, {tokens_}));
       }
-      if (when([&](const Flow&) { return weight; })) add(names.output, sc, sl, in_.ex, full);
+      // Gemma's RMSNorm multiplies by (1 + weight) in fp32 and casts after: the product's
+      // operands are the fp32 normalised input and an fp32 (1 + weight).
+      const bool gemma = in_.norm_fp32_output;
+      if (when([&](const Flow&) { return weight; }))
+        add(names.output, sc, sl, gemma ? 4 : e_in, full);
+      if (gemma && when(input))
+        add(names.plus_one, sc, sl, 4,
+            qk ? counted(2, "q and k", {dims_.d}) : counted(n, n_name, {dims_.h}));
     } else if (when([&](const Flow& f) { return weight || input(f); })) {
       const u64 eln = in_.cuda ? 4 : in_.ex;  // CPU keeps the statistics in the input dtype
-      add(names.ln_input, sc, sl, in_.ex, full);
+      add(names.ln_input, sc, sl, e_in, full);
       add(names.ln_stats, sc, sl, eln,
-          qk ? counted(2 * n, "2 stats x norms", {sym::N, dims_.a})
-             : counted(2, "2 stats", {tokens_}));
+          qk ? counted(2, "2 stats", {sym::N, heads}) : counted(2, "2 stats", {tokens_}));
     }
     skip_first_ = false;
   }
@@ -192,10 +202,13 @@ class Saver {
       skip_first_ = false;
       if (in_.amp) {
         add(names.cast, Scope::layer, a.slot, in_.ew, in);
+      } else if (upcast()) {
+        // PEFT's _cast_input_dtype: the input cast to the adapters' dtype, then the dropout.
+        add(g.lora_dropout > 0 ? names.dropped : names.upcast, Scope::layer, a.slot, in_.ea, in);
       } else if (g.lora_dropout > 0) {
         add(names.dropped, Scope::layer, a.slot, normed ? in_.ex : in_.ec, in);
       }
-      add(names.lora_a_out, Scope::layer, a.slot, in_.amp ? in_.ew : in_.ec,
+      add(names.lora_a_out, Scope::layer, a.slot, in_.amp ? in_.ew : upcast() ? in_.ea : in_.ec,
           shape({sym::N, dim("r", a.rank)}));
     }
   }
@@ -753,18 +766,20 @@ const NormNames& norm_names(NormSite site) {
   static constexpr std::array<NormNames, 6> kNames = {{
       {"input RMSNorm: fp32 input (pow, mul)", "input RMSNorm: rsqrt (fp32, one per row)",
        "input RMSNorm: output cast back", "input LayerNorm: input",
-       "input LayerNorm: mean and rstd"},
+       "input LayerNorm: mean and rstd", "input RMSNorm: 1 + weight (fp32)"},
       {"post-attention RMSNorm: fp32 input", "post-attention RMSNorm: rsqrt",
        "post-attention RMSNorm: output cast back", "post-attention LayerNorm: input",
-       "post-attention LayerNorm: mean and rstd"},
+       "post-attention LayerNorm: mean and rstd", "post-attention RMSNorm: 1 + weight (fp32)"},
       {"extra norms: fp32 input", "extra norms: rsqrt", "extra norms: output cast back",
-       "extra norms: input", "extra norms: mean and rstd"},
+       "extra norms: input", "extra norms: mean and rstd", "extra norms: 1 + weight (fp32)"},
       {"q and k norms: fp32 input", "q and k norms: rsqrt", "q and k norms: output cast back",
-       "q and k norms: input", "q and k norms: mean and rstd"},
+       "q and k norms: input", "q and k norms: mean and rstd", "q and k norms: 1 + weight (fp32)"},
       {"embedding norm: fp32 input", "embedding norm: rsqrt", "embedding norm: output",
-       "embedding LayerNorm: input", "embedding LayerNorm: mean and rstd"},
+       "embedding LayerNorm: input", "embedding LayerNorm: mean and rstd",
+       "embedding norm: 1 + weight (fp32)"},
       {"final RMSNorm: fp32 input", "final RMSNorm: rsqrt", "final RMSNorm: output cast back",
-       "final LayerNorm: input", "final LayerNorm: mean and rstd"},
+       "final LayerNorm: input", "final LayerNorm: mean and rstd",
+       "final RMSNorm: 1 + weight (fp32)"},
   }};
   return kNames[static_cast<std::size_t>(site)];
 }
@@ -774,16 +789,20 @@ namespace {
 constexpr std::array<LoraNames, 4> kLoraNames = {{
     {"LoRA on q/k/v: dropout mask (bool)", "LoRA on q/k/v: dropped input (lora_A input)",
      "LoRA on q/k/v: autocast cast of its input (lora_A input)",
-     "LoRA on q/k/v: lora_A output (rank r, lora_B input)"},
+     "LoRA on q/k/v: lora_A output (rank r, lora_B input)",
+     "LoRA on q/k/v: its input in the adapters' dtype (PEFT's cast; lora_A input)"},
     {"LoRA on o_proj: dropout mask (bool)", "LoRA on o_proj: dropped input (lora_A input)",
      "LoRA on o_proj: autocast cast of its input (lora_A input)",
-     "LoRA on o_proj: lora_A output (rank r, lora_B input)"},
+     "LoRA on o_proj: lora_A output (rank r, lora_B input)",
+     "LoRA on o_proj: its input in the adapters' dtype (PEFT's cast; lora_A input)"},
     {"LoRA on gate/up: dropout mask (bool)", "LoRA on gate/up: dropped input (lora_A input)",
      "LoRA on gate/up: autocast cast of its input (lora_A input)",
-     "LoRA on gate/up: lora_A output (rank r, lora_B input)"},
+     "LoRA on gate/up: lora_A output (rank r, lora_B input)",
+     "LoRA on gate/up: its input in the adapters' dtype (PEFT's cast; lora_A input)"},
     {"LoRA on down_proj: dropout mask (bool)", "LoRA on down_proj: dropped input (lora_A input)",
      "LoRA on down_proj: autocast cast of its input (lora_A input)",
-     "LoRA on down_proj: lora_A output (rank r, lora_B input)"},
+     "LoRA on down_proj: lora_A output (rank r, lora_B input)",
+     "LoRA on down_proj: its input in the adapters' dtype (PEFT's cast; lora_A input)"},
 }};
 
 }  // namespace
@@ -803,7 +822,8 @@ const LoraNames& lora_names(Slot site) {
 
 bool is_lora_tensor(const Tensor& t) {
   for (const LoraNames& n : kLoraNames) {
-    if (t.name == n.mask || t.name == n.dropped || t.name == n.cast || t.name == n.lora_a_out)
+    if (t.name == n.mask || t.name == n.dropped || t.name == n.cast || t.name == n.lora_a_out ||
+        t.name == n.upcast)
       return true;
   }
   return false;

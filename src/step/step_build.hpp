@@ -61,16 +61,16 @@ std::uint32_t add_constant(Step& step, std::string_view name, Part part, Scope s
 /// Where a norm sits, for the names of what it keeps.
 enum class NormSite : std::uint8_t { input, post_attention, extra, qk, embedding, final };
 /// The names of the tensors a norm keeps: RMSNorm's fp32 input, rsqrt and output cast back,
-/// LayerNorm's input and its mean and rstd.
+/// LayerNorm's input and its mean and rstd; Gemma's RMSNorm's fp32 (1 + weight).
 struct NormNames {
-  std::string_view fp32_input, rsqrt, output, ln_input, ln_stats;
+  std::string_view fp32_input, rsqrt, output, ln_input, ln_stats, plus_one;
 };
 const NormNames& norm_names(NormSite site);
 
 /// The names of what a LoRA adapter keeps (src/step/layer_graph.cpp): its dropout mask, the
 /// dropped input, autocast's cast of its input, lora_A's output.
 struct LoraNames {
-  std::string_view mask, dropped, cast, lora_a_out;
+  std::string_view mask, dropped, cast, lora_a_out, upcast;
 };
 /// The adapter on the linears that read the tensors of slot `site` (q_in, o_in, mlp_in, mlp).
 const LoraNames& lora_names(Slot site);

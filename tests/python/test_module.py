@@ -118,6 +118,8 @@ def random_run(rng):
             kw[k] = rng.choice([v for v in values if v != "none"] or values)
         elif option["type"] == "N" and rng.random() < 0.06:
             kw[k] = rng.choice([1, 2, 4])
+    if "lora_rank" not in kw:
+        kw.pop("adapter_dtype", None)  # the adapters' dtype needs adapters
     if "fsdp" in kw or "distributed_optimizer" in kw or kw.get("offload") == "params":
         kw["dp"] = 8  # these shard over data-parallel ranks
     if kw.get("offload") == "params":
