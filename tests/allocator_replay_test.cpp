@@ -233,7 +233,8 @@ TEST_CASE("issue 10: nvidia-smi is reserved plus a stated context", "[allocator]
                             Catch::EndsWith("4096B, or a stated context: v100-cuda11.2)\n"));
 }
 
-TEST_CASE("issue 10: the cuBLAS workspaces follow the GPU (32 MiB each on sm90)", "[allocator][cli]") {
+TEST_CASE("issue 10: the cuBLAS workspaces follow the GPU (32 MiB each on sm90)",
+          "[allocator][cli]") {
   const auto workspace = [](const std::vector<std::string>& extra) {
     return gpt2_allocator(extra)["cublas_workspace_bytes"].get<std::uint64_t>();
   };

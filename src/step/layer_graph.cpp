@@ -120,7 +120,8 @@ class Saver {
     // q and k norms: over q's heads and k's (kv) heads, of the projections' output dtype.
     const bool qk = site == NormSite::qk;
     const Sym heads = dim("a+kv", in_.a + in_.k);
-    const Shape full = qk ? shape({sym::N, heads, dims_.d}) : counted(n, n_name, {tokens_, dims_.h});
+    const Shape full =
+        qk ? shape({sym::N, heads, dims_.d}) : counted(n, n_name, {tokens_, dims_.h});
     const u64 e_in = qk ? in_.ec : in_.ex;
     if (llama()) {
       if (when(input)) {
@@ -208,7 +209,10 @@ class Saver {
       } else if (g.lora_dropout > 0) {
         add(names.dropped, Scope::layer, a.slot, normed ? in_.ex : in_.ec, in);
       }
-      add(names.lora_a_out, Scope::layer, a.slot, in_.amp ? in_.ew : upcast() ? in_.ea : in_.ec,
+      add(names.lora_a_out, Scope::layer, a.slot,
+          in_.amp    ? in_.ew
+          : upcast() ? in_.ea
+                     : in_.ec,
           shape({sym::N, dim("r", a.rank)}));
     }
   }

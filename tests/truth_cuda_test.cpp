@@ -1,0 +1,68 @@
+// memest against the training steps measured on an H200 (tests/data/truth_cuda, SOURCES.md
+// there): exact model states, activations within 3%, the allocated peak within 5% and its phase,
+// for every step whose mechanism memest models; docs/accuracy.md's table kept current.
+#include "testutil.hpp"
+#include "truth_cuda_cases.hpp"
+
+#include <cstdlib>
+#include <fstream>
+
+using memest::test::read_file;
+namespace tc = memest::truth_cuda;
+
+TEST_CASE("every H200 step: exact model states, activations within 3%, peak within 5%",
+          "[truth][cuda]") {
+  const auto rows = tc::rows(MEMEST_SOURCE_DIR);
+  REQUIRE(rows.size() == 83);
+  std::size_t held = 0;
+  for (const auto& r : rows) {
+    INFO("step " << r.id);
+    if (!r.why.empty()) continue;
+    ++held;
+    CHECK(r.exact);
+    CHECK(std::abs(memest::truth::error_pct(r.act, r.act_measured)) <= 3.0);
+    CHECK(std::abs(memest::truth::error_pct(r.peak, r.peak_measured)) <= 5.0);
+    CHECK(r.phase == r.phase_measured);
+  }
+  CHECK(held == rows.size() - tc::kUnmodelled.size());  // each listed step is one that ran
+}
+
+TEST_CASE("the README's H200 sentence is the current build's", "[truth][cuda]") {
+  const auto s = tc::summarise(tc::rows(MEMEST_SOURCE_DIR));
+  std::string readme = read_file(std::string(MEMEST_SOURCE_DIR) + "/README.md");
+  for (auto& c : readme)
+    if (c == '\n') c = ' ';
+  for (const std::string& want :
+       {fmt::format("the model states are exact in {} of the {} steps", s.exact, s.held),
+        fmt::format("a median error of {:.2f}% (worst {:.2f}%)", s.act_median, s.act_worst),
+        fmt::format("one of {:.2f}% (worst {:.2f}%)", s.peak_median, s.peak_worst),
+        fmt::format("On {} training steps measured on an H200", s.steps)}) {
+    INFO("README.md should say: " << want);
+    CHECK(readme.find(want) != std::string::npos);
+  }
+}
+
+TEST_CASE("the kernel that ran decides the attention flag", "[truth][cuda]") {
+  const auto with = [](const char* nodes) {
+    return nlohmann::json::parse(R"({"cuda": {"sdpa_graph_nodes": )" + std::string(nodes) + "}}");
+  };
+  CHECK(tc::attention_flag(with(R"({"ScaledDotProductCudnnAttentionBackward0": 4})")) == "flash");
+  CHECK(tc::attention_flag(with(R"({"ScaledDotProductFlashAttentionBackward0": 4})")) == "flash");
+  CHECK(tc::attention_flag(with(R"({"ScaledDotProductEfficientAttentionBackward0": 4})")) ==
+        "sdpa");
+  CHECK(tc::attention_flag(with(R"({"SafeSoftmaxBackward0": 4})")) == "eager");
+}
+
+TEST_CASE("docs/accuracy.md lists the H200 steps as the current build estimates them",
+          "[truth][cuda]") {
+  const std::string path = std::string(MEMEST_SOURCE_DIR) + "/docs/accuracy.md";
+  const std::string doc = read_file(path);
+  const std::string fresh =
+      memest::truth::with_table(doc, tc::cuda_table(MEMEST_SOURCE_DIR), tc::kBegin, tc::kEnd);
+  if (const char* up = std::getenv("MEMEST_UPDATE_GOLDEN"); up && std::string(up) == "1") {
+    std::ofstream(path, std::ios::binary) << fresh;
+    return;
+  }
+  INFO("docs/accuracy.md is stale: run memest_accuracy_report or MEMEST_UPDATE_GOLDEN=1");
+  REQUIRE(doc == fresh);
+}
