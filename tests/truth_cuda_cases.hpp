@@ -1,11 +1,9 @@
 #pragma once
 // Runs memest on the training steps measured on an H200 (tests/data/truth_cuda, SOURCES.md
 // there) through the CLI, with what each step states: its config, batch, sequence, precision,
-// optimizer and its implementation, recompute, accumulation, LoRA, the GPU, the allocator, the
-// hf stack at the versions it ran, and the attention kernel that ran (the instrument records it:
-// cuDNN's and flash's keep the same tensors, memest's `flash`; the memory-efficient kernel,
-// memest's `sdpa`; the math backend and eager attention, `eager`). Shared by truth_cuda_test.cpp
-// and the program that writes docs/accuracy.md (accuracy_report.cpp).
+// optimizer and its implementation, recompute, accumulation, LoRA, attention, the GPU, the
+// allocator and the hf stack at the versions it ran. Shared by truth_cuda_test.cpp and the
+// program that writes docs/accuracy.md (accuracy_report.cpp).
 
 #include "truth_cases.hpp"
 
@@ -47,14 +45,15 @@ inline std::string precision_flag(const std::string& p) {
   throw std::runtime_error("unknown precision " + p);
 }
 
-/// The attention kernel that ran, as memest names what it keeps.
+/// The attention the step asked for, as memest names it: `sdpa` as transformers calls it (the
+/// stack's versions decide the kernel); a backend forced with sdpa_kernel by what it keeps:
+/// flash's and cuDNN's `flash`, the math backend's `eager`, the memory-efficient kernel's `sdpa`.
 inline std::string attention_flag(const json& c) {
-  std::string nodes;
-  for (const auto& [name, count] : c["cuda"]["sdpa_graph_nodes"].items()) nodes += name;
-  if (nodes.find("Cudnn") != std::string::npos || nodes.find("Flash") != std::string::npos)
-    return "flash";
-  if (nodes.find("Efficient") != std::string::npos) return "sdpa";
-  return "eager";
+  const std::string a = c["training"]["attention"];
+  if (a == "sdpa-flash" || a == "sdpa-cudnn") return "flash";
+  if (a == "sdpa-math") return "eager";
+  if (a == "sdpa-efficient") return "sdpa";
+  return a;
 }
 
 /// The package's version without its local label (2.11.0+cu130 -> 2.11.0).

@@ -55,6 +55,7 @@ struct RunOptions {
   FlagSetting loop_keeps_output;    ///< the loop holds the model's output (docs/activations.md)
   FlagSetting output_fp32;          ///< the loop gets the output cast to fp32 (Lightning Fabric)
   FlagSetting softmax_keeps_input;  ///< PyTorch < 1.11's softmax backward (docs/activations.md)
+  FlagSetting sdpa_enable_gqa;      ///< transformers >= 4.54: k, v to SDPA unrepeated
   // parallelism
   TextSetting data_parallel, zero_stage, offload, tensor_parallel, pipeline_parallel,
       virtual_stages, microbatches, pp_schedule, pp_microbatch_group, first_stage_layers,

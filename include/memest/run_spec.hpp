@@ -141,6 +141,11 @@ struct TrainingSpec {
   /// PyTorch before 1.11: softmax and log_softmax keep their input for backward besides their
   /// output (pytorch/pytorch#64000, fixed by #65242) (--softmax-keeps-input).
   bool softmax_keeps_input = false;
+  /// transformers from 4.54 (--sdpa-enable-gqa): k and v reach SDPA unrepeated, and PyTorch's
+  /// dispatcher picks the kernel (src/step/activation.cpp, sdpa_kernel).
+  bool sdpa_enable_gqa = false;
+  /// The --gpu preset has no flash-class attention kernel (before sm80).
+  bool no_flash_kernel = false;
   /// Dropout on the LoRA branch's input (PEFT's lora_dropout; 0 is PEFT's and torchtune's
   /// default, LitGPT's finetune/lora.py uses 0.05, Answer.AI's fsdp_qlora 0.1).
   double lora_dropout = 0;

@@ -7,6 +7,7 @@
 
 #include <memest/config.hpp>
 #include <memest/error.hpp>
+#include <memest/gpu_support.hpp>
 #include <memest/hf_config.hpp>
 #include <memest/units.hpp>
 
@@ -485,6 +486,7 @@ void resolve_framework(const RunOptions& o, Problems& problems, TrainingSpec& t)
   t.loop_keeps_output = flag(o.loop_keeps_output);
   t.output_fp32 = flag(o.output_fp32);
   t.softmax_keeps_input = flag(o.softmax_keeps_input);
+  t.sdpa_enable_gqa = flag(o.sdpa_enable_gqa);
   if (o.offload) {  // its errors are reported once, by resolve_parallel
     try {
       t.offload_activations = parse_offload(o.offload->value).activations;
@@ -516,6 +518,7 @@ void resolve_device_memory(const RunOptions& o, Problems& problems, TrainingSpec
       return;  // an unknown GPU is named once, by resolve_budget
     }
     if (g->sm == 90) t.cublas_workspace = kCublasWorkspaceSm90;
+    t.no_flash_kernel = !gpu_support(*g).flash_attention;
     if (te && g->sm >= 90) t.te_workspace = kTeWorkspaceSm90;
   });
 }

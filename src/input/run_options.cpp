@@ -290,6 +290,12 @@ std::vector<RunOptionInfo> build_table() {
               "Fabric: _FabricModule.forward's precision.convert_output): the logits, the "
               "loss's log-probs and their gradients in fp32",
               &R::output_fp32),
+      boolean("--sdpa-enable-gqa", "training", "sdpa_enable_gqa",
+              "transformers from 4.54 (with torch >= 2.5): k and v reach SDPA unrepeated "
+              "(enable_gqa), and PyTorch picks the kernel: flash or cuDNN for fp16/bf16 (what "
+              "--attention flash keeps), for fp32 the memory-efficient one or, with grouped "
+              "k/v heads or on a GPU before sm80, the math backend (what eager keeps)",
+              &R::sdpa_enable_gqa),
       boolean("--softmax-keeps-input", "training", "softmax_keeps_input",
               "PyTorch before 1.11: softmax and log_softmax keep their input for backward "
               "besides their output (the attention scores, the loss's logits)",

@@ -46,6 +46,13 @@ constexpr std::array kHf{
                  "them between steps (2.0 made set_to_none=True the default)",
                  "",
                  {"torch", "", "2.0"}},
+    StackDefault{"--sdpa-enable-gqa",
+                 "on",
+                 "transformers from 4.54: sdpa_attention_forward passes k and v unrepeated with "
+                 "enable_gqa=True when use_gqa_in_sdpa holds (torch >= 2.5, no attention mask; "
+                 "src/transformers/integrations/sdpa_attention.py, PR #39412)",
+                 "",
+                 {"transformers", "4.54", ""}},
     StackDefault{"--softmax-keeps-input",
                  "on",
                  "torch before 1.11: softmax and log_softmax keep their input for backward "

@@ -75,6 +75,18 @@ void read_dropout(const Architecture& arch, const detail::ModelFamily& family,
   in.p_embd = all_sites ? *t.dropout : 0.0;
 }
 
+// What an SDPA call keeps, by the kernel PyTorch's dispatcher picks when k and v come
+// unrepeated (--sdpa-enable-gqa; aten/src/ATen/native/transformers/cuda/sdp_utils.cpp): flash or
+// cuDNN attention for fp16/bf16 on sm80 and later (both keep what flash keeps, measured on an H200
+// in tests/data/truth_cuda); else the memory-efficient kernel, which takes no grouped k/v, so with
+// grouped heads the math backend, whose saved tensors in fp32 are eager attention's (measured).
+Attention sdpa_kernel(const TrainingSpec& t, const ActivationInputs& in) {
+  if (t.attention != Attention::sdpa || !t.sdpa_enable_gqa || t.device != Device::cuda)
+    return t.attention;
+  if (in.ec == 2 && !t.no_flash_kernel) return Attention::flash;
+  return in.k < in.a ? Attention::eager : Attention::sdpa;
+}
+
 // Byte widths (docs/activation-derivation.md §1) and the kernels' switches.
 void read_policy(const RunSpec& run, ActivationInputs& in) {
   const auto& p = run.precision;
@@ -86,7 +98,7 @@ void read_policy(const RunSpec& run, ActivationInputs& in) {
   in.ew = p.working ? width(*p.working) : in.ec;
   in.ea = t.adapter_dtype ? width(*t.adapter_dtype) : 0;
   in.cuda = t.device == Device::cuda;
-  in.attention = t.attention;
+  in.attention = sdpa_kernel(t, in);
   in.recompute = t.recompute;
   in.compile = t.compile;
   in.loss = t.loss;
