@@ -18,15 +18,13 @@ using nlohmann::json;
 struct Unmodelled {
   std::string_view id, why;
 };
-inline constexpr std::array<Unmodelled, 5> kUnmodelled = {{
+inline constexpr std::array<Unmodelled, 4> kUnmodelled = {{
     {"llama-m_amp_adamw_sdpa-math_b4s1024",
      "SDPA's math backend under autocast upcasts q, k, v and the scores to fp32"},
     {"llama-m_bf16amp_adamw_sdpa_b4s1024_lora-r16-qv-d0",
      "autocast over a bf16 model with fp32 adapters: no precision policy spells it"},
     {"phi3-s_amp_adamw_sdpa_b4s512", "Phi-3's fused qkv_proj: v is a view of the fused output"},
     {"phi3-s_mbf16_adamw_sdpa_b4s512", "Phi-3's fused qkv_proj: v is a view of the fused output"},
-    {"llama-s_bf16_adamw_sdpa_b1s4096_ckpt",
-     "recompute at batch 1: a checkpointed layer's saved input is a view of a larger block"},
 }};
 
 /// Why `id` is not held to the bounds; empty when it is.

@@ -571,7 +571,10 @@ class Saver {
           shape({dim("2", 2), sym::s, dims_.d}));
     }
     if (llama()) {
-      if (full && in_.causal) {
+      // Only eager attention gets a materialised mask: for SDPA and flash without padding
+      // transformers passes none and sets is_causal (_ignore_causal_mask_sdpa; masking_utils's
+      // sdpa_mask; measured on an H200, tests/data/truth_cuda).
+      if (full && in_.causal && in_.attention == Attention::eager) {
         add("additive causal mask (a checkpoint argument)", Scope::shared, Slot::none, in_.ex,
             shape({sym::s2}));
       }

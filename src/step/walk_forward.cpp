@@ -67,7 +67,7 @@ void Walker::forward_layers_below() {
   baseline(AllGrads::when_kept);
   embed_and_shared();
   if (llama()) {
-    if (!checkpointed_layers() && in_.causal)
+    if (!checkpointed_layers() && in_.causal && in_.attention == Attention::eager)
       writer_.add(temp("additive causal mask (not saved)", Part::other, in_.ex, shape({sym::s2})));
     writer_.add(temp("position ids (int64)", Part::other, 8, shape({sym::s})));
   }
