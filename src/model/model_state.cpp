@@ -55,7 +55,7 @@ ParameterSums sum_parameters(const Inventory& inv, u64 layers, u64 norms_per_lay
     if (g.quant_state) continue;
     const u64 n = g.elements();
     if (count_trainable && g.trainable) l.trainable = checked_add(l.trainable, n);
-    if (g.matmul && !g.storage) l.autocast_weights += n;
+    if (g.matmul && (!g.storage || g.role == Role::adapter)) l.autocast_weights += n;
     if (g.rows == 1 && !g.kind.empty()) l.matmul_biases += n;
     if (listed[i]) {
       seen_block = true;

@@ -408,10 +408,11 @@ void model_state_categories(const RunSpec& run, Estimate& e) {
   const auto& p = run.precision;
   // Autocast copies the weights that feed a matmul, trainable or frozen alike: the copy is made
   // whenever the op runs. Weights stored in another dtype (QLoRA's nf4) are dequantized inside
-  // the kernel instead, and keep no copy.
+  // the kernel instead, and keep no copy; adapters of their own dtype (--adapter-dtype) are cast.
   std::uint64_t matmul = 0;
   for (const auto& g : inv.groups) {
-    if (g.matmul && !g.quant_state && !g.storage) matmul = checked_add(matmul, g.elements());
+    if (g.matmul && !g.quant_state && (!g.storage || g.role == Role::adapter))
+      matmul = checked_add(matmul, g.elements());
   }
   auto& cats = e.categories;
   cats.reserve(16);  // the model state's, the activations', the techniques' rows
