@@ -49,12 +49,7 @@ TEST_CASE("docs/accuracy.md lists the GPU runs as the current build estimates th
   const std::string doc = read_file(path);
   const std::string fresh = memest::truth::with_table(doc, memest::gpu::gpu_table(kRoot),
                                                       memest::gpu::kBegin, memest::gpu::kEnd);
-  if (const char* up = std::getenv("MEMEST_UPDATE_GOLDEN"); up && std::string(up) == "1") {
-    std::ofstream(path, std::ios::binary) << fresh;
-    return;
-  }
-  INFO("docs/accuracy.md is stale: run memest_accuracy_report or MEMEST_UPDATE_GOLDEN=1");
-  REQUIRE(doc == fresh);
+  memest::test::expect_fresh_doc(path, fresh);
 }
 
 TEST_CASE("the README's GPU accuracy sentence is the current build's", "[gpu]") {

@@ -49,10 +49,5 @@ TEST_CASE("docs/accuracy.md lists the serving logs as the current build estimate
   namespace sc = memest::serve_cases;
   const std::string fresh =
       memest::truth::with_table(doc, sc::serve_table(kRoot), sc::kBegin, sc::kEnd);
-  if (const char* up = std::getenv("MEMEST_UPDATE_GOLDEN"); up && std::string(up) == "1") {
-    std::ofstream(path, std::ios::binary) << fresh;
-    return;
-  }
-  INFO("docs/accuracy.md is stale: run memest_accuracy_report or MEMEST_UPDATE_GOLDEN=1");
-  REQUIRE(doc == fresh);
+  memest::test::expect_fresh_doc(path, fresh);
 }

@@ -158,6 +158,17 @@ inline void expect_golden(const std::string& name, const std::string& actual) {
   REQUIRE(actual == read_file(path));
 }
 
+/// Requires the file at `path` (a doc with a table the build writes) to be `fresh`;
+/// MEMEST_UPDATE_GOLDEN=1 writes it instead.
+inline void expect_fresh_doc(const std::string& path, const std::string& fresh) {
+  if (const char* u = std::getenv("MEMEST_UPDATE_GOLDEN"); u && std::string(u) == "1") {
+    std::ofstream(path, std::ios::binary) << fresh;
+    return;
+  }
+  INFO(path << " is stale: run memest_accuracy_report or MEMEST_UPDATE_GOLDEN=1");
+  REQUIRE(read_file(path) == fresh);
+}
+
 /// 2^20 bytes.
 inline constexpr std::uint64_t MiB = 1ULL << 20;
 

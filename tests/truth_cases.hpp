@@ -80,8 +80,10 @@ inline json cli_json(const std::vector<std::string>& args, const std::string& wh
   return json::parse(out.str());
 }
 
-/// Runs memest on one case in-process and returns its JSON output; throws on a non-zero exit.
-inline json run_case(const json& c) {
+/// Runs memest in-process on a case whose config is written to a file for it, with the flags
+/// `args_of(case, path)`; returns its JSON output and throws on a non-zero exit.
+template <typename ArgsOf>
+json run_with_config(const json& c, ArgsOf args_of) {
   // One folder per process: ctest runs the truth tests in parallel processes, and one must not
   // truncate a config another is reading.
   const auto dir =
@@ -90,7 +92,7 @@ inline json run_case(const json& c) {
   const auto path = (dir / (c["id"].get<std::string>() + ".json")).string();
   std::ofstream(path) << c["config"].dump();
   try {
-    json j = cli_json(case_args(c, path), c["id"].get<std::string>());
+    json j = cli_json(args_of(c, path), c["id"].get<std::string>());
     std::filesystem::remove_all(dir);
     return j;
   } catch (...) {
@@ -98,6 +100,9 @@ inline json run_case(const json& c) {
     throw;
   }
 }
+
+/// Runs memest on one case in-process and returns its JSON output; throws on a non-zero exit.
+inline json run_case(const json& c) { return run_with_config(c, case_args); }
 
 /// Signed relative error in percent.
 inline double error_pct(std::uint64_t estimate, std::uint64_t measured) {

@@ -111,21 +111,7 @@ inline std::vector<json> ok_cases(const std::string& path) {
 }
 
 /// Runs memest on one step in-process and returns its JSON output; throws on a non-zero exit.
-inline json run_case(const json& c) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / fmt::format("memest-truth-cuda-{}", getpid());
-  std::filesystem::create_directories(dir);
-  const auto path = (dir / (c["id"].get<std::string>() + ".json")).string();
-  std::ofstream(path) << c["config"].dump();
-  try {
-    json j = truth::cli_json(case_args(c, path), c["id"].get<std::string>());
-    std::filesystem::remove_all(dir);
-    return j;
-  } catch (...) {
-    std::filesystem::remove_all(dir);
-    throw;
-  }
-}
+inline json run_case(const json& c) { return truth::run_with_config(c, case_args); }
 
 inline std::uint64_t u(const json& j) { return j.is_null() ? 0 : j.get<std::uint64_t>(); }
 

@@ -44,7 +44,8 @@ TEST_CASE("the README's H200 sentence is the current build's", "[truth][cuda]") 
 
 TEST_CASE("the attention asked for decides the attention flag", "[truth][cuda]") {
   const auto with = [](const char* attention) {
-    return nlohmann::json::parse(fmt::format(R"({{"training": {{"attention": "{}"}}}})", attention));
+    return nlohmann::json::parse(
+        fmt::format(R"({{"training": {{"attention": "{}"}}}})", attention));
   };
   CHECK(tc::attention_flag(with("sdpa")) == "sdpa");
   CHECK(tc::attention_flag(with("eager")) == "eager");
@@ -59,14 +60,14 @@ TEST_CASE("the attention asked for decides the attention flag", "[truth][cuda]")
 // grouped heads; the estimate with `sdpa` equals the one with the kernel named.
 TEST_CASE("sdpa under transformers 5.17 keeps what the kernel that ran keeps", "[truth][cuda]") {
   std::size_t checked = 0;
-  for (const auto& c : tc::ok_cases(std::string(MEMEST_SOURCE_DIR) +
-                                    "/tests/data/truth_cuda/cases_cuda.jsonl")) {
+  for (const auto& c :
+       tc::ok_cases(std::string(MEMEST_SOURCE_DIR) + "/tests/data/truth_cuda/cases_cuda.jsonl")) {
     if (c["training"]["attention"] != "sdpa") continue;
     INFO("step " << c["id"].get<std::string>());
     std::string nodes;
     for (const auto& [name, count] : c["cuda"]["sdpa_graph_nodes"].items()) nodes += name;
-    const bool fused = nodes.find("Cudnn") != std::string::npos ||
-                       nodes.find("Flash") != std::string::npos;
+    const bool fused =
+        nodes.find("Cudnn") != std::string::npos || nodes.find("Flash") != std::string::npos;
     CHECK((fused || nodes.find("SafeSoftmax") != std::string::npos));
     auto named = c;
     named["training"]["attention"] = fused ? "sdpa-flash" : "sdpa-math";
@@ -82,10 +83,5 @@ TEST_CASE("docs/accuracy.md lists the H200 steps as the current build estimates 
   const std::string doc = read_file(path);
   const std::string fresh =
       memest::truth::with_table(doc, tc::cuda_table(MEMEST_SOURCE_DIR), tc::kBegin, tc::kEnd);
-  if (const char* up = std::getenv("MEMEST_UPDATE_GOLDEN"); up && std::string(up) == "1") {
-    std::ofstream(path, std::ios::binary) << fresh;
-    return;
-  }
-  INFO("docs/accuracy.md is stale: run memest_accuracy_report or MEMEST_UPDATE_GOLDEN=1");
-  REQUIRE(doc == fresh);
+  memest::test::expect_fresh_doc(path, fresh);
 }

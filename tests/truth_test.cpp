@@ -91,10 +91,5 @@ TEST_CASE("docs/accuracy.md is generated from the measured cases", "[truth]") {
   const std::string doc = read_file(path);
   const std::string fresh = memest::truth::with_table(
       doc, memest::truth::accuracy_table(data_path("data/truth/cases.jsonl")));
-  if (const char* up = std::getenv("MEMEST_UPDATE_GOLDEN"); up && std::string(up) == "1") {
-    std::ofstream(path, std::ios::binary) << fresh;
-    return;
-  }
-  INFO("docs/accuracy.md is stale: run memest_accuracy_report or MEMEST_UPDATE_GOLDEN=1");
-  REQUIRE(doc == fresh);
+  memest::test::expect_fresh_doc(path, fresh);
 }
