@@ -127,3 +127,35 @@ TEST_CASE("bad LoRA requests name the problem", "[adapters]") {
                       "LoRA needs the model's shapes (expected a model preset or a config.json, "
                       "not a bare parameter count)");
 }
+
+// PEFT from 0.11 keeps the adapters in fp32 over a bf16 model (--adapter-dtype fp32): TinyLlama
+// with rank 8 on q and v has 22 x (8 x 2048 + 2048 x 8 + 8 x 2048 + 256 x 8) = 1,126,400 adapter
+// parameters, 4 B each, their gradients 4 B and Adam's two states 8 B; the base stays 2 B.
+TEST_CASE("fp32 adapters over a bf16 model: their bytes, gradients and states", "[lora]") {
+  const std::uint64_t adapters = 22ULL * (8 * 2048 + 2048 * 8 + 8 * 2048 + 256 * 8);
+  const std::uint64_t base = 1'100'048'384;  // TinyLlama-1.1B's published count
+  const std::vector<std::string> run = {"--model", "tinyllama-1.1b", "--lora-rank",
+                                        "8",       "--precision",    "bf16"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = run;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return test::run_json(args)["categories"];
+  };
+  const auto fp32 = with({"--adapter-dtype", "fp32"});
+  CHECK(fp32["params"]["bytes"] == 2 * base + 4 * adapters);
+  CHECK(fp32["grads"]["bytes"] == 4 * adapters);
+  CHECK(fp32["optimizer_states"]["bytes"] == 8 * adapters);
+  const auto same = with({"--adapter-dtype", "base"});
+  CHECK(same["params"]["bytes"] == 2 * (base + adapters));
+  CHECK(same["grads"]["bytes"] == 2 * adapters);
+  CHECK(with({})["optimizer_states"] == same["optimizer_states"]);
+  const auto bad =
+      test::run_cli({"--model", "tinyllama-1.1b", "--lora-rank", "8", "--adapter-dtype", "int8"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err ==
+        "memest: error: --adapter-dtype: unknown adapter dtype \"int8\" (expected one "
+        "of: base, fp32, bf16, fp16)\n");
+  const auto alone = test::run_cli({"--model", "tinyllama-1.1b", "--adapter-dtype", "fp32"});
+  CHECK(alone.code == 2);
+  CHECK(alone.err == "memest: error: --adapter-dtype needs --lora-rank\n");
+}

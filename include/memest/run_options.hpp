@@ -152,6 +152,8 @@ void merge(RunOptions& base, const RunOptions& overrides);
 /// The names of the options that have no enum of their own: --fsdp's modes as PyTorch names
 /// them, --zero-grad's, --offload's items, --zero's stages and --fsdp-version's versions.
 std::span<const std::string_view> fsdp_mode_names();
+/// --adapter-dtype's values: base (the parameters' dtype), fp32, bf16, fp16.
+std::span<const std::string_view> adapter_dtype_names();
 std::span<const std::string_view> zero_grad_names();
 std::span<const std::string_view> offload_names();
 std::span<const std::string_view> zero_stage_names();

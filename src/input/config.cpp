@@ -142,8 +142,16 @@ void check_something_trains(const ModelSpec& model, const RunOptions& o) {
 
 // --adapter-dtype: the adapters' own dtype; none for base (the parameters').
 std::optional<Dtype> adapter_dtype(const RunOptions& o) {
-  if (!o.adapter_dtype || o.adapter_dtype->value == "base") return std::nullopt;
-  return parse_setting(*o.adapter_dtype, parse_dtype);
+  if (!o.adapter_dtype) return std::nullopt;
+  return parse_setting(*o.adapter_dtype, [](std::string_view v) -> std::optional<Dtype> {
+    const auto names = adapter_dtype_names();
+    if (std::find(names.begin(), names.end(), v) == names.end()) {
+      throw Error(fmt::format("unknown adapter dtype \"{}\" (expected one of: {})", v,
+                              fmt::join(names, ", ")));
+    }
+    if (v == "base") return std::nullopt;
+    return parse_dtype(v);
+  });
 }
 
 // The model with its trainable subset applied: frozen roles, then LoRA/QLoRA.

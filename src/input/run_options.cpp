@@ -32,7 +32,6 @@ constexpr std::array<std::string_view, 4> kZeroStageNames = {"0", "1", "2", "3"}
 constexpr std::array<std::string_view, 2> kFsdpVersionNames = {"1", "2"};
 // The LoRA adapters' dtype: the base parameters' (base) or their own.
 constexpr std::array<std::string_view, 4> kAdapterDtypeNames = {"base", "fp32", "bf16", "fp16"};
-std::span<const std::string_view> adapter_dtype_names() { return kAdapterDtypeNames; }
 
 // A dtype, or none (no master weights, no working copies, no accumulation buffer).
 std::span<const std::string_view> optional_dtype_names() {
@@ -539,6 +538,7 @@ std::string_view value_kind_name(ValueKind kind) {
 }
 
 std::span<const std::string_view> fsdp_mode_names() { return kFsdpModeNames; }
+std::span<const std::string_view> adapter_dtype_names() { return kAdapterDtypeNames; }
 std::span<const std::string_view> zero_grad_names() { return kZeroGradNames; }
 std::span<const std::string_view> offload_names() { return kOffloadNames; }
 std::span<const std::string_view> zero_stage_names() { return kZeroStageNames; }
