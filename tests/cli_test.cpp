@@ -389,3 +389,20 @@ TEST_CASE("issue 12: one unit per column and per line", "[cli]") {
   REQUIRE(r.code == 0);
   REQUIRE_THAT(r.out, !Catch::Contains("GiB"));
 }
+
+// A flag takes an optional value as CLI11 reads one: --compile=false is off (as a run config's
+// false), anything but a true or false word one line and exit 2.
+TEST_CASE("a flag given false is off, and given another word refused", "[cli]") {
+  using memest::test::run_cli;
+  const auto json_of = [](const std::string& flag) {
+    return memest::test::run_json({"--model", "gpt2", flag});
+  };
+  CHECK(json_of("--compile=false")["inputs"]["training"]["compile"] == false);
+  CHECK(json_of("--compile")["inputs"]["training"]["compile"] == true);
+  CHECK(json_of("--compile=true")["inputs"]["training"]["compile"] == true);
+  const auto bad = run_cli({"--model", "gpt2", "--compile=maybe"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err ==
+        "memest: error: Could not convert: --compile = maybe (expected true or false, or no "
+        "value)\n");
+}

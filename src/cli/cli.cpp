@@ -60,10 +60,13 @@ class Binder {
     for (const auto& info : run_option_table()) {
       const std::string group = section_heading(info.section);
       if (info.boolean) {
-        auto* opt = app.add_flag(info.flag, info.help)->group(group);
+        // Bound to a bool, so that --flag=false is false and --flag=maybe an error (CLI11's
+        // flag values), as a run config's false is.
+        auto& value = flags_.emplace_back(false);
+        auto* opt = app.add_flag(info.flag, value, info.help)->group(group);
         auto* target = &(options.*info.boolean);
-        collect_.push_back([opt, target, flag = info.flag] {
-          if (opt->count() > 0) *target = Setting<bool>{true, flag};
+        collect_.push_back([opt, &value, target, flag = info.flag] {
+          if (opt->count() > 0) *target = Setting<bool>{value, flag};
         });
         continue;
       }
@@ -90,6 +93,7 @@ class Binder {
   }
 
   std::deque<std::string> texts_;
+  std::deque<bool> flags_;
   std::vector<std::function<void()>> collect_;
 };
 
@@ -702,6 +706,9 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   } catch (const CLI::CallForVersion& e) {
     out << e.what() << "\n";
     return kExitOk;
+  } catch (const CLI::ConversionError& e) {  // a flag given a value: --compile=maybe
+    fmt::print(err, "memest: error: {} (expected true or false, or no value)\n", e.what());
+    return kExitInvalidInput;
   } catch (const CLI::ParseError& e) {
     fmt::print(err, "memest: error: {} (see memest --help)\n", e.what());
     return kExitInvalidInput;
