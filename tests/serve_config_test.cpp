@@ -254,3 +254,32 @@ TEST_CASE("serve config: the JSON's inputs given back with --file give the same 
     CHECK(nlohmann::json::parse(again.out) == doc);
   }
 }
+
+// A switch takes true or false as the training flags do: --enforce-eager=false is off, and
+// overrides a run config's true; another word is one line and exit 2.
+TEST_CASE("serve: a switch given false is off, over a file's true too", "[serve][config]") {
+  TempDir dir("serve-switch-false");
+  const auto graphs = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"serve", "--max-model-len", "8192", "--format", "json"});
+    const auto r = memest::test::run_cli(args);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    // Eager: no graphs (0 bytes) and the echo says so; else the pool is not modelled (null).
+    CHECK(j["cuda_graphs"]["bytes"].is_null() != j["inputs"].contains("enforce_eager"));
+    return std::string(j["cuda_graphs"]["bytes"].is_null() ? "graphs" : "eager");
+  };
+  CHECK(graphs({"--model", "llama-3.1-8b"}) == "graphs");
+  CHECK(graphs({"--model", "llama-3.1-8b", "--enforce-eager"}) == "eager");
+  CHECK(graphs({"--model", "llama-3.1-8b", "--enforce-eager=true"}) == "eager");
+  CHECK(graphs({"--model", "llama-3.1-8b", "--enforce-eager=false"}) == "graphs");
+  const std::string eager =
+      serve_write(dir, "eager.json", R"({"model": "llama-3.1-8b", "enforce_eager": true})");
+  CHECK(graphs({"--file", eager}) == "eager");
+  CHECK(graphs({"--file", eager, "--enforce-eager=false"}) == "graphs");
+  const auto bad =
+      memest::test::run_cli({"serve", "--model", "llama-3.1-8b", "--enforce-eager=maybe"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err ==
+        "memest: error: --enforce-eager: \"maybe\" is not a switch's value (expected true or "
+        "false, or no value)\n");
+}

@@ -40,6 +40,23 @@ std::string help_text() {
   return s + "\nUnits: GB = 10^9 bytes, GiB = 2^30 bytes. See docs/serving.md.\n";
 }
 
+// A switch given a value (`--enforce-eager=false`), as the training flags and a run config's
+// true and false read it: "" for on, "false" for off (dropped once laid over a file).
+std::string switch_word(std::string_view flag, std::string_view word) {
+  if (word == "true" || word == "1" || word == "on" || word == "yes") return "";
+  if (word == "false" || word == "0" || word == "off" || word == "no") return "false";
+  throw Error(fmt::format(
+      "{}: \"{}\" is not a switch's value (expected true or false, or no value)", flag, word));
+}
+
+// The switches given false gone, so that presence means on everywhere after.
+ServeValues without_switches_off(ServeValues g) {
+  std::erase_if(g, [](const auto& entry) {
+    return serve_row(entry.first).type_name.empty() && entry.second.text == "false";
+  });
+  return g;
+}
+
 // The flags given, by name; `--name=value` and `--name value` alike.
 ServeValues read_flags(std::span<const std::string> args) {
   ServeValues given;
@@ -60,6 +77,7 @@ ServeValues read_flags(std::span<const std::string> args) {
                               did_you_mean(name, names)));
     }
     if (given.contains(name)) throw Error(fmt::format("{}: given twice", name));
+    if (f->type_name.empty() && inline_value) value = switch_word(name, value);
     if (!f->type_name.empty() && !inline_value) {
       if (i + 1 >= args.size()) {
         throw Error(fmt::format("{}: needs a value ({})", name, f->type_name));
@@ -713,7 +731,7 @@ ServeOutput fit_output(const ServeInputs& in) {
 ServeOutput serve_command(std::span<const std::string> args) {
   auto g = read_flags(args);
   if (g.contains("--help") || g.contains("-h")) return {help_text(), 0};
-  g = with_file(std::move(g));
+  g = without_switches_off(with_file(std::move(g)));
   if (g.contains("--max") && !g.contains("--fit")) {
     throw Error("--max: bounds the search of --fit (give --fit context or --fit concurrency)");
   }
