@@ -149,6 +149,7 @@ ServeModel load_serve_model(const std::string& name, const std::string& config_p
   }
   m.attention = read_attention_layers(text, source, m.spec.arch->num_layers);
   read_serving_facts(text, m);
+  m.rope = read_rope_tables(text, *m.spec.arch, m.attention, m.max_positions);
   return m;
 }
 
