@@ -130,7 +130,8 @@ TEST_CASE("vLLM: a block-wise fp8 checkpoint stores an fp32 scale per 128 x 128 
   const std::uint64_t mlp = 512 * 256 + 4 * (4 * 2);  // gate, up (4 x 2) and down (2 x 4)
   const std::uint64_t layer = 2 * q + 2 * kv + 3 * mlp + 2 * 256 * 2;  // + two bf16 norms
   const std::uint64_t outer = 2 * 1024 * 256 * 2 + 256 * 2;  // embedding, lm_head, final norm
-  CHECK(j["weights"]["bytes"] == 2 * layer + outer);
+  const std::uint64_t rope = 4096 * 64 * 2;  // the rotary table: positions x head_dim in bf16
+  CHECK(j["weights"]["bytes"] == 2 * layer + outer + rope);
 }
 
 namespace {
@@ -158,8 +159,12 @@ std::uint64_t int4_linear(std::uint64_t k, std::uint64_t n, bool zeros, std::uin
   return k * n / 2 + (k / 128) * n * 2 + (zeros ? (k / 128) * n / 2 : 0) + g_idx * k * 4;
 }
 
-// The rest: two fp16 norms a layer; the embedding, the lm_head and the final norm.
-constexpr std::uint64_t kInt4Rest = 2 * (2 * 256 * 2) + 2 * 1024 * 256 * 2 + 256 * 2;
+// The rotary table vLLM keeps beside the weights (RotaryEmbedding's cos_sin_cache):
+// max_position_embeddings x head_dim in the model dtype, on every rank.
+constexpr std::uint64_t kRope = 4096 * 64 * 2;
+
+// The rest: two fp16 norms a layer; the embedding, the lm_head and the final norm; the table.
+constexpr std::uint64_t kInt4Rest = 2 * (2 * 256 * 2) + 2 * 1024 * 256 * 2 + 256 * 2 + kRope;
 
 std::uint64_t int4_model(bool zeros, std::uint64_t g_idx) {
   const std::uint64_t layer = int4_linear(256, 256, zeros, g_idx) +      // q_proj
@@ -201,7 +206,7 @@ TEST_CASE("vLLM: GPTQ and AWQ int4 groups as each kernel keeps them, from the sh
       int4_linear(128, 256, false, 0) + 2 * int4_linear(256, 256, false, 0) +
       int4_linear(256, 256, false, 0);
   CHECK(int_quant_weights(gptq, {"--tp", "2"}) ==
-        2 * rank_layer + 2 * (2 * 256 * 2) + 2 * 512 * 256 * 2 + 256 * 2);
+        2 * rank_layer + 2 * (2 * 256 * 2) + 2 * 512 * 256 * 2 + 256 * 2 + kRope);
 }
 
 // GPTQ's channelwise checkpoints (group_size -1): one group over each output's whole input, so

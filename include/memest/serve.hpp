@@ -34,6 +34,22 @@ struct AttentionLayers {
 AttentionLayers read_attention_layers(std::string_view config_text, const std::string& source,
                                       std::uint64_t num_layers);
 
+/// One rotary cos/sin table vLLM's get_rope builds as a buffer of the model (one per distinct
+/// setting, shared by the layers that use it): positions x rotary_dim in the model dtype.
+struct RopeTable {
+  std::uint64_t positions = 0;   ///< max_position_embeddings, x the factor of a scaled rope
+  std::uint64_t rotary_dim = 0;  ///< head_dim x partial_rotary_factor (MLA: qk_rope_head_dim)
+  bool sliding = false;          ///< made by the first sliding layer (Gemma-3's local rope)
+  bool linear = false;           ///< linear scaling: t / factor and one more concatenation
+};
+
+/// The rotary tables a config's layers make in vLLM v0.19 (rotary_embedding/__init__.py get_rope):
+/// default, llama3, linear, dynamic, yarn and deepseek_yarn ropes; Gemma-3's sliding layers
+/// add their local rope. `max_position` is the config's max_position_embeddings. Empty for
+/// learned positions and for rope types not modelled.
+std::vector<RopeTable> read_rope_tables(std::string_view config_text, const Architecture& arch,
+                                        const AttentionLayers& layers, std::uint64_t max_position);
+
 /// A model as the serving estimate reads it.
 struct ServeModel {
   ModelSpec spec;
@@ -41,6 +57,7 @@ struct ServeModel {
   Dtype dtype = Dtype::bf16;        ///< torch_dtype of the config (fp32 configs serve in bf16)
   bool config_fp32 = false;         ///< the config's torch_dtype is float32 (hf loads it so)
   std::uint64_t max_positions = 0;  ///< max_position_embeddings; 0 when the config has none
+  std::vector<RopeTable> rope;      ///< vLLM's rotary tables (read_rope_tables)
 };
 
 /// The model `--model NAME` or `--config PATH` names (as for training: preset, Hub id, local

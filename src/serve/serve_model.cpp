@@ -71,6 +71,11 @@ void read_serving_facts(std::string_view text, ServeModel& m) {
   m.config_fp32 = dtype == "float32";
   const auto p = c.find("max_position_embeddings");
   m.max_positions = p != c.end() && p->is_number_unsigned() ? p->get<std::uint64_t>() : 0;
+  // Gemma3TextConfig's default (transformers models/gemma3/configuration_gemma3.py at
+  // 008f5c8c29be): the multimodal checkpoints' text_config does not name it.
+  if (p == c.end() && c.value("model_type", std::string()) == "gemma3_text") {
+    m.max_positions = 131072;
+  }
 }
 
 }  // namespace
@@ -94,9 +99,13 @@ AttentionLayers read_attention_layers(std::string_view config_text, const std::s
     return {.full = num_layers};  // Qwen2: the window is stated but off
   }
   const std::string type = c.value("model_type", std::string());
-  if (const auto p = c.find("sliding_window_pattern"); p != c.end() && !p->is_null()) {
-    // Gemma-3: layer i is global when (i + 1) % pattern == 0.
-    const std::uint64_t pattern = positive(*p, source, "sliding_window_pattern");
+  const auto p = c.find("sliding_window_pattern");
+  if ((p != c.end() && !p->is_null()) || type == "gemma3_text") {
+    // Gemma-3: layer i is global when (i + 1) % pattern == 0; Gemma3TextConfig's default
+    // pattern is 6 (models/gemma3/configuration_gemma3.py at 008f5c8c29be), which the
+    // multimodal checkpoints' text_config does not name.
+    const std::uint64_t pattern =
+        p != c.end() && !p->is_null() ? positive(*p, source, "sliding_window_pattern") : 6;
     const std::uint64_t full = num_layers / pattern;
     return {.full = full, .sliding = num_layers - full, .window = window};
   }
@@ -140,6 +149,7 @@ ServeModel load_serve_model(const std::string& name, const std::string& config_p
   }
   m.attention = read_attention_layers(text, source, m.spec.arch->num_layers);
   read_serving_facts(text, m);
+  m.rope = read_rope_tables(text, *m.spec.arch, m.attention, m.max_positions);
   return m;
 }
 

@@ -37,6 +37,8 @@ bool low_rank_down(const TensorGroup& g) {  // MLA's q_a_proj, kv_a_proj_with_mq
   return g.name.find("_a_proj") != std::string::npos;
 }
 
+}  // namespace
+
 // Elements of one tensor of `g` on one rank: column-parallel linears (QKV, gate/up) split their
 // output rows and biases, row-parallel ones (o, down) their input columns; k/v with fewer kv
 // heads than ranks keep one head per rank (QKVParallelLinear); everything else is replicated.
@@ -56,6 +58,8 @@ u64 tensor_elements_per_rank(const TensorGroup& g, const Architecture& a, u64 tp
   if (k == "o" || k == "down") return bias ? g.cols : checked_mul(g.rows, g.cols / tp);
   return g.tensor_elements();
 }
+
+namespace {
 
 // A linear layer the quantisation method stores in 8 bits: every matmul weight except the
 // embeddings and the lm_head (vLLM's Fp8LinearMethod and compressed-tensors' W8A8 FP8 quantise
@@ -435,6 +439,28 @@ StoredWeights vllm_weights_per_rank(const ServeModel& m, const VllmSettings& s) 
                           bnb ? &*bnb : nullptr);
 }
 
+namespace {
+
+// What "Model loading took" counts (vllm_load.cpp): unquantised parameters as the caching
+// allocator holds them with the rotary tables; a quantised layout's tensors are replaced after
+// loading (process_weights_after_loading), which is not followed: its stored bytes plus the
+// tables.
+Weights vllm_loaded_weights(const ServeModel& m, const VllmSettings& s) {
+  Weights w = vllm_weights_per_rank(m, s);
+  const Dtype dtype = s.dtype.value_or(m.dtype);
+  const u64 rope = rope_table_bytes(m, dtype);
+  const bool plain = s.quantization.empty() && !m.spec.checkpoint_quant;
+  w.bytes = plain ? vllm_loaded_bytes(m, dtype, s.tensor_parallel_size) : w.bytes + rope;
+  if (plain) w.basis += " in the caching allocator's blocks";
+  if (!m.rope.empty()) {
+    w.basis += fmt::format(", {} rotary table{} ({})", m.rope.size(), m.rope.size() > 1 ? "s" : "",
+                           format_bytes(rope, Unit::MiB));
+  }
+  return w;
+}
+
+}  // namespace
+
 std::span<const std::string_view> vllm_kv_cache_dtypes() { return kVllmKvCacheDtypes; }
 std::span<const std::string_view> vllm_quantization_methods() { return kVllmQuantizationMethods; }
 std::span<const std::string_view> vllm_dtype_names() { return kVllmDtypeNames; }
@@ -459,7 +485,7 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   e.context = s.max_model_len > 0 ? s.max_model_len : m.max_positions;
   if (e.context == 0) throw Error("--max-model-len: the config has no max_position_embeddings");
   const Dtype dtype = s.dtype.value_or(m.dtype);
-  const Weights w = vllm_weights_per_rank(m, s);
+  const Weights w = vllm_loaded_weights(m, s);
   e.weights_bytes = w.bytes;
   e.weights_basis = w.basis;
   const u64 batched = s.max_num_batched_tokens;

@@ -22,6 +22,18 @@ struct StoredWeights {
 /// Error for a method the checkpoint cannot take.
 StoredWeights vllm_weights_per_rank(const ServeModel& model, const VllmSettings& settings);
 
+/// Elements of one tensor of `group` on one rank of `tp` (vLLM's parallel layers).
+std::uint64_t tensor_elements_per_rank(const TensorGroup& group, const Architecture& arch,
+                                       std::uint64_t tp);
+
+/// What vLLM's "Model loading took" counts on one rank for parameters stored in `dtype`: the
+/// caching allocator's blocks of each parameter as the modules are made and of the rotary
+/// tables (vllm_load.cpp).
+std::uint64_t vllm_loaded_bytes(const ServeModel& model, Dtype dtype, std::uint64_t tp);
+
+/// The bytes of the model's rotary tables in `dtype` (ServeModel::rope).
+std::uint64_t rope_table_bytes(const ServeModel& model, Dtype dtype);
+
 /// KV bytes one token takes in one layer on one rank: MLA's latent and rotary key
 /// (kv_lora_rank + qk_rope_head_dim, whole on every rank), else k and v of the rank's kv heads
 /// (at least one head per rank).
