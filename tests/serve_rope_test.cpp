@@ -11,20 +11,13 @@
 namespace {
 
 using memest::test::data_path;
+using memest::test::small_llama_config;
 
 memest::ServeModel model_of_config(const std::string& text) {
   const memest::test::TempDir dir("serve-rope");  // one per process: ctest runs cases at once
   const auto path = dir.path / "config.json";
   std::ofstream(path) << text;
   return memest::load_serve_model("", path.string());
-}
-
-// A small Llama's config (vocab 1024, hidden 256, 2 layers, 4 heads of 64) with `extra` keys.
-std::string small_llama(const std::string& extra) {
-  return R"({"model_type": "llama", "vocab_size": 1024, "hidden_size": 256,
-    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "max_position_embeddings": 4096, "torch_dtype": "bfloat16")" +
-         extra + "}";
 }
 
 }  // namespace
@@ -36,25 +29,27 @@ TEST_CASE("vLLM: the rotary tables get_rope keeps, by rope type", "[serve]") {
     return m.rope[0];
   };
   // default: max_position_embeddings x head_dim.
-  CHECK(one(model_of_config(small_llama(""))).positions == 4096);
-  CHECK(one(model_of_config(small_llama(""))).rotary_dim == 64);
+  CHECK(one(model_of_config(small_llama_config(""))).positions == 4096);
+  CHECK(one(model_of_config(small_llama_config(""))).rotary_dim == 64);
   // llama3 keeps max_position (Llama3RotaryEmbedding changes only the frequencies).
   const RopeTable l31 = one(memest::load_serve_model("llama-3.1-8b", ""));
   CHECK(l31.positions == 131072);
   CHECK(l31.rotary_dim == 128);
   // linear and dynamic: max_position x factor; yarn: the original length x factor.
-  const RopeTable linear =
-      one(model_of_config(small_llama(R"(, "rope_scaling": {"type": "linear", "factor": 4.0})")));
+  const RopeTable linear = one(model_of_config(
+      small_llama_config(R"(, "rope_scaling": {"type": "linear", "factor": 4.0})")));
   CHECK(linear.positions == 4 * 4096);
   CHECK(linear.linear);
-  CHECK(one(model_of_config(small_llama(
+  CHECK(one(model_of_config(small_llama_config(
                 R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                    "original_max_position_embeddings": 1024})")))
             .positions == 4 * 1024);
   // partial_rotary_factor: only part of each head rotates.
-  CHECK(one(model_of_config(small_llama(R"(, "partial_rotary_factor": 0.5)"))).rotary_dim == 32);
+  CHECK(one(model_of_config(small_llama_config(R"(, "partial_rotary_factor": 0.5)"))).rotary_dim ==
+        32);
   // A rope type not modelled (Phi-3's longrope) and learned positions (GPT-2): no table.
-  CHECK(model_of_config(small_llama(R"(, "rope_scaling": {"type": "longrope", "short_factor": [1],
+  CHECK(model_of_config(
+            small_llama_config(R"(, "rope_scaling": {"type": "longrope", "short_factor": [1],
       "long_factor": [1], "original_max_position_embeddings": 1024})"))
             .rope.empty());
   CHECK(memest::load_serve_model("gpt2", "").rope.empty());

@@ -30,6 +30,15 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// A small Llama's config.json (vocab 1024, hidden 256, 2 layers, 4 heads of 64, 2 kv heads,
+// 4096 positions, bf16) with `extra` keys appended: the serve tests' smallest model.
+inline std::string small_llama_config(const std::string& extra) {
+  return R"({"model_type": "llama", "vocab_size": 1024, "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "max_position_embeddings": 4096, "torch_dtype": "bfloat16")" +
+         extra + "}";
+}
+
 inline std::string data_path(const std::string& rel) {
   return std::string(MEMEST_TEST_DATA) + "/" + rel;
 }

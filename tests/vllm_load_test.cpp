@@ -16,6 +16,7 @@ namespace {
 
 using memest::test::data_path;
 using memest::test::run_cli;
+using memest::test::small_llama_config;
 using Json = nlohmann::json;
 using u64 = std::uint64_t;
 
@@ -30,14 +31,6 @@ u64 weights(std::vector<std::string> args) {
   return Json::parse(r.out)["weights"]["bytes"].get<u64>();
 }
 
-// A small Llama's config (vocab 1024, hidden 256, 2 layers, 4 heads of 64) with `extra` keys.
-std::string small_llama(const std::string& extra) {
-  return R"({"model_type": "llama", "vocab_size": 1024, "hidden_size": 256,
-    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "max_position_embeddings": 4096, "torch_dtype": "bfloat16")" +
-         extra + "}";
-}
-
 }  // namespace
 
 TEST_CASE("vLLM weights: small tensors take exact blocks, plus the rotary table", "[serve]") {
@@ -46,7 +39,7 @@ TEST_CASE("vLLM weights: small tensors take exact blocks, plus the rotary table"
   const u64 params = 2 * layer + 2 * 1024 * 256 + 256;
   const memest::test::TempDir dir("serve-small");
   const auto path = dir.path / "config.json";
-  std::ofstream(path) << small_llama("");
+  std::ofstream(path) << small_llama_config("");
   CHECK(weights({"--config", path.string()}) == 2 * params + 4096 * 64 * 2);
 }
 
