@@ -306,3 +306,35 @@ TEST_CASE("vLLM: bitsandbytes refusals", "[serve]") {
         "memest: error: --quantization: bitsandbytes loads an unquantised or a bitsandbytes "
         "checkpoint; the model's quantization_config is fp8\n");
 }
+
+// profile_run's encoder pass keeps max_mm_items_per_batch images' embeddings in the encoder
+// cache through the sampler (MultiModalBudget._get_max_items): Gemma-3-27B's multimodal
+// checkpoint, 256 embeddings of 5,376 in bf16 per image, beside the sampler's peak over the
+// padded vocabulary (262,208 is a multiple of 64): hidden states of the batch and the requests,
+// logits in bf16 and three fp32 copies.
+TEST_CASE("vLLM: a multimodal model's profile peak holds the encoder cache's images", "[serve]") {
+  const std::string config = data_path("data/inference/gemma-3-27b-it.json");
+  const auto peak = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--config", config});
+    return vllm_json(args)["activations"]["peak_bytes"].get<std::uint64_t>();
+  };
+  const std::uint64_t h = 5376, vocab = 262208, image = 256 * h * 2;
+  const auto sampler = [&](std::uint64_t tokens, std::uint64_t requests) {
+    return tokens * h * 2 + requests * h * 2 + requests * vocab * 2 + requests * vocab * 12;
+  };
+  // The server's defaults (8,192 batched tokens, 1,024 sequences): 8,192 / 256 = 32 images.
+  CHECK(peak({"--max-model-len", "8192"}) == sampler(8192, 1024) + 32 * image);
+  // A smaller encoder budget: 2,048 / 256 = 8 images (2,048 requests' worth of tokens).
+  CHECK(peak({"--max-model-len", "8192", "--max-num-batched-tokens", "2048"}) ==
+        sampler(2048, 1024) + 8 * image);
+  // One sequence of 600 tokens holds 2 images (600 / 256): the decoder's bound, not the 32. The
+  // forward is the larger peak then (its MLP: gate_up and SiluAndMul's output of 21,504 beside
+  // the residual and the input, over the 8,192 tokens), and the images add to it.
+  CHECK(peak({"--max-model-len", "600", "--max-num-seqs", "1"}) ==
+        2 * 8192 * h * 2 + 8192 * 3 * 21504 * 2 + 2 * image);
+  // A text-only model keeps no images: Gemma-2-9B (3,584 wide, 256,000 entries) is the sampler.
+  const std::uint64_t h2 = 3584, v2 = 256000;
+  CHECK(vllm_json({"--config", data_path("data/inference/gemma-2-9b-it.json"), "--max-model-len",
+                   "8192"})["activations"]["peak_bytes"] ==
+        8192 * h2 * 2 + 1024 * h2 * 2 + 1024 * v2 * 2 + 1024 * v2 * 12);
+}

@@ -109,6 +109,8 @@ struct VisionTower {
   std::uint64_t channels = 3;       ///< num_channels
   bool pooling_head = false;        ///< SigLIP's attention-pooling head (vision_use_head)
   std::uint64_t projector_out = 0;  ///< the text width the projector maps into; 0: no projector
+  /// mm_tokens_per_image: the embeddings the projector gives an image (Gemma 3: 256)
+  std::uint64_t tokens_per_image = 0;
 
   bool operator==(const VisionTower&) const = default;
 };

@@ -390,6 +390,7 @@ void read_gemma3_multimodal(const JsonObject& r, Architecture& a) {
   if (t.patch > t.image) v.fail("patch_size", "is larger than image_size");
   t.pooling_head = v.boolean({"vision_use_head"}, true);
   t.projector_out = a.hidden_size;
+  t.tokens_per_image = r.uint({"mm_tokens_per_image"}, 256);  // Gemma3Config's default
 }
 
 // OLMo-2 (models/olmo2): RMSNorms after attention and after the MLP (post_attention_layernorm,

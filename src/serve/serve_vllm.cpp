@@ -256,6 +256,32 @@ ProfilePeak profile_run_peak(const Architecture& a, u64 tokens, u64 requests, Dt
   return p;
 }
 
+// profile_run's encoder pass (v1/worker/gpu_model_runner.py at 494636b29): a multimodal model
+// runs its encoder on max_mm_items_per_batch dummy images of the largest size first and keeps
+// their embeddings in the encoder cache through the text forward and the sampler, so they add
+// to either peak. The items (multimodal/encoder_budget.py, MultiModalBudget._get_max_items):
+// the encoder budget (max_num_encoder_input_tokens = max_num_batched_tokens, or one image's
+// tokens if more: v1/core/encoder_cache_manager.py, compute_mm_encoder_budget) over one image's
+// tokens, at most max_num_seqs x the images a prompt holds (max_model_len over one image's
+// tokens, within the default limit of 999 per prompt), at least 1. Gemma 3
+// (models/gemma3_mm.py, Gemma3MultiModalProjector): mm_tokens_per_image embeddings of the text
+// width per image, in the model dtype. The encoder's own peak, before these, is not modelled.
+struct EncoderCache {
+  u64 items = 0;
+  u64 bytes = 0;
+};
+
+EncoderCache encoder_cache(const VisionTower& v, const VllmSettings& s, u64 context, Dtype dtype) {
+  const u64 tokens = v.tokens_per_image;
+  if (v.layers == 0 || v.projector_out == 0 || tokens == 0) return {};
+  const u64 budget = std::max(s.max_num_batched_tokens, tokens);
+  const u64 per_prompt = std::max<u64>(1, std::min<u64>(999, context / tokens));
+  const u64 items =
+      std::max<u64>(1, std::min(budget / tokens, checked_mul(s.max_num_seqs, per_prompt)));
+  return {items,
+          checked_mul(checked_mul(checked_mul(items, tokens), v.projector_out), width(dtype))};
+}
+
 // The KV-cache groups of one page size: layers of one kind in groups of the smallest kind's
 // count (the largest when the counts are within 25% of each other), the last group of a kind
 // padded with empty layers; every group is given the same number of blocks.
@@ -470,6 +496,27 @@ u64 vllm_budget(const VllmSettings& s) {
       std::floor(static_cast<double>(s.total_memory) * s.gpu_memory_utilization));
 }
 
+namespace {
+
+// The profile run's torch peak into `e`: the text forward or the sampler, and a multimodal
+// model's encoder cache beside it.
+u64 set_profile_peak(ServeEstimate& e, const Architecture& a, const VllmSettings& s, Dtype dtype) {
+  const u64 batched = s.max_num_batched_tokens;
+  const ProfilePeak p = profile_run_peak(a, batched, std::min(s.max_num_seqs, batched), dtype,
+                                         s.tensor_parallel_size);
+  const EncoderCache cache = encoder_cache(a.vision, s, e.context, dtype);
+  const u64 peak = checked_add(p.bytes, cache.bytes);
+  e.activation_peak_bytes = peak;
+  e.activation_basis = p.basis;
+  if (cache.items > 0) {
+    e.activation_basis += fmt::format(", beside the encoder cache's {} images x {} embeddings",
+                                      cache.items, a.vision.tokens_per_image);
+  }
+  return peak;
+}
+
+}  // namespace
+
 ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   const Architecture& a = *m.spec.arch;
   const u64 tp = s.tensor_parallel_size;
@@ -489,9 +536,7 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   e.weights_bytes = w.bytes;
   e.weights_basis = w.basis;
   const u64 batched = s.max_num_batched_tokens;
-  const ProfilePeak p = profile_run_peak(a, batched, std::min(s.max_num_seqs, batched), dtype, tp);
-  e.activation_peak_bytes = p.bytes;
-  e.activation_basis = p.basis;
+  const u64 peak = set_profile_peak(e, a, s, dtype);
   // Not modelled by mechanism: what the device holds outside torch after the profile run less
   // what it held after the distributed set-up (gpu_worker.py, init_device takes the snapshot
   // after NCCL, custom all-reduce and symmetric-memory buffers are made, so those are not in
@@ -505,13 +550,13 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   e.non_torch_basis = s.non_torch_memory ? "as given" : "measured default (not modelled)";
   set_cuda_graphs(e, s, batched);
   e.budget_bytes = vllm_budget(s);
-  const u64 used = w.bytes + p.bytes + *e.non_torch_bytes;
+  const u64 used = w.bytes + peak + *e.non_torch_bytes;
   if (!s.kv_cache_memory && used >= *e.budget_bytes) {
     throw Error(fmt::format(
         "serve: no memory left for the KV cache: weights {} + profile peak {} + non-torch {} "
         "exceed gpu_memory_utilization x total = {} (try more --tensor-parallel-size, a higher "
         "--gpu-memory-utilization or --quantization fp8)",
-        format_bytes(w.bytes, Unit::GiB), format_bytes(p.bytes, Unit::GiB),
+        format_bytes(w.bytes, Unit::GiB), format_bytes(peak, Unit::GiB),
         format_bytes(*e.non_torch_bytes, Unit::GiB), format_bytes(*e.budget_bytes, Unit::GiB)));
   }
   const u64 memory = s.kv_cache_memory.value_or(*e.budget_bytes - used);
