@@ -89,7 +89,7 @@ TEST_CASE("serve: bad input is one line and exit 2", "[serve]") {
   expect({"--model", "llama-3.1-8b", "--gpu-memory-utilization", "1.5"},
          "--gpu-memory-utilization: expected a fraction in (0, 1], got \"1.5\"");
   expect({"--model", "llama-3-70b", "--gpu", "a10"},
-         "serve: no memory left for the KV cache: weights 131.42 GiB + profile peak 0.46 GiB + "
+         "serve: no memory left for the KV cache: weights 131.42 GiB + profile peak 0.51 GiB + "
          "non-torch 0.25 GiB exceed gpu_memory_utilization x total = 20.24 GiB (try more "
          "--tensor-parallel-size, a higher --gpu-memory-utilization or --quantization fp8)");
   expect({"--engine", "llama.cpp", "--model", "llama-3.1-8b", "--quantization", "Q4_K_X"},

@@ -307,20 +307,49 @@ TEST_CASE("vLLM: bitsandbytes refusals", "[serve]") {
         "checkpoint; the model's quantization_config is fp8\n");
 }
 
+// The profile run's peak on an H100 (132 SMs, compute capability 9.0): the sampler's tensors,
+// all live at once in random_sample (v1/sample/sampler.py, ops/topk_topp_sampler.py at
+// 494636b29): the forward's hidden states [tokens, h], the sampled rows and their rand_like copy
+// [requests, h] each, the logits [requests, vocabulary padded to 64] in bf16, their fp32 copy,
+// the probabilities and the exponentials [requests, vocabulary] in fp32, and Triton's cached
+// buffer of min(next_pow2(min(SMs, requests)), SMs) rows of the vocabulary in fp32; beside them
+// PyTorch's cuBLAS workspace, 8 x 4 MiB on sm90 (2 x 4 MiB + 8 x 16 KiB before).
+TEST_CASE("vLLM: the profile peak is the sampler's tensors and Triton's buffer", "[serve]") {
+  const auto peak = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--model", "llama-3.1-8b", "--max-model-len", "8192"});
+    return vllm_json(args)["activations"]["peak_bytes"].get<std::uint64_t>();
+  };
+  const std::uint64_t h = 4096, vocab = 128256, mib = 1 << 20;
+  const auto sampler = [&](std::uint64_t tokens, std::uint64_t requests, std::uint64_t rows) {
+    return tokens * h * 2 + 2 * requests * h * 2 + requests * vocab * 2 + requests * vocab * 12 +
+           rows * vocab * 4;
+  };
+  // The server's defaults: 8,192 tokens over 1,024 requests, 132 programs and buffer rows.
+  CHECK(peak({}) == sampler(8192, 1024, 132) + 32 * mib);
+  // 100 requests (and 1,024 tokens, so that the sampler stays the larger peak): 100 programs,
+  // a buffer of next_pow2(100) = 128 rows.
+  CHECK(peak({"--max-num-seqs", "100", "--max-num-batched-tokens", "1024"}) ==
+        sampler(1024, 100, 128) + 32 * mib);
+  // An A100 (108 SMs, sm80): 108 rows, the smaller workspace.
+  CHECK(peak({"--gpu", "a100-80gb"}) == sampler(8192, 1024, 108) + 8 * mib + 128 * 1024);
+  // --gpu-memory states the total only: the preset's SMs stay (h100-80gb's by default).
+  CHECK(peak({"--gpu-memory", "79.19GiB"}) == peak({}));
+}
+
 // profile_run's encoder pass keeps max_mm_items_per_batch images' embeddings in the encoder
 // cache through the sampler (MultiModalBudget._get_max_items): Gemma-3-27B's multimodal
-// checkpoint, 256 embeddings of 5,376 in bf16 per image, beside the sampler's peak over the
-// padded vocabulary (262,208 is a multiple of 64): hidden states of the batch and the requests,
-// logits in bf16 and three fp32 copies.
+// checkpoint, 256 embeddings of 5,376 in bf16 per image, beside the sampler's peak above
+// (262,208 is a multiple of 64) and the cuBLAS workspace.
 TEST_CASE("vLLM: a multimodal model's profile peak holds the encoder cache's images", "[serve]") {
   const std::string config = data_path("data/inference/gemma-3-27b-it.json");
   const auto peak = [&](std::vector<std::string> args) {
     args.insert(args.begin(), {"--config", config});
     return vllm_json(args)["activations"]["peak_bytes"].get<std::uint64_t>();
   };
-  const std::uint64_t h = 5376, vocab = 262208, image = 256 * h * 2;
+  const std::uint64_t h = 5376, vocab = 262208, image = 256 * h * 2, workspace = 32 << 20;
   const auto sampler = [&](std::uint64_t tokens, std::uint64_t requests) {
-    return tokens * h * 2 + requests * h * 2 + requests * vocab * 2 + requests * vocab * 12;
+    return tokens * h * 2 + 2 * requests * h * 2 + requests * vocab * 2 + requests * vocab * 12 +
+           132 * vocab * 4 + workspace;
   };
   // The server's defaults (8,192 batched tokens, 1,024 sequences): 8,192 / 256 = 32 images.
   CHECK(peak({"--max-model-len", "8192"}) == sampler(8192, 1024) + 32 * image);
@@ -331,10 +360,11 @@ TEST_CASE("vLLM: a multimodal model's profile peak holds the encoder cache's ima
   // forward is the larger peak then (its MLP: gate_up and SiluAndMul's output of 21,504 beside
   // the residual and the input, over the 8,192 tokens), and the images add to it.
   CHECK(peak({"--max-model-len", "600", "--max-num-seqs", "1"}) ==
-        2 * 8192 * h * 2 + 8192 * 3 * 21504 * 2 + 2 * image);
+        2 * 8192 * h * 2 + 8192 * 3 * 21504 * 2 + workspace + 2 * image);
   // A text-only model keeps no images: Gemma-2-9B (3,584 wide, 256,000 entries) is the sampler.
   const std::uint64_t h2 = 3584, v2 = 256000;
   CHECK(vllm_json({"--config", data_path("data/inference/gemma-2-9b-it.json"), "--max-model-len",
-                   "8192"})["activations"]["peak_bytes"] ==
-        8192 * h2 * 2 + 1024 * h2 * 2 + 1024 * v2 * 2 + 1024 * v2 * 12);
+                   "8192"})["activations"]["peak_bytes"] == 8192 * h2 * 2 + 2 * 1024 * h2 * 2 +
+                                                                1024 * v2 * 2 + 1024 * v2 * 12 +
+                                                                132 * v2 * 4 + workspace);
 }

@@ -18,6 +18,9 @@ struct Gpu {
       capacity;  ///< bytes the driver reports (NVML total) or, where not known, the datasheet size
   std::string_view source;  ///< "nvml" (as nvidia-smi reports) or "datasheet"
   std::uint32_t sm = 0;     ///< CUDA compute capability x 10 (90: Hopper); 0 for other vendors
+  /// Streaming multiprocessors (AMD: compute units), as torch's multi_processor_count reports
+  /// them; 0 where not known.
+  std::uint32_t sms = 0;
 };
 
 /// A stated CUDA context size: what a process holds on the device outside PyTorch's allocator

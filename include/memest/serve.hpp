@@ -99,6 +99,10 @@ struct VllmSettings {
   bool enforce_eager = false;
   std::optional<std::uint64_t> kv_cache_memory;   ///< --kv-cache-memory: skips the profile
   std::optional<std::uint64_t> non_torch_memory;  ///< stated non-torch increase, bytes
+  /// The --gpu preset's multiprocessors and compute capability x 10 (default h100-80gb's):
+  /// the sampler's Triton buffer and PyTorch's cuBLAS workspace are sized by them.
+  std::uint64_t compute_units = 132;
+  std::uint32_t sm = 90;
 };
 
 /// SGLang's --kv-cache-dtype values modelled: auto (the model's dtype), fp8_e5m2 and fp8_e4m3

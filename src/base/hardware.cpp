@@ -16,25 +16,28 @@ constexpr std::uint64_t GB = 1'000'000'000ULL;
 const std::vector<Gpu>& gpu_presets() {
   // NVML totals (what nvidia-smi and torch.cuda report) as published in Modal's "Why does an
   // NVIDIA H100 80GB card offer 85.52 GB?" table; the others are datasheet sizes, where a
-  // vendor's "GB" of HBM is GiB for NVIDIA and AMD parts and GB for Intel Gaudi.
+  // vendor's "GB" of HBM is GiB for NVIDIA and AMD parts and GB for Intel Gaudi. The last
+  // column is the multiprocessor count of the vendor's datasheets and architecture whitepapers
+  // (AMD: compute units, one GCD of the MI250X); "h100-80gb" takes the SXM part's 132 (the
+  // PCIe card has 114) and "a10" the A10's 72 (the A10G has 80).
   static const std::vector<Gpu> gpus = {
-      {"t4", "NVIDIA T4 16GB", 15'360 * MiB, "nvml", 75},
-      {"v100-16gb", "NVIDIA V100 16GB", 16 * GiB, "datasheet", 70},
-      {"v100-32gb", "NVIDIA V100 32GB", 32 * GiB, "datasheet", 70},
-      {"a10", "NVIDIA A10/A10G 24GB", 23'028 * MiB, "nvml", 86},
-      {"l4", "NVIDIA L4 24GB", 23'034 * MiB, "nvml", 89},
-      {"rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24 * GiB, "datasheet", 86},
-      {"rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24 * GiB, "datasheet", 89},
-      {"a100-40gb", "NVIDIA A100 40GB", 40'960 * MiB, "nvml", 80},
-      {"l40s", "NVIDIA L40S 48GB", 46'068 * MiB, "nvml", 89},
-      {"a100-80gb", "NVIDIA A100 80GB", 81'920 * MiB, "nvml", 80},
-      {"h100-80gb", "NVIDIA H100 80GB (SXM/PCIe)", 81'559 * MiB, "nvml", 90},
-      {"h100-nvl-94gb", "NVIDIA H100 NVL 94GB", 94 * GiB, "datasheet", 90},
-      {"h200-141gb", "NVIDIA H200 141GB", 143'771 * MiB, "nvml", 90},
-      {"b200-192gb", "NVIDIA B200 192GB", 192 * GiB, "datasheet", 100},
-      {"mi250x", "AMD Instinct MI250X, one GCD (64 GB of the card's 128 GB)", 64 * GiB,
-       "datasheet"},
-      {"mi300x", "AMD Instinct MI300X 192GB", 192 * GiB, "datasheet"},
+      {"t4", "NVIDIA T4 16GB", 15'360 * MiB, "nvml", 75, 40},
+      {"v100-16gb", "NVIDIA V100 16GB", 16 * GiB, "datasheet", 70, 80},
+      {"v100-32gb", "NVIDIA V100 32GB", 32 * GiB, "datasheet", 70, 80},
+      {"a10", "NVIDIA A10/A10G 24GB", 23'028 * MiB, "nvml", 86, 72},
+      {"l4", "NVIDIA L4 24GB", 23'034 * MiB, "nvml", 89, 58},
+      {"rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24 * GiB, "datasheet", 86, 82},
+      {"rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24 * GiB, "datasheet", 89, 128},
+      {"a100-40gb", "NVIDIA A100 40GB", 40'960 * MiB, "nvml", 80, 108},
+      {"l40s", "NVIDIA L40S 48GB", 46'068 * MiB, "nvml", 89, 142},
+      {"a100-80gb", "NVIDIA A100 80GB", 81'920 * MiB, "nvml", 80, 108},
+      {"h100-80gb", "NVIDIA H100 80GB (SXM/PCIe)", 81'559 * MiB, "nvml", 90, 132},
+      {"h100-nvl-94gb", "NVIDIA H100 NVL 94GB", 94 * GiB, "datasheet", 90, 132},
+      {"h200-141gb", "NVIDIA H200 141GB", 143'771 * MiB, "nvml", 90, 132},
+      {"b200-192gb", "NVIDIA B200 192GB", 192 * GiB, "datasheet", 100, 148},
+      {"mi250x", "AMD Instinct MI250X, one GCD (64 GB of the card's 128 GB)", 64 * GiB, "datasheet",
+       0, 110},
+      {"mi300x", "AMD Instinct MI300X 192GB", 192 * GiB, "datasheet", 0, 304},
       {"gaudi2", "Intel Gaudi 2 96GB", 96 * GB, "datasheet"},
       {"gaudi3", "Intel Gaudi 3 128GB", 128 * GB, "datasheet"},
   };

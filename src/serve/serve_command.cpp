@@ -189,13 +189,18 @@ void check_engine(const ServeValues& g, ServeEngine engine) {
   }
 }
 
+// The --gpu preset (default h100-80gb); --gpu-memory only overrides its total.
+const Gpu& serve_gpu(const ServeValues& g) {
+  const auto it = g.find("--gpu");
+  return find_gpu(it == g.end() ? serve_row("--gpu").fallback.value : it->second.text);
+}
+
 u64 total_memory(const ServeValues& g, std::string* gpu_label) {
   if (auto m = size_of(g, "--gpu-memory")) {
     *gpu_label = fmt::format("{} total", format_bytes(*m, Unit::GiB));
     return *m;
   }
-  const auto it = g.find("--gpu");
-  const Gpu& gpu = find_gpu(it == g.end() ? serve_row("--gpu").fallback.value : it->second.text);
+  const Gpu& gpu = serve_gpu(g);
   *gpu_label = std::string(gpu.name);
   return gpu.capacity;
 }
@@ -222,6 +227,9 @@ VllmSettings vllm_settings(const ServeValues& g, u64 total) {
   s.enforce_eager = g.contains("--enforce-eager");
   s.kv_cache_memory = size_of(g, "--kv-cache-memory");
   s.non_torch_memory = size_of(g, "--non-torch-memory");
+  const Gpu& gpu = serve_gpu(g);
+  s.compute_units = gpu.sms;
+  s.sm = gpu.sm;
   return s;
 }
 

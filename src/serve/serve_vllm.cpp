@@ -8,6 +8,7 @@
 #include "serve/serve_weights.hpp"
 #include "serve/vllm_graphs.hpp"
 
+#include <memest/allocator_replay.hpp>
 #include <memest/error.hpp>
 #include <memest/serve.hpp>
 #include <memest/units.hpp>
@@ -220,39 +221,65 @@ Weights weights_per_rank(const ServeModel& m, const std::string& method, Dtype d
   return w;
 }
 
-// The profile run (v1/worker/gpu_model_runner.py, profile_run): one forward of
+// The profile run (v1/worker/gpu_model_runner.py, profile_run, at 494636b29): one forward of
 // max_num_batched_tokens tokens split over min(max_num_seqs, tokens) requests, then
-// _dummy_sampler_run on each request's last hidden state with top-k and top-p set, which
-// FlashInfer's top_k_top_p_sampling_from_logits serves (v1/sample/ops/topk_topp_sampler.py).
-// Live at the sampler's peak: the forward's hidden states, the gathered logits in the model
-// dtype (padded vocabulary), the sampler's fp32 copy, FlashInfer's masked logits and its
-// probabilities (fp32 each). The forward's own peak is the widest layer's inputs and outputs.
+// _dummy_sampler_run on each request's last hidden state (torch.rand_like of it, a copy) with
+// top-k and top-p set. The sampler (v1/sample/sampler.py) takes an fp32 copy of the logits
+// (sliced to the unpadded vocabulary), masks top-k and top-p in place with Triton
+// (v1/sample/ops/topk_topp_sampler.py forward_native, the default without
+// VLLM_USE_FLASHINFER_SAMPLER; topk_topp_triton.py apply_top_k_top_p_triton, whose per-program
+// buffer of min(next_pow2(programs), SMs) rows of the vocabulary in fp32 it keeps cached, the
+// programs being min(SMs, requests)), then softmaxes into fp32 probabilities and draws with an
+// fp32 tensor of exponentials (random_sample). Live at that peak: the forward's hidden states,
+// the sampled rows and their random copy, the gathered logits in the model dtype (padded
+// vocabulary, held by the caller), the three fp32 tensors and the Triton buffer. The forward's
+// own peak is the widest layer's inputs and outputs. PyTorch's cuBLAS workspace of the one
+// thread that runs matmuls (aten/src/ATen/cuda/CublasHandlePool.cpp, through the caching
+// allocator) is made by the first matmul of the profile run and held by either peak.
 struct ProfilePeak {
   u64 bytes = 0;
   std::string basis;
 };
 
-ProfilePeak profile_run_peak(const Architecture& a, u64 tokens, u64 requests, Dtype dtype, u64 tp) {
+u64 next_pow2(u64 n) {
+  u64 p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+ProfilePeak profile_run_peak(const Architecture& a, const VllmSettings& s, Dtype dtype) {
+  const u64 tokens = s.max_num_batched_tokens;
+  const u64 requests = std::min(s.max_num_seqs, tokens);
   const u64 w = width(dtype);
   const u64 h = a.hidden_size;
   const u64 hidden = checked_mul(checked_mul(tokens, h), w);
   const u64 vpad = pad_to(a.vocab_size, 64);
   const u64 rows = checked_mul(requests, a.vocab_size);
-  const u64 sampler =
-      checked_add(checked_add(hidden, checked_mul(checked_mul(requests, h), w)),
-                  checked_add(checked_mul(checked_mul(requests, vpad), w), checked_mul(rows, 12)));
+  const u64 programs = std::min(s.compute_units, requests);
+  const u64 triton =
+      checked_mul(checked_mul(std::min(next_pow2(programs), s.compute_units), 4), a.vocab_size);
+  const u64 sampler = checked_add(
+      checked_add(hidden, checked_mul(checked_mul(2 * requests, h), w)),
+      checked_add(checked_add(checked_mul(checked_mul(requests, vpad), w), checked_mul(rows, 12)),
+                  triton));
   // The MLP: gate_up [T, 2 I / tp] and SiluAndMul's [T, I / tp] beside the residual and input.
   const u64 mlp_width =
       std::max(a.intermediate_size, a.moe_intermediate_size * a.experts_per_token);
   const u64 forward =
-      checked_add(checked_mul(2, hidden), checked_mul(checked_mul(tokens, 3 * mlp_width / tp), w));
+      checked_add(checked_mul(2, hidden),
+                  checked_mul(checked_mul(tokens, 3 * mlp_width / s.tensor_parallel_size), w));
+  const u64 workspace = s.sm == 90 ? kCublasWorkspaceSm90 : kCublasWorkspace;
   ProfilePeak p;
-  p.bytes = std::max(sampler, forward);
+  p.bytes = checked_add(std::max(sampler, forward), workspace);
   p.basis =
       sampler >= forward
-          ? fmt::format("sampler over {} requests x {} vocab: logits in {} + 3 fp32 copies",
-                        format_count(requests), format_count(a.vocab_size), dtype_name(dtype))
+          ? fmt::format(
+                "sampler over {} requests x {} vocab: logits in {} + 3 fp32 copies, Triton's "
+                "{}-row buffer",
+                format_count(requests), format_count(a.vocab_size), dtype_name(dtype),
+                std::min(next_pow2(programs), s.compute_units))
           : fmt::format("forward of {} tokens: the MLP's input and outputs", format_count(tokens));
+  p.basis += fmt::format(", cuBLAS workspace {}", format_bytes(workspace, Unit::MiB));
   return p;
 }
 
@@ -501,9 +528,7 @@ namespace {
 // The profile run's torch peak into `e`: the text forward or the sampler, and a multimodal
 // model's encoder cache beside it.
 u64 set_profile_peak(ServeEstimate& e, const Architecture& a, const VllmSettings& s, Dtype dtype) {
-  const u64 batched = s.max_num_batched_tokens;
-  const ProfilePeak p = profile_run_peak(a, batched, std::min(s.max_num_seqs, batched), dtype,
-                                         s.tensor_parallel_size);
+  const ProfilePeak p = profile_run_peak(a, s, dtype);
   const EncoderCache cache = encoder_cache(a.vision, s, e.context, dtype);
   const u64 peak = checked_add(p.bytes, cache.bytes);
   e.activation_peak_bytes = peak;
