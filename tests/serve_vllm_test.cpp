@@ -336,17 +336,18 @@ TEST_CASE("vLLM: the profile peak is the sampler's tensors and Triton's buffer",
   CHECK(peak({"--gpu-memory", "79.19GiB"}) == peak({}));
 }
 
-// profile_run's encoder pass keeps max_mm_items_per_batch images' embeddings in the encoder
-// cache through the sampler (MultiModalBudget._get_max_items): Gemma-3-27B's multimodal
-// checkpoint, 256 embeddings of 5,376 in bf16 per image, beside the sampler's peak above
-// (262,208 is a multiple of 64) and the cuBLAS workspace.
-TEST_CASE("vLLM: a multimodal model's profile peak holds the encoder cache's images", "[serve]") {
+// profile_run's encoder pass keeps max_mm_items_per_batch dummy images and their embeddings
+// through the sampler (MultiModalBudget._get_max_items): Gemma-3-27B's multimodal checkpoint,
+// per image 3 x 896 x 896 pixels and 256 embeddings of 5,376, in bf16, beside the sampler's
+// peak above (262,208 is a multiple of 64) and the cuBLAS workspace.
+TEST_CASE("vLLM: a multimodal model's profile peak holds the encoder pass's images", "[serve]") {
   const std::string config = data_path("data/inference/gemma-3-27b-it.json");
   const auto peak = [&](std::vector<std::string> args) {
     args.insert(args.begin(), {"--config", config});
     return vllm_json(args)["activations"]["peak_bytes"].get<std::uint64_t>();
   };
-  const std::uint64_t h = 5376, vocab = 262208, image = 256 * h * 2, workspace = 32 << 20;
+  const std::uint64_t h = 5376, vocab = 262208, workspace = 32 << 20;
+  const std::uint64_t image = (3 * 896 * 896 + 256 * h) * 2;
   const auto sampler = [&](std::uint64_t tokens, std::uint64_t requests) {
     return tokens * h * 2 + 2 * requests * h * 2 + requests * vocab * 2 + requests * vocab * 12 +
            132 * vocab * 4 + workspace;

@@ -284,29 +284,33 @@ ProfilePeak profile_run_peak(const Architecture& a, const VllmSettings& s, Dtype
 }
 
 // profile_run's encoder pass (v1/worker/gpu_model_runner.py at 494636b29): a multimodal model
-// runs its encoder on max_mm_items_per_batch dummy images of the largest size first and keeps
-// their embeddings in the encoder cache through the text forward and the sampler, so they add
-// to either peak. The items (multimodal/encoder_budget.py, MultiModalBudget._get_max_items):
-// the encoder budget (max_num_encoder_input_tokens = max_num_batched_tokens, or one image's
-// tokens if more: v1/core/encoder_cache_manager.py, compute_mm_encoder_budget) over one image's
+// runs its encoder on max_mm_items_per_batch dummy images of the largest size first, and both
+// the batched dummy images (`batched_dummy_mm_inputs`, a local of profile_run, their pixels in
+// the model dtype: multimodal/processing/context.py, _postprocess_output) and their embeddings
+// (kept in the encoder cache) stay through the text forward and the sampler, so they add to
+// either peak. The items (multimodal/encoder_budget.py, MultiModalBudget._get_max_items): the
+// encoder budget (max_num_encoder_input_tokens = max_num_batched_tokens, or one image's tokens
+// if more: v1/core/encoder_cache_manager.py, compute_mm_encoder_budget) over one image's
 // tokens, at most max_num_seqs x the images a prompt holds (max_model_len over one image's
 // tokens, within the default limit of 999 per prompt), at least 1. Gemma 3
-// (models/gemma3_mm.py, Gemma3MultiModalProjector): mm_tokens_per_image embeddings of the text
-// width per image, in the model dtype. The encoder's own peak, before these, is not modelled.
-struct EncoderCache {
+// (models/gemma3_mm.py): an image of image_size^2 pixels in num_channels, and
+// mm_tokens_per_image embeddings of the text width (Gemma3MultiModalProjector). The encoder's
+// own peak, before the text forward, is not modelled (below the sampler's for Gemma 3).
+struct EncoderPass {
   u64 items = 0;
   u64 bytes = 0;
 };
 
-EncoderCache encoder_cache(const VisionTower& v, const VllmSettings& s, u64 context, Dtype dtype) {
+EncoderPass encoder_pass(const VisionTower& v, const VllmSettings& s, u64 context, Dtype dtype) {
   const u64 tokens = v.tokens_per_image;
   if (v.layers == 0 || v.projector_out == 0 || tokens == 0) return {};
   const u64 budget = std::max(s.max_num_batched_tokens, tokens);
   const u64 per_prompt = std::max<u64>(1, std::min<u64>(999, context / tokens));
   const u64 items =
       std::max<u64>(1, std::min(budget / tokens, checked_mul(s.max_num_seqs, per_prompt)));
-  return {items,
-          checked_mul(checked_mul(checked_mul(items, tokens), v.projector_out), width(dtype))};
+  const u64 pixels = checked_mul(checked_mul(v.channels, v.image), v.image);
+  const u64 per_image = checked_add(pixels, checked_mul(tokens, v.projector_out));
+  return {items, checked_mul(checked_mul(items, per_image), width(dtype))};
 }
 
 // The KV-cache groups of one page size: layers of one kind in groups of the smallest kind's
@@ -526,16 +530,17 @@ u64 vllm_budget(const VllmSettings& s) {
 namespace {
 
 // The profile run's torch peak into `e`: the text forward or the sampler, and a multimodal
-// model's encoder cache beside it.
+// model's encoder pass beside it.
 u64 set_profile_peak(ServeEstimate& e, const Architecture& a, const VllmSettings& s, Dtype dtype) {
   const ProfilePeak p = profile_run_peak(a, s, dtype);
-  const EncoderCache cache = encoder_cache(a.vision, s, e.context, dtype);
+  const EncoderPass cache = encoder_pass(a.vision, s, e.context, dtype);
   const u64 peak = checked_add(p.bytes, cache.bytes);
   e.activation_peak_bytes = peak;
   e.activation_basis = p.basis;
   if (cache.items > 0) {
-    e.activation_basis += fmt::format(", beside the encoder cache's {} images x {} embeddings",
-                                      cache.items, a.vision.tokens_per_image);
+    e.activation_basis +=
+        fmt::format(", beside the encoder pass's {} dummy images and their {} embeddings each",
+                    cache.items, a.vision.tokens_per_image);
   }
   return peak;
 }
