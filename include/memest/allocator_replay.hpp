@@ -24,6 +24,10 @@ inline constexpr std::uint64_t kRoundLarge = 2ULL << 20;      ///< larger segmen
 /// parseChosenWorkspaceSize and getNewWorkspace).
 inline constexpr std::uint64_t kCublasWorkspace = 4096ULL * 1024 * 2 + 16ULL * 1024 * 8;
 inline constexpr std::uint64_t kCublasWorkspaceSm90 = 4096ULL * 1024 * 8;
+/// The workspace of one handle on a device of compute capability `sm` x 10.
+constexpr std::uint64_t cublas_workspace_for(std::uint32_t sm) {
+  return sm == 90 ? kCublasWorkspaceSm90 : kCublasWorkspace;
+}
 /// The threads of a training step that run cuBLAS, each with a handle and so a workspace of its
 /// own: the caller's (the forward) and autograd's device thread (the backward).
 inline constexpr std::uint64_t kCublasThreads = 2;

@@ -525,7 +525,7 @@ void resolve_device_memory(const RunOptions& o, Problems& problems, TrainingSpec
     } catch (const Error&) {
       return;  // an unknown GPU is named once, by resolve_budget
     }
-    if (g->sm == 90) t.cublas_workspace = kCublasWorkspaceSm90;
+    t.cublas_workspace = cublas_workspace_for(g->sm);
     t.no_flash_kernel = !gpu_support(*g).flash_attention;
     if (te && g->sm >= 90) t.te_workspace = kTeWorkspaceSm90;
   });

@@ -255,9 +255,8 @@ ProfilePeak profile_run_peak(const Architecture& a, const VllmSettings& s, Dtype
   const u64 hidden = checked_mul(checked_mul(tokens, h), w);
   const u64 vpad = pad_to(a.vocab_size, 64);
   const u64 rows = checked_mul(requests, a.vocab_size);
-  const u64 programs = std::min(s.compute_units, requests);
-  const u64 triton =
-      checked_mul(checked_mul(std::min(next_pow2(programs), s.compute_units), 4), a.vocab_size);
+  const u64 buffer_rows = std::min(next_pow2(std::min(s.compute_units, requests)), s.compute_units);
+  const u64 triton = checked_mul(checked_mul(buffer_rows, 4), a.vocab_size);
   const u64 sampler = checked_add(
       checked_add(hidden, checked_mul(checked_mul(2 * requests, h), w)),
       checked_add(checked_add(checked_mul(checked_mul(requests, vpad), w), checked_mul(rows, 12)),
@@ -268,7 +267,7 @@ ProfilePeak profile_run_peak(const Architecture& a, const VllmSettings& s, Dtype
   const u64 forward =
       checked_add(checked_mul(2, hidden),
                   checked_mul(checked_mul(tokens, 3 * mlp_width / s.tensor_parallel_size), w));
-  const u64 workspace = s.sm == 90 ? kCublasWorkspaceSm90 : kCublasWorkspace;
+  const u64 workspace = cublas_workspace_for(s.sm);
   ProfilePeak p;
   p.bytes = checked_add(std::max(sampler, forward), workspace);
   p.basis =
@@ -276,8 +275,7 @@ ProfilePeak profile_run_peak(const Architecture& a, const VllmSettings& s, Dtype
           ? fmt::format(
                 "sampler over {} requests x {} vocab: logits in {} + 3 fp32 copies, Triton's "
                 "{}-row buffer",
-                format_count(requests), format_count(a.vocab_size), dtype_name(dtype),
-                std::min(next_pow2(programs), s.compute_units))
+                format_count(requests), format_count(a.vocab_size), dtype_name(dtype), buffer_rows)
           : fmt::format("forward of {} tokens: the MLP's input and outputs", format_count(tokens));
   p.basis += fmt::format(", cuBLAS workspace {}", format_bytes(workspace, Unit::MiB));
   return p;
