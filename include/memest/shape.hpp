@@ -98,9 +98,19 @@ struct Shape {
   std::string symbols() const;
   /// "2048 x 4096": each factor's value at (b, s), s split t ways for N/t.
   std::string values(std::uint64_t b, std::uint64_t s, std::uint64_t t = 1) const;
+  /// shape()'s error: more factors than a Shape holds.
+  [[noreturn]] static void too_many_factors();
 };
 
-/// A shape from its factors; throws std::logic_error past five factors.
-Shape shape(std::initializer_list<Sym> factors);
+/// A shape from its factors; throws std::logic_error past five factors. Inline, so that each
+/// call writes its factors straight into the shape (docs/performance.md, "Wall time").
+inline Shape shape(std::initializer_list<Sym> factors) {
+  Shape sh;
+  if (factors.size() > sh.factors.size()) Shape::too_many_factors();
+  std::size_t i = 0;
+  for (const Sym& f : factors) sh.factors[i++] = f;  // the rest stay zero
+  sh.rank = static_cast<std::uint8_t>(factors.size());
+  return sh;
+}
 
 }  // namespace memest

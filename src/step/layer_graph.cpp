@@ -690,14 +690,16 @@ Shape routed_rows(const ActivationInputs& in, Sym per_row, const char* capacity_
 namespace {
 
 // Sizes a tensor whose bytes are still zero (a new Tensor's).
-void size_new_tensor(Tensor& t) {
-  if (const Monomial m = single_monomial(t.shape); m.index >= 0) {  // most tensors
+// `shape` is the tensor's shape where it was built: add_tensor reads the caller's, not the copy
+// just written into the record, so sizing need not wait for that copy's stores.
+void size_new_tensor(Tensor& t, const Shape& shape) {
+  if (const Monomial m = single_monomial(shape); m.index >= 0) {  // most tensors
     const auto i = static_cast<std::size_t>(m.index);
     t.bytes.c[i] = checked_mul(m.coef, t.width);
     t.mono = t.bytes.c[i] != 0 ? m.index : -1;
     return;
   }
-  t.bytes.add(t.shape.elements(), t.width);
+  t.bytes.add(shape.elements(), t.width);
   int nonzero = 0;
   for (std::size_t i = 0; i < kMonoCount; ++i) {
     if (t.bytes.c[i] == 0) continue;
@@ -711,7 +713,7 @@ void size_new_tensor(Tensor& t) {
 
 void size_tensor(Tensor& t) {
   t.bytes = Poly{};
-  size_new_tensor(t);
+  size_new_tensor(t, t.shape);
 }
 
 Tensor make_tensor(const Tensor& proto) {
@@ -747,7 +749,7 @@ std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope sco
   t.shape = shape;
   t.batch = batch;
 #endif
-  size_new_tensor(t);  // its bytes are zero
+  size_new_tensor(t, shape);  // its bytes are zero
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
 }
 
@@ -838,6 +840,20 @@ bool is_lora_tensor(const Tensor& t) {
 
 void add_saved_tensors(Step& step, const ActivationInputs& in) { Saver(step, in).all(); }
 
+namespace {
+
+// A term built in the list from its fields (parenthesised aggregate initialisation, where the
+// compiler has it): a temporary written field by field and read back whole stalls the load.
+void add_term(std::vector<ActivationTerm>& terms, const Tensor& t, u64 each, u64 count) {
+#if defined(__cpp_aggregate_paren_init) && __cpp_aggregate_paren_init >= 201902L
+  terms.emplace_back(t.scope, t.name, each, count, t.width, t.shape);
+#else  // clang 14 (the web build's, clang-tidy's)
+  terms.push_back({t.scope, t.name, each, count, t.width, t.shape});
+#endif
+}
+
+}  // namespace
+
 ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const Basis& x,
                             const TensorBytes& bytes, Terms terms) {
   ActivationBytes r;
@@ -880,14 +896,14 @@ ActivationBytes saved_bytes(const Step& step, const ActivationInputs& in, const 
                : t.scope == Scope::head  ? r.head
                                          : r.layers;
     sum = checked_add(sum, checked_mul(each, e.count));
-    if (listed) r.terms.push_back({t.scope, t.name, each, e.count, t.width, t.shape});
+    if (listed) add_term(r.terms, t, each, e.count);
   }
   r.total = checked_add(checked_add(r.layers, r.shared), checked_add(r.embed, r.head));
   if (!listed) return r;
   for (std::uint32_t i = 0; i < step.tensors.size() && n_recomputed > 0; ++i) {  // not stored
     const Tensor& t = step.tensors[i];
     if (t.part == Part::activations && recomputed(t) && t.exists_at(x))
-      r.terms.push_back({t.scope, t.name, bytes[i], 0, t.width, t.shape});
+      add_term(r.terms, t, bytes[i], 0);
   }
   return r;
 }

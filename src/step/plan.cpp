@@ -141,12 +141,16 @@ std::vector<Moment> moments_at(const Step& step, const std::vector<MomentSpec>& 
   out.reserve(walk.size());
   for (const MomentSpec& spec : walk) {
     Moment& m = out.emplace_back(moment_of(spec.id, spec.layer));
+    // The even and the odd entries summed apart, then added: an entry's sum need not wait for
+    // the previous entry's store to the same part.
+    std::array<std::array<u64, kPartCount>, 2> sums{};
     u64 states = 0;
     for (std::uint32_t i = spec.begin; i < spec.end; ++i) {
       const Entry& e = step.entries[i];
-      const u64 v = bytes.add_entry(e, m.parts);
+      const u64 v = bytes.add_entry(e, sums[i & 1U]);
       if (e.tensor == step.states_tensor) states += v;
     }
+    for (std::size_t p = 0; p < kPartCount; ++p) m.parts[p] = checked_add(sums[0][p], sums[1][p]);
     sum_parts(m);
     if (first) first->take(m, states_exist(phase_of(m.id.kind)) ? m.bytes : m.bytes - states);
   }
@@ -197,7 +201,14 @@ std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Bas
     const u64 each = bytes[e.tensor];
     const u64 all =
         e.ranks > 1 ? shard(checked_mul(each, e.count), e.ranks) : checked_mul(each, e.count);
-    if (all > 0) out.push_back({t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks});
+    if (all == 0) continue;
+#if defined(__cpp_aggregate_paren_init) && __cpp_aggregate_paren_init >= 201902L
+    // Built in the list from its fields (as add_tensor builds a tensor): no temporary written
+    // field by field and read back whole.
+    out.emplace_back(t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks);
+#else  // clang 14 (the web build's, clang-tidy's)
+    out.push_back({t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks});
+#endif
   }
   return out;
 }
@@ -274,8 +285,12 @@ Peak peak_at(const RunSpec& run, const Step& step, std::vector<Moment> steady,
 
 StepEstimate estimate_step(const RunSpec& run, const ActivationInputs& in,
                            const StepOptions& options) {
-  const Step step =
-      build_step(run, in, {.first_step = options.first_step, .timeline = options.timeline});
+  // One step per thread, rebuilt whole by every call: its vectors' storage is allocated once
+  // (docs/performance.md, "Wall time"); nothing read from it outlives this call.
+  thread_local Step scratch;
+  detail::build_step_into(scratch, run, in,
+                          {.first_step = options.first_step, .timeline = options.timeline});
+  const Step& step = scratch;
   const Basis x = basis_at(in.b, in.s, token_split(in));
   const detail::TensorBytes bytes(step, x);
   // The first step from the steady one needs each steady moment's optimizer states.

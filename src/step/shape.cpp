@@ -128,12 +128,6 @@ std::string Shape::values(std::uint64_t b, std::uint64_t s, std::uint64_t t) con
   return out;
 }
 
-Shape shape(std::initializer_list<Sym> factors) {
-  Shape sh;
-  if (factors.size() > sh.factors.size()) throw std::logic_error("shape: more than five factors");
-  std::copy(factors.begin(), factors.end(), sh.factors.begin());  // the rest stay zero
-  sh.rank = static_cast<std::uint8_t>(factors.size());
-  return sh;
-}
+void Shape::too_many_factors() { throw std::logic_error("shape: more than five factors"); }
 
 }  // namespace memest

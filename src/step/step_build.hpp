@@ -147,5 +147,8 @@ struct WalkOptions {
 /// The whole step of a run: the saved tensors and every moment of the steady-state walk, and
 /// those `options` asks for (src/step/walk.cpp).
 Step build_step(const RunSpec& run, const ActivationInputs& in, const WalkOptions& options = {});
+/// The same into `step`, whose vectors keep their storage: what `step` held before is gone.
+void build_step_into(Step& step, const RunSpec& run, const ActivationInputs& in,
+                     const WalkOptions& options = {});
 
 }  // namespace memest::detail

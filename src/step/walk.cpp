@@ -406,8 +406,36 @@ std::uint32_t Walker::sized_later(std::string_view name, Part part, u64 bytes) {
   return add_constant(step_, name, part, Scope::state, bytes);
 }
 
+namespace {
+
+// Empties a step and keeps its vectors' storage: every other member as a new Step has it.
+void clear_keeping_storage(Step& step) {
+  Step fresh;
+  const auto keep = [](auto& to, auto& from) {
+    to = std::move(from);
+    to.clear();
+  };
+  keep(fresh.tensors, step.tensors);
+  keep(fresh.entries, step.entries);
+  keep(fresh.steady, step.steady);
+  keep(fresh.first, step.first);
+  keep(fresh.timeline, step.timeline);
+  keep(fresh.saved, step.saved);
+  keep(fresh.step_temporaries, step.step_temporaries);
+  step = std::move(fresh);
+}
+
+}  // namespace
+
 Step build_step(const RunSpec& run, const ActivationInputs& in, const WalkOptions& options) {
   Step step;
+  build_step_into(step, run, in, options);
+  return step;
+}
+
+void build_step_into(Step& step, const RunSpec& run, const ActivationInputs& in,
+                     const WalkOptions& options) {
+  clear_keeping_storage(step);
   step.tensors.reserve(96);
   step.entries.reserve(options.first_step ? 768 : 384);
   step.steady.reserve(16);
@@ -425,7 +453,6 @@ Step build_step(const RunSpec& run, const ActivationInputs& in, const WalkOption
   const bool grads_kept = !run.training.grads_set_to_none && run.training.grad_accum == 1;
   if (options.first_step && grads_kept) w.walk(StepOf::first);
   if (options.timeline) w.timeline();
-  return step;
 }
 
 }  // namespace memest::detail
