@@ -114,8 +114,7 @@ struct Tensor {
   Scope scope = Scope::transient;
   Slot slot = Slot::none;
   std::uint64_t width = 1;  ///< bytes per element; a scalar's whole size when the shape is empty
-  Shape shape;
-  Poly bytes;  ///< width x elements, from `shape`
+  Poly bytes;               ///< width x elements, from `shape`
   Batch batch = Batch::any;
   /// A layer's tensor the first layer does not save: its input does not require grad (frozen
   /// embeddings) and the tensor is kept only for that input's gradient.
@@ -124,6 +123,8 @@ struct Tensor {
 
   /// The monomial of a size that has one, else -1 (the plan's fast path).
   int mono = -1;
+  /// Last: what the walk and the sums read of every tensor is in the record's first 104 bytes.
+  Shape shape;
 
   bool empty() const {
     if (mono >= 0) return false;

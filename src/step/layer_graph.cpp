@@ -729,8 +729,8 @@ Tensor make_tensor(std::string_view name, Part part, Scope scope, Slot slot, std
                             .scope = scope,
                             .slot = slot,
                             .width = width,
-                            .shape = shape,
-                            .batch = batch});
+                            .batch = batch,
+                            .shape = shape});
 }
 
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
@@ -738,7 +738,8 @@ std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope sco
 #if defined(__cpp_aggregate_paren_init) && __cpp_aggregate_paren_init >= 201902L
   // Built in place from its fields (parenthesised aggregate initialisation): the record's shape
   // is not zeroed before the shape is copied in. Its bytes are zero until sized.
-  Tensor& t = step.tensors.emplace_back(name, part, scope, slot, width, shape, Poly{}, batch);
+  Tensor& t = step.tensors.emplace_back(name, part, scope, slot, width, Poly{}, batch, false,
+                                        Stream::compute, -1, shape);
 #else  // clang 14 (the web build's, clang-tidy's): the same fields, assigned
   Tensor& t = step.tensors.emplace_back();
   t.name = name;

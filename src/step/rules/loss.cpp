@@ -201,17 +201,19 @@ Shape row_shape(LossShape sh, const ActivationInputs& in, const Sym& V) {
   return shape({});
 }
 
-// A row's tensor, not yet sized (make_tensor does it where the tensor is created). `V` is the
+// A row's tensor, not yet sized (make_tensor does it where the tensor is created), written
+// into `t`, a new Tensor: filled in place, not built on the stack and copied whole (a copy that
+// reads back what was just written field by field waits for those stores). `V` is the
 // vocabulary as the shapes name it (V/t on a tensor-parallel rank).
-Tensor row_tensor(const LossRow& row, const ActivationInputs& in, const Sym& V) {
+void fill_row_tensor(Tensor& t, const LossRow& row, const ActivationInputs& in, const Sym& V) {
   const bool saved_row = row.life == LossLife::saved;
-  return Tensor{.name = row.name,
-                .part = saved_row ? Part::activations : Part::other,
-                .scope = saved_row ? Scope::head : Scope::transient,
-                .slot = row.slot,
-                .width = row_width(row.width, in),
-                .shape = row_shape(row.shape, in, V),
-                .batch = row.batch};
+  t.name = row.name;
+  t.part = saved_row ? Part::activations : Part::other;
+  t.scope = saved_row ? Scope::head : Scope::transient;
+  t.slot = row.slot;
+  t.width = row_width(row.width, in);
+  t.shape = row_shape(row.shape, in, V);
+  t.batch = row.batch;
 }
 
 Lifetime row_lifetime(LossLife life) {
@@ -247,7 +249,7 @@ void add_loss_saved(Step& step, const ActivationInputs& in) {
   if (!loss_keeps(in)) return;
   const Sym V = Dims(in).V;
   each_loss_row(in, [&](const LossRow& row) {
-    if (row.life != LossLife::saved) return;  // row_tensor's fields, built in place
+    if (row.life != LossLife::saved) return;  // fill_row_tensor's fields, built in place
     add_tensor(step, row.name, Part::activations, Scope::head, row.slot, row_width(row.width, in),
                row_shape(row.shape, in, V), row.batch);
   });
@@ -256,8 +258,10 @@ void add_loss_saved(Step& step, const ActivationInputs& in) {
 void add_loss_lived(std::vector<Lived>& out, const ActivationInputs& in) {
   const Sym V = Dims(in).V;
   each_loss_row(in, [&](const LossRow& row) {
-    if (row.life != LossLife::saved)
-      out.push_back({row_tensor(row, in, V), row_lifetime(row.life)});
+    if (row.life == LossLife::saved) return;
+    Lived& l = out.emplace_back();
+    fill_row_tensor(l.tensor, row, in, V);
+    l.life = row_lifetime(row.life);
   });
 }
 
