@@ -305,3 +305,42 @@ TEST_CASE("each tensor's bytes past the inline array, and an absent tensor as 0"
   const detail::TensorBytes at_one(step, basis_at(1, 8));
   CHECK(at_one[one] == 2 * 8);
 }
+
+TEST_CASE("a step built into a used one is the step built afresh", "[walk]") {
+  // build_step_into keeps the vectors' storage of the step it is given (estimate_step's
+  // per-thread step): nothing of the step before may be left in any member.
+  RunSpec before = tiny_llama("mixed-bf16", 4, 64);  // gradients kept: a first walk of its own
+  before.training.grads_set_to_none = false;
+  before.optimizer.kind = OptimizerKind::adamw;
+  Step step = step_of(before, {.first_step = true, .timeline = true});
+  REQUIRE_FALSE(step.first.empty());
+  const RunSpec after = tiny_llama("bf16", 1, 8);
+  detail::build_step_into(step, after, *activation_inputs(after));
+  const Step fresh = step_of(after);
+  REQUIRE(step.tensors.size() == fresh.tensors.size());
+  for (std::size_t i = 0; i < fresh.tensors.size(); ++i) {
+    CHECK(step.tensors[i].name == fresh.tensors[i].name);
+    CHECK(step.tensors[i].bytes.c == fresh.tensors[i].bytes.c);
+  }
+  const auto same_entries = [](const std::vector<Entry>& a, const std::vector<Entry>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const Entry& x, const Entry& y) {
+      return x.tensor == y.tensor && x.ranks == y.ranks && x.count == y.count;
+    });
+  };
+  CHECK(same_entries(step.entries, fresh.entries));
+  CHECK(same_entries(step.saved, fresh.saved));
+  const auto same_walk = [](const std::vector<MomentSpec>& a, const std::vector<MomentSpec>& b) {
+    return std::equal(
+        a.begin(), a.end(), b.begin(), b.end(), [](const MomentSpec& x, const MomentSpec& y) {
+          return x.id == y.id && x.begin == y.begin && x.end == y.end && x.layer == y.layer;
+        });
+  };
+  CHECK(same_walk(step.steady, fresh.steady));
+  CHECK(step.first.empty());
+  CHECK(step.timeline.empty());
+  CHECK(step.step_temporaries == fresh.step_temporaries);
+  CHECK(step.states_tensor == fresh.states_tensor);
+  CHECK(step.state_bytes == fresh.state_bytes);
+  CHECK(step.step_counter_bytes == fresh.step_counter_bytes);
+  CHECK(step.walk_mlp == fresh.walk_mlp);
+}
