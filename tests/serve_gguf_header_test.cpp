@@ -75,7 +75,7 @@ std::vector<GgufTestTensor> gguf_test_tensors() {
 
 // A two-layer Llama: its shapes, a vocabulary of 1,000 tokens, a float, a negative int and an
 // array of u16 besides, then the tensors.
-std::vector<unsigned char> gguf_test_file() {
+std::vector<unsigned char> gguf_test_file(std::uint32_t block_count = 2) {
   GgufWriter w;
   const auto tensors = gguf_test_tensors();
   w.bytes = {'G', 'G', 'U', 'F'};
@@ -84,12 +84,10 @@ std::vector<unsigned char> gguf_test_file() {
   w.value<std::uint64_t>(11);
   w.key("general.architecture", 8);
   w.text("llama");
-  const std::pair<const char*, std::uint32_t> shapes[] = {{"llama.block_count", 2},
-                                                          {"llama.embedding_length", 256},
-                                                          {"llama.feed_forward_length", 512},
-                                                          {"llama.attention.head_count", 4},
-                                                          {"llama.attention.head_count_kv", 2},
-                                                          {"llama.context_length", 4096}};
+  const std::pair<const char*, std::uint32_t> shapes[] = {
+      {"llama.block_count", block_count},   {"llama.embedding_length", 256},
+      {"llama.feed_forward_length", 512},   {"llama.attention.head_count", 4},
+      {"llama.attention.head_count_kv", 2}, {"llama.context_length", 4096}};
   for (const auto& [k, v] : shapes) {
     w.key(k, 4);
     w.value(v);
@@ -193,6 +191,20 @@ TEST_CASE("gguf: memest serve --gguf sizes the weights from the tensors", "[serv
                      ": expected the ggml type of tensor \"output.weight\" (4 bytes), the file "
                      "ends at " +
                      std::to_string(end) + " (truncated)\n");
+}
+
+TEST_CASE("gguf: more layers than llama.cpp loads is one line", "[serve][gguf]") {
+  // The fuzzer's case: 370 million layers, which the layer split would walk one by one.
+  memest::test::TempDir dir("gguf");
+  const std::string path = (dir.path / "deep.gguf").string();
+  const auto bytes = gguf_test_file(370'000'001);
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  const auto r = memest::test::run_cli({"serve", "--engine", "llama.cpp", "--gguf", path});
+  CHECK(r.code == 2);
+  CHECK(r.err == "memest: error: --engine llama.cpp: " + path +
+                     " has 370000001 layers; llama.cpp loads at most 512 (LLAMA_MAX_LAYERS)\n");
 }
 
 TEST_CASE("gguf: a file cut at any byte is one line naming the offset", "[serve][gguf]") {

@@ -284,6 +284,20 @@ void add_weights(ServeEstimate& e, const LlamaCppPlacement& p, const LlamaCppSet
                                 cpu_layers ? " and the CPU layers" : ""));
 }
 
+// llama.cpp's loader keeps per-layer hyperparameters in arrays of LLAMA_MAX_LAYERS (512) and
+// refuses a model of more layers (llama_model_loader::get_key_or_arr, "n > N_MAX";
+// src/llama-hparams.h and src/llama-model-loader.cpp of ik_llama.cpp at 8337e4cd3), so a model
+// of more is refused here too, before its layers are split one by one.
+void check_layer_count(const ServeModel& m) {
+  constexpr u64 kLlamaMaxLayers = 512;
+  const u64 layers = m.spec.arch->num_layers;
+  if (layers <= kLlamaMaxLayers) return;
+  throw Error(
+      fmt::format("--engine llama.cpp: {} has {} layers; llama.cpp loads at most {} "
+                  "(LLAMA_MAX_LAYERS)",
+                  m.spec.name, layers, kLlamaMaxLayers));
+}
+
 }  // namespace
 
 std::span<const GgmlType> ggml_cache_types() { return kCacheTypes; }
@@ -295,6 +309,7 @@ std::span<const std::string_view> ggml_cache_type_names() { return kCacheTypeNam
 ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSettings& s,
                                          const LlamaWeightsInput* w) {
   const Architecture& a = *m.spec.arch;
+  check_layer_count(m);
   check_cache_types(s);
   ServeEstimate e;
   e.engine = ServeEngine::llama_cpp;
