@@ -1,5 +1,6 @@
 #include "base/names.hpp"
 #include "model/families.hpp"
+#include "model/walked_layers.hpp"
 
 #include <memest/dtype.hpp>
 #include <memest/error.hpp>
@@ -136,6 +137,14 @@ Architecture canonical_architecture(std::uint64_t params) {
   a.rms_norm = true;
   a.norm_bias = false;
   return a;
+}
+
+void check_walked_layers(std::uint64_t layers, std::string_view what) {
+  if (layers <= kMaxWalkedLayers) return;
+  throw Error(
+      fmt::format("{}: the model's {} layers are walked one at a time there; at most {} "
+                  "are (the estimate without it takes any number)",
+                  what, format_count(layers), format_count(kMaxWalkedLayers)));
 }
 
 ModelSpec model_from_count(std::uint64_t params) {

@@ -13,6 +13,7 @@
 #include "replay/allocator_step.hpp"
 
 #include "model/model_state.hpp"
+#include "model/walked_layers.hpp"
 #include "replay/fsdp_init.hpp"
 #include "replay/nf4_init.hpp"
 #include "step/step_build.hpp"
@@ -547,6 +548,7 @@ AllocatorReplay Replay::run() {
 
 AllocatorReplay replay_allocator(const RunSpec& run, const Step& step, std::uint64_t L,
                                  const Basis& x) {
+  check_walked_layers(L, "--allocator cuda");
   return Replay(run, step, L, x).run();
 }
 

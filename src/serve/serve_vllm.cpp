@@ -5,6 +5,7 @@
 // determine_available_memory), and the KV-cache groups that budget is cut into
 // (v1/core/kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size and get_num_blocks).
 #include "serve/serve_bnb.hpp"
+#include "model/walked_layers.hpp"
 #include "serve/serve_weights.hpp"
 #include "serve/vllm_graphs.hpp"
 
@@ -560,6 +561,7 @@ ServeEstimate estimate_vllm(const ServeModel& m, const VllmSettings& s) {
   e.context = s.max_model_len > 0 ? s.max_model_len : m.max_positions;
   if (e.context == 0) throw Error("--max-model-len: the config has no max_position_embeddings");
   const Dtype dtype = s.dtype.value_or(m.dtype);
+  check_walked_layers(a.num_layers, "--engine vllm");
   const Weights w = vllm_loaded_weights(m, s);
   e.weights_bytes = w.bytes;
   e.weights_basis = w.basis;

@@ -5,6 +5,8 @@
 // is the skeleton: which moments a step has, in which order, and what every moment holds.
 #include "step/walk.hpp"
 
+#include "model/walked_layers.hpp"
+
 #include <memest/optimizer.hpp>
 #include <memest/parallel.hpp>
 #include <memest/peak.hpp>
@@ -435,6 +437,7 @@ Step build_step(const RunSpec& run, const ActivationInputs& in, const WalkOption
 
 void build_step_into(Step& step, const RunSpec& run, const ActivationInputs& in,
                      const WalkOptions& options) {
+  if (options.timeline) check_walked_layers(in.L, "--plot");
   clear_keeping_storage(step);
   step.tensors.reserve(96);
   step.entries.reserve(options.first_step ? 768 : 384);
