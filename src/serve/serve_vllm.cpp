@@ -4,8 +4,8 @@
 // gpu_memory_utilization x total - weights - peak - non-torch memory (v1/worker/gpu_worker.py,
 // determine_available_memory), and the KV-cache groups that budget is cut into
 // (v1/core/kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size and get_num_blocks).
-#include "serve/serve_bnb.hpp"
 #include "model/walked_layers.hpp"
+#include "serve/serve_bnb.hpp"
 #include "serve/serve_weights.hpp"
 #include "serve/vllm_graphs.hpp"
 
