@@ -306,6 +306,39 @@ TEST_CASE("each tensor's bytes past the inline array, and an absent tensor as 0"
   CHECK(at_one[one] == 2 * 8);
 }
 
+TEST_CASE("the optimizer states are the step's one tensor of their part", "[walk]") {
+  // The first step's peak is read from the steady moments less their optimizer states, taken
+  // as each moment's optimizer_state part (src/step/plan.cpp, moments_at): no other tensor may
+  // have that part, in any stack that adds tensors of its own.
+  std::vector<RunSpec> runs;
+  RunSpec run = tiny_llama("mixed-bf16", 2, 8);
+  run.optimizer.kind = OptimizerKind::adamw;
+  runs.push_back(run);
+  RunSpec in_backward = run;
+  in_backward.training.optimizer_in_backward = true;
+  runs.push_back(in_backward);
+  RunSpec fsdp = run;
+  fsdp.parallel.data_parallel = 2;
+  fsdp.parallel.zero_stage = 3;
+  fsdp.parallel.fsdp_version = 2;
+  runs.push_back(fsdp);
+  RunSpec paged = run;
+  paged.optimizer.kind = OptimizerKind::adam8bit;
+  paged.optimizer.paged = true;
+  runs.push_back(paged);
+  RunSpec offload = run;
+  offload.training.offload_activations = true;
+  runs.push_back(offload);
+  for (const RunSpec& r : runs) {
+    const Step step = step_of(r, {.first_step = true, .timeline = true});
+    std::vector<std::uint32_t> states;
+    for (std::uint32_t i = 0; i < step.tensors.size(); ++i) {
+      if (step.tensors[i].part == Part::optimizer_state) states.push_back(i);
+    }
+    CHECK(states == std::vector<std::uint32_t>{step.states_tensor});
+  }
+}
+
 TEST_CASE("a step built into a used one is the step built afresh", "[walk]") {
   // build_step_into keeps the vectors' storage of the step it is given (estimate_step's
   // per-thread step): nothing of the step before may be left in any member.

@@ -96,9 +96,15 @@ std::vector<Poly> frontier(const std::vector<Compiled>& ms) {
   return out;
 }
 
-// A moment of a walk, its parts still to be filled.
-Moment moment_of(MomentId id, std::int32_t layer) {
-  return {moment_name(id), phase_name(phase_of(id.kind)), 0, {}, layer, id};
+// A moment of a walk, its parts still to be filled, added to `out`. Built where it lies: a
+// record built on the stack and copied would read the stores just made, a stall each.
+Moment& add_moment(std::vector<Moment>& out, MomentId id, std::int32_t layer) {
+  Moment& m = out.emplace_back();
+  m.name = moment_name(id);
+  m.phase = phase_name(phase_of(id.kind));
+  m.layer = layer;
+  m.id = id;
+  return m;
 }
 
 void sum_parts(Moment& m) {
@@ -110,7 +116,7 @@ std::vector<Moment> evaluate(const std::vector<Compiled>& ms, const Basis& x) {
   std::vector<Moment> out;
   out.reserve(ms.size());
   for (const Compiled& c : ms) {
-    Moment& m = out.emplace_back(moment_of(c.id, c.layer));
+    Moment& m = add_moment(out, c.id, c.layer);
     for (std::size_t p = 0; p < kPartCount; ++p) m.parts[p] = c.parts[p].at(x);
     sum_parts(m);
   }
@@ -126,33 +132,41 @@ struct FirstPeak {
 
   void take(const Moment& m, u64 v) {
     if (found && v <= bytes) return;
-    *this = {v, m.phase, m.name, m.id, true};
+    // Field by field: a whole-record copy would read the id's two bytes just stored.
+    bytes = v;
+    phase = m.phase;
+    moment = m.name;
+    id = m.id;
+    found = true;
   }
 };
 
 // Each moment of a walk at the point `bytes` was taken at, straight from its entries: what one
 // estimate needs, without compiling the moments first. With `first`, also the first step's
 // largest moment from these steady ones (alternatives not reduced): each moment less its
-// optimizer states (Step::states_tensor) before the optimizer creates them, in its optimizer
-// phase.
+// optimizer states before the optimizer creates them, in its optimizer phase. The states are the
+// step's one tensor of their part (Step::states_tensor), so the moment's part is theirs.
 std::vector<Moment> moments_at(const Step& step, const std::vector<MomentSpec>& walk,
                                const detail::TensorBytes& bytes, FirstPeak* first = nullptr) {
   std::vector<Moment> out;
   out.reserve(walk.size());
   for (const MomentSpec& spec : walk) {
-    Moment& m = out.emplace_back(moment_of(spec.id, spec.layer));
-    // The even and the odd entries summed apart, then added: an entry's sum need not wait for
-    // the previous entry's store to the same part.
-    std::array<std::array<u64, kPartCount>, 2> sums{};
-    u64 states = 0;
-    for (std::uint32_t i = spec.begin; i < spec.end; ++i) {
-      const Entry& e = step.entries[i];
-      const u64 v = bytes.add_entry(e, sums[i & 1U]);
-      if (e.tensor == step.states_tensor) states += v;
+    Moment& m = add_moment(out, spec.id, spec.layer);
+    // The even entries summed into the moment's parts and the odd ones apart, then added: an
+    // entry's sum need not wait for the previous entry's store to the same part.
+    std::array<u64, kPartCount> odd{};
+    const Entry* e = step.entries.data() + spec.begin;
+    const Entry* const end = step.entries.data() + spec.end;
+    for (; end - e >= 2; e += 2) {
+      bytes.add_entry(e[0], m.parts);
+      bytes.add_entry(e[1], odd);
     }
-    for (std::size_t p = 0; p < kPartCount; ++p) m.parts[p] = checked_add(sums[0][p], sums[1][p]);
+    if (e != end) bytes.add_entry(*e, m.parts);
+    for (std::size_t p = 0; p < kPartCount; ++p) m.parts[p] = checked_add(m.parts[p], odd[p]);
     sum_parts(m);
-    if (first) first->take(m, states_exist(phase_of(m.id.kind)) ? m.bytes : m.bytes - states);
+    if (!first) continue;
+    const u64 states = m.parts[static_cast<std::size_t>(Part::optimizer_state)];
+    first->take(m, states_exist(phase_of(m.id.kind)) ? m.bytes : m.bytes - states);
   }
   return out;
 }
