@@ -12,6 +12,8 @@
 #include <memest/peak.hpp>
 #include <memest/units.hpp>
 
+#include <utility>
+
 namespace memest::detail {
 namespace {
 
@@ -41,7 +43,7 @@ bool named_by_layer(MomentKind kind) {
 }  // namespace
 
 Walker::Walker(Step& step, const RunSpec& run, const ActivationInputs& in,
-               const ParameterSums& sums)
+               const ParameterSums& sums, WalkLists lists)
     : step_(step),
       run_(run),
       in_(in),
@@ -59,7 +61,8 @@ Walker::Walker(Step& step, const RunSpec& run, const ActivationInputs& in,
           }(),
           in),
       writer_(step, residency_),
-      in_backward_(run) {}
+      in_backward_(run),
+      lists_(std::move(lists)) {}
 
 // Begins a moment of kind `kind` (at layer j for an in-layer one). A forward or backward moment
 // holds the parameters gathered for it and the other micro-batches' saved tensors.
@@ -122,14 +125,14 @@ void Walker::baseline(AllGrads grads) {
 // backward only (its gradients, gone once the loss's nodes have run).
 void Walker::enter_lived_now(Anchor anchor, bool loss_backward) {
   const MomentKind kind = writer_.current().kind;
-  for (std::size_t i = 0; i < lived_.size(); ++i) {
-    const Lived& l = lived_[i];
+  for (std::size_t i = 0; i < lists_.lived.size(); ++i) {
+    const Lived& l = lists_.lived[i];
     if (l.anchor != anchor || !l.life.live_at(kind, step_of_)) continue;
     if (!loss_backward && l.life.from == MomentKind::backward_start &&
         l.life.to == MomentKind::backward_start)
       continue;
     if (l.identity == Identity::one) {
-      writer_.add(lived_ids_[i]);
+      writer_.add(lists_.lived_ids[i]);
       continue;
     }
     writer_.add(add_tensor(step_, l.tensor));
@@ -155,7 +158,7 @@ void Walker::enter_saved_except(Slot slot) {
 }
 
 void Walker::stash() {
-  for (const Entry& e : stash_) writer_.add(e.tensor, e.count);
+  for (const Entry& e : lists_.stash) writer_.add(e.tensor, e.count);
 }
 
 // The saved tensors of layers [first, first + count). Each moment of a layer holds those of the
@@ -448,7 +451,10 @@ void build_step_into(Step& step, const RunSpec& run, const ActivationInputs& in,
   const Sharding sh = sharding_of(run.parallel);
   if (run.parallel.fsdp_version > 0 && sh.grads)
     sums.trainable = checked_mul(fsdp_shards_of(run).trainable, sh.ranks);
-  Walker w(step, run, in, sums);
+  // The walker's lists kept per thread as the step's vectors are (storage only); a walk that
+  // throws, or one inside another, starts from empty lists.
+  thread_local WalkLists spare;
+  Walker w(step, run, in, sums, std::exchange(spare, {}));
   w.create_tensors(run.model.inventory);
   w.walk(StepOf::steady);
   // The first step is the steady one without the optimizer states before the optimizer phase,
@@ -456,6 +462,7 @@ void build_step_into(Step& step, const RunSpec& run, const ActivationInputs& in,
   const bool grads_kept = !run.training.grads_set_to_none && run.training.grad_accum == 1;
   if (options.first_step && grads_kept) w.walk(StepOf::first);
   if (options.timeline) w.timeline();
+  spare = w.release_lists();
 }
 
 }  // namespace memest::detail

@@ -108,10 +108,23 @@ class InBackward {
   std::uint32_t tied_buffer_ = 0;
 };
 
+/// The walker's own lists. Storage only: a walker fills each before it reads it, so the lists
+/// of an earlier walk can be handed to the next to keep their allocations (build_step_into).
+struct WalkLists {
+  /// The saved tensors grouped by scope, then those of a walk layer (Walker::index_saved).
+  std::vector<std::uint32_t> by_scope;
+  std::vector<Entry> stash;  ///< what the device keeps of offloaded saved tensors in forward
+  std::vector<Lived> lived;  ///< the rules' tensors (rules/)
+  std::vector<std::uint32_t> lived_ids;  ///< the one tensor of each lived one that lives as one
+};
+
 /// Builds the moments of one step as lists of tensors.
 class Walker {
  public:
-  Walker(Step& step, const RunSpec& run, const ActivationInputs& in, const ParameterSums& sums);
+  Walker(Step& step, const RunSpec& run, const ActivationInputs& in, const ParameterSums& sums,
+         WalkLists lists = {});
+  /// The lists, for the next walker's storage.
+  WalkLists release_lists() { return std::move(lists_); }
 
   /// The tensors every walk shares (walk_state.cpp).
   void create_tensors(const Inventory& inventory);
@@ -218,11 +231,12 @@ class Walker {
   StepScalars scalars_;
   AttentionTemporaries attention_;
   // The saved tensors grouped by scope (those of scope s at [scope_start_[s],
-  // scope_start_[s + 1])), then those of a walk layer (its scope and its MLP's), in step order.
-  std::vector<std::uint32_t> by_scope_;
+  // scope_start_[s + 1]) of lists_.by_scope), then those of a walk layer (its scope and its
+  // MLP's), in step order; the rules' tensors and stashed entries.
+  WalkLists lists_;
   std::array<std::uint32_t, kScopeCount + 1> scope_start_{};
   std::span<const std::uint32_t> layer_tensors() const {
-    return std::span(by_scope_).subspan(scope_start_[kScopeCount]);
+    return std::span(lists_.by_scope).subspan(scope_start_[kScopeCount]);
   }
   // Entries the walk writes alike in many moments: written once, then copied while every entry
   // is whole on the device (the residency then places an entry alike in every moment). `key`
@@ -249,12 +263,9 @@ class Walker {
   bool has_norm1_ = false;  // a layer keeps tensors of its first norm (not a parallel block)
   std::span<const std::uint32_t> by_scope(Scope s) const {
     const auto i = static_cast<std::size_t>(s);
-    return std::span(by_scope_).subspan(scope_start_[i], scope_start_[i + 1] - scope_start_[i]);
+    return std::span(lists_.by_scope)
+        .subspan(scope_start_[i], scope_start_[i + 1] - scope_start_[i]);
   }
-  std::vector<Entry> stash_;  // what the device keeps of offloaded saved tensors in forward
-  // The rules' tensors (rules/), and the one tensor of each that lives as one.
-  std::vector<Lived> lived_;
-  std::vector<std::uint32_t> lived_ids_;
   std::array<std::uint16_t, 2> lived_kinds_{};  // per anchor: the moments some of them live at
   // The one tensor every constant of no bytes is (Walker::constant), once created.
   static constexpr std::uint32_t kNoTensor = UINT32_MAX;

@@ -15,9 +15,9 @@ namespace memest::detail {
 
 void Walker::create_tensors(const Inventory& inventory) {
   index_saved();
-  lived_ = lived_tensors(in_);
-  lived_ids_.assign(lived_.size(), 0);
-  for (const Lived& l : lived_)  // a steady step holds a tensor wherever the first does
+  lived_tensors(lists_.lived, in_);
+  lists_.lived_ids.assign(lists_.lived.size(), 0);
+  for (const Lived& l : lists_.lived)  // a steady step holds a tensor wherever the first does
     lived_kinds_[static_cast<std::size_t>(l.anchor)] |= l.life.moments(StepOf::steady);
   fsdp_.create_tensors(step_, sharding_of(run_.parallel));
   model_state(inventory);
@@ -25,7 +25,7 @@ void Walker::create_tensors(const Inventory& inventory) {
   weight_copies();
   scalars();
   attention_temporaries();
-  stash_ = stashed_entries(step_, in_);
+  stashed_entries(lists_.stash, step_, in_);
   in_backward_.create_tensors(step_, run_, in_, sums_, optimizer_, tied_grad());
   // ZeRO-3 gathers the layer being computed and prefetches the next (Walker::begin enters them
   // where the parameters are sharded and FSDP is off; elsewhere they are the empty tensor).
@@ -50,16 +50,16 @@ void Walker::index_saved() {
     if (in_layer(t)) ++layer;
   }
   for (std::size_t s = 0; s < kScopeCount; ++s) scope_start_[s + 1] = scope_start_[s] + count[s];
-  by_scope_.resize(scope_start_[kScopeCount] + layer);
+  lists_.by_scope.resize(scope_start_[kScopeCount] + layer);
   std::array<std::uint32_t, kScopeCount> next{};
   std::uint32_t next_layer = scope_start_[kScopeCount];
   for (std::uint32_t i = 0; i < step_.tensors.size(); ++i) {
     const Tensor& t = step_.tensors[i];
     if (!saved(t)) continue;
     const auto s = static_cast<std::size_t>(t.scope);
-    by_scope_[scope_start_[s] + next[s]++] = i;
+    lists_.by_scope[scope_start_[s] + next[s]++] = i;
     if (!in_layer(t)) continue;
-    by_scope_[next_layer++] = i;
+    lists_.by_scope[next_layer++] = i;
     has_norm1_ = has_norm1_ || t.slot == Slot::norm1;
   }
 }
@@ -140,9 +140,9 @@ void Walker::weight_copies() {
 // training loop holds), checkpoint's RNG states and the gradient of a layer's output.
 void Walker::scalars() {
   scalars_.loss = constant("loss (0-d fp32)", Part::other, 4);
-  for (std::size_t i = 0; i < lived_.size(); ++i) {
-    if (lived_[i].identity != Identity::one) continue;
-    lived_ids_[i] = add_tensor(step_, lived_[i].tensor);
+  for (std::size_t i = 0; i < lists_.lived.size(); ++i) {
+    if (lists_.lived[i].identity != Identity::one) continue;
+    lists_.lived_ids[i] = add_tensor(step_, lists_.lived[i].tensor);
   }
   scalars_.backward_seed = constant("backward seed (ones_like of the loss)", Part::other, 4);
   // torch.utils.checkpoint keeps the CPU RNG state per layer; on CUDA it lives on the host.

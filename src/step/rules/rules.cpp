@@ -48,21 +48,18 @@ void apply_saved_rules(Step& step, const ActivationInputs& in) {
   }
 }
 
-std::vector<Lived> lived_tensors(const ActivationInputs& in) {
-  std::vector<Lived> out;
-  out.reserve(8);
+void lived_tensors(std::vector<Lived>& out, const ActivationInputs& in) {
+  out.clear();
   for (const Rule* r : kRules) {
     if (r->lived && r->applies(in)) r->lived(out, in);
   }
-  return out;
 }
 
-std::vector<Entry> stashed_entries(const Step& step, const ActivationInputs& in) {
-  std::vector<Entry> out;
+void stashed_entries(std::vector<Entry>& out, const Step& step, const ActivationInputs& in) {
+  out.clear();
   for (const Rule* r : kRules) {
     if (r->stash && r->applies(in)) r->stash(out, step, in);
   }
-  return out;
 }
 
 std::uint32_t insert_tensor(Step& step, std::size_t at, const Tensor& tensor) {

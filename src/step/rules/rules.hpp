@@ -98,8 +98,9 @@ std::span<const Rule* const> step_rules();
 /// Each applying rule's hook, in order.
 void apply_flow_rules(LayerFlow& flow, const ActivationInputs& in);
 void apply_saved_rules(Step& step, const ActivationInputs& in);
-std::vector<Lived> lived_tensors(const ActivationInputs& in);
-std::vector<Entry> stashed_entries(const Step& step, const ActivationInputs& in);
+/// The rules' lived tensors and stashed entries, into `out` (emptied first: a walk reuses it).
+void lived_tensors(std::vector<Lived>& out, const ActivationInputs& in);
+void stashed_entries(std::vector<Entry>& out, const Step& step, const ActivationInputs& in);
 
 // For rules that edit the saved tensors (before Step::saved and any index are taken).
 
