@@ -2,6 +2,7 @@
 // (measured for Llama/Mistral/Qwen2 and GPT-2 on the CPU) with the CUDA, SDPA/flash and family
 // generalisations of §5 and docs/activations.md. Sizes are shapes of symbols, so the bytes and
 // the --explain formulas come from one expression.
+#include "base/emplace_fields.hpp"
 #include "step/monomial.hpp"
 #include "step/rules/rules.hpp"
 #include "step/step_build.hpp"
@@ -735,21 +736,10 @@ Tensor make_tensor(std::string_view name, Part part, Scope scope, Slot slot, std
 
 std::uint32_t add_tensor(Step& step, std::string_view name, Part part, Scope scope, Slot slot,
                          std::uint64_t width, const Shape& shape, Batch batch) {
-#if defined(__cpp_aggregate_paren_init) && __cpp_aggregate_paren_init >= 201902L
-  // Built in place from its fields (parenthesised aggregate initialisation): the record's shape
-  // is not zeroed before the shape is copied in. Its bytes are zero until sized.
-  Tensor& t = step.tensors.emplace_back(name, part, scope, slot, width, Poly{}, batch, false,
-                                        Stream::compute, -1, shape);
-#else  // clang 14 (the web build's, clang-tidy's): the same fields, assigned
-  Tensor& t = step.tensors.emplace_back();
-  t.name = name;
-  t.part = part;
-  t.scope = scope;
-  t.slot = slot;
-  t.width = width;
-  t.shape = shape;
-  t.batch = batch;
-#endif
+  // Built in place from its fields: the record's shape is not zeroed before the shape is copied
+  // in. Its bytes are zero until sized.
+  Tensor& t = emplace_fields(step.tensors, name, part, scope, slot, width, Poly{}, batch, false,
+                             Stream::compute, -1, shape);
   size_new_tensor(t, shape);  // its bytes are zero
   return static_cast<std::uint32_t>(step.tensors.size() - 1);
 }
@@ -843,14 +833,9 @@ void add_saved_tensors(Step& step, const ActivationInputs& in) { Saver(step, in)
 
 namespace {
 
-// A term built in the list from its fields (parenthesised aggregate initialisation, where the
-// compiler has it): a temporary written field by field and read back whole stalls the load.
+// A term built in the list from its fields.
 void add_term(std::vector<ActivationTerm>& terms, const Tensor& t, u64 each, u64 count) {
-#if defined(__cpp_aggregate_paren_init) && __cpp_aggregate_paren_init >= 201902L
-  terms.emplace_back(t.scope, t.name, each, count, t.width, t.shape);
-#else  // clang 14 (the web build's, clang-tidy's)
-  terms.push_back({t.scope, t.name, each, count, t.width, t.shape});
-#endif
+  emplace_fields(terms, t.scope, t.name, each, count, t.width, t.shape);
 }
 
 }  // namespace

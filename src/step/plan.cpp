@@ -1,5 +1,6 @@
 // A step compiled to polynomials and evaluated at a (micro-batch, sequence) point: the peak,
 // its phase, what is live then, and the allocator's view (docs/design.md, "The step as data").
+#include "base/emplace_fields.hpp"
 #include "model/model_state.hpp"
 #include "replay/allocator_step.hpp"
 #include "step/step_build.hpp"
@@ -216,13 +217,7 @@ std::vector<LiveTensor> live_at(const Step& step, const MomentSpec& m, const Bas
     const u64 all =
         e.ranks > 1 ? shard(checked_mul(each, e.count), e.ranks) : checked_mul(each, e.count);
     if (all == 0) continue;
-#if defined(__cpp_aggregate_paren_init) && __cpp_aggregate_paren_init >= 201902L
-    // Built in the list from its fields (as add_tensor builds a tensor): no temporary written
-    // field by field and read back whole.
-    out.emplace_back(t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks);
-#else  // clang 14 (the web build's, clang-tidy's)
-    out.push_back({t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks});
-#endif
+    detail::emplace_fields(out, t.name, t.part, e.count, each, all, t.width, t.shape, e.ranks);
   }
   return out;
 }
