@@ -116,7 +116,7 @@ TEST_CASE("serve config: flags override the file, its other spellings included",
   TempDir dir("serve-config-override");
   const std::string path =
       serve_write(dir, "run.json", R"({"model": "llama-3.1-8b", "tp": 2, "max_model_len": 4096})");
-  const auto json = [&](std::vector<std::string> extra) {
+  const auto result = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = {"serve", "--file", path, "--format", "json"};
     args.insert(args.end(), extra.begin(), extra.end());
     const auto r = run_cli(args);
@@ -124,11 +124,11 @@ TEST_CASE("serve config: flags override the file, its other spellings included",
     REQUIRE(r.code == 0);
     return nlohmann::json::parse(r.out);
   };
-  CHECK(json({})["devices"] == 2);
-  CHECK(json({})["context"] == 4096);
-  CHECK(json({"--tensor-parallel-size", "4"})["devices"] == 4);
-  CHECK(json({"--max-model-len", "2048"})["context"] == 2048);
-  CHECK(json({"--model", "qwen3-8b"})["model"] == "qwen3-8b");
+  CHECK(result({})["devices"] == 2);
+  CHECK(result({})["context"] == 4096);
+  CHECK(result({"--tensor-parallel-size", "4"})["devices"] == 4);
+  CHECK(result({"--max-model-len", "2048"})["context"] == 2048);
+  CHECK(result({"--model", "qwen3-8b"})["model"] == "qwen3-8b");
 }
 
 TEST_CASE("serve config: a bad file is one line and exit 2", "[serve][config]") {

@@ -194,3 +194,56 @@ TEST_CASE("llama.cpp: the host's compute buffer holds the graph's inputs and inp
       llama_cpp_json({"--model", "llama-3.1-8b", "--n-gpu-layers", "20", "--device", "CUDA0"});
   CHECK(cpu["host"]["compute_buffer"]["bytes"].is_null());
 }
+
+TEST_CASE("llama.cpp: experts kept on the host and computed there fill its compute buffer",
+          "[serve]") {
+  // DeepSeek-V3 (n_embd 7168, 256 experts, 8 used, 2048 wide) at 512 tokens over 32,768 cells,
+  // its experts in host memory (-ot exps=CPU). ik_llama.cpp leaves their matmuls on the host
+  // below 32 x 256 / 8 = 1,024 tokens. ggml's allocator lays out the inputs first: the tokens and
+  // positions (2 KiB each), the 64 MiB f32 mask, the output ids (2 KiB), then inp_embd (14 MiB)
+  // past them. Once the first GPU split has copied them, all but the output ids are free, and
+  // the block before the output ids is 64 MiB + 4 KiB.
+  const std::uint64_t ids = 512 * 4, mask = 32768ULL * 512 * 4, inputs = 3 * ids + mask;
+  const std::uint64_t in = 7168ULL * 512 * 4, down = 7168ULL * 8 * 512 * 4,
+                      ff = 2048ULL * 8 * 512 * 4;
+  const std::vector<std::string> launch = {
+      "--model",      "deepseek-v3", "--ctx-size", "32768", "--flash-attn",      "--mla",
+      "--batch-size", "2048",        "--device",   "CUDA0", "--override-tensor", "exps=CPU"};
+  const auto host = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = launch;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return llama_cpp_json(args)["host"]["compute_buffer"]["bytes"].get<std::uint64_t>();
+  };
+  // --fused-moe: the layer's copies of its input and expert ids and the gated product (46 MiB)
+  // fit in that block; the down projection (112 MiB) does not and goes past the output ids. The
+  // log prints 176.01 MiB.
+  CHECK(in + 8 * 512 * 4 + ff < mask + 2 * ids);
+  CHECK(host({"--ubatch-size", "512", "--fused-moe"}) == inputs + down);
+  // Without it, the up product fits there, the gate product goes past the output ids, the
+  // product of the two (a new tensor in ik_llama.cpp) past that, and the down projection past
+  // both: the holes the freed ones leave (14, 50 and 32 MiB) hold none of the later ones.
+  CHECK(host({"--ubatch-size", "512"}) == inputs + 2 * ff + down);
+  // From 1,024 tokens the GPU takes the matmuls over (copying the experts' weights): the host
+  // holds the inputs and inp_embd only.
+  const std::uint64_t ids2 = 1024 * 4, mask2 = 32768ULL * 1024 * 4;
+  CHECK(host({"--ubatch-size", "1024", "--fused-moe"}) == 3 * ids2 + mask2 + 2 * in);
+  // Mainline llama.cpp (no ik_llama.cpp flag) takes them over from 32 tokens, so at 512 tokens
+  // the host holds the inputs and inp_embd; below 32 it computes them.
+  const Json mainline = llama_cpp_json({"--model", "deepseek-v3", "--ctx-size", "32768",
+                                        "--flash-attn", "--ubatch-size", "512", "--device", "CUDA0",
+                                        "--override-tensor", "exps=CPU"});
+  CHECK(mainline["host"]["compute_buffer"]["bytes"] == inputs + in);
+  const Json small =
+      llama_cpp_json({"--model", "deepseek-v3", "--ctx-size", "32768", "--flash-attn",
+                      "--ubatch-size", "16", "--device", "CUDA0", "--override-tensor", "exps=CPU"});
+  // 16 tokens: a 32-row mask (4 MiB) and 64-byte ids; the down projection (3.5 MiB) outgrows
+  // the mask's block once the input, ids and up and gate products (2.4 MiB) are in it.
+  CHECK(small["host"]["compute_buffer"]["bytes"] ==
+        3 * 64 + 32768ULL * 32 * 4 + 7168ULL * 8 * 16 * 4);
+  // Experts on a GPU, or a dense model: no change.
+  const Json dense =
+      llama_cpp_json({"--model", "llama-3.1-8b", "--ctx-size", "8192", "--ubatch-size", "512",
+                      "--device", "CUDA0", "--override-tensor", "exps=CPU"});
+  CHECK(dense["host"]["compute_buffer"]["bytes"] ==
+        3 * ids + 8192ULL * 512 * 4 + 4096ULL * 512 * 4);
+}

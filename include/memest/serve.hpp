@@ -155,7 +155,9 @@ struct LlamaCppSettings {
   std::string cache_type_v = "f16";
   std::uint64_t n_gpu_layers = 999;  ///< layers (weights and KV cache) on the GPU
   bool flash_attn = false;
-  bool mla = false;          ///< MLA models: cache the latent (ik_llama.cpp -mla 2/3), K only
+  bool mla = false;  ///< MLA models: cache the latent (ik_llama.cpp -mla 2/3), K only
+  /// ik_llama.cpp's -fmoe: a MoE layer's up and gate experts in one op (ggml_moe_up_gate).
+  bool fused_moe = false;
   std::string quantization;  ///< GGUF file type ("Q4_K_M", ...); empty: weights not sized
   /// --device: the GPUs llama.cpp uses, by name (empty: one, CUDA0); --split-mode none, layer
   /// or row; --tensor-split: each device's share (empty: by free memory, equal devices here);

@@ -177,4 +177,17 @@ LlamaWeightBytes place_llama_cpp_weights(const std::vector<LlamaTensor>& tensors
   return w;
 }
 
+std::vector<bool> llama_cpp_on_host(const std::vector<LlamaTensor>& tensors,
+                                    const LlamaCppPlacement& p, const LlamaCppSettings& s) {
+  const std::vector<TensorOverride> overrides = compile_overrides(s, p);
+  OverrideCache cache;
+  std::vector<bool> out;
+  out.reserve(tensors.size());
+  for (const LlamaTensor& t : tensors) {
+    bool overridden = false;
+    out.push_back(buffer_of(t, p, overrides, cache, &overridden).device == kLlamaHost);
+  }
+  return out;
+}
+
 }  // namespace memest

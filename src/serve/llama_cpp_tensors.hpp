@@ -45,4 +45,9 @@ LlamaWeightBytes place_llama_cpp_weights(const std::vector<LlamaTensor>& tensors
                                          const LlamaCppPlacement& placement,
                                          const LlamaCppSettings& settings);
 
+/// Per tensor, whether place_llama_cpp_weights puts it in host memory.
+std::vector<bool> llama_cpp_on_host(const std::vector<LlamaTensor>& tensors,
+                                    const LlamaCppPlacement& placement,
+                                    const LlamaCppSettings& settings);
+
 }  // namespace memest

@@ -370,6 +370,7 @@ LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
   s.n_gpu_layers = count_of(g, "--n-gpu-layers", 999);
   s.flash_attn = g.contains("--flash-attn");
   s.mla = g.contains("--mla");
+  s.fused_moe = g.contains("--fused-moe");
   s.quantization = llama_cpp_name(g, "--quantization", "GGUF file type");
   s.cache_type_k = llama_cpp_name(g, "--cache-type-k", "cache type");
   s.cache_type_v = llama_cpp_name(g, "--cache-type-v", "cache type");

@@ -8,7 +8,9 @@
 // layer's K and V are on its layer's device (src/serve/llama_cpp_split.cpp), the CPU layers' in
 // host memory; each device with layers computes them, the output's device the logits.
 #include "base/names.hpp"
+#include "serve/ggml_alloc.hpp"
 #include "serve/llama_cpp_split.hpp"
+#include "serve/llama_cpp_tensors.hpp"
 #include "serve/serve_gguf.hpp"
 
 #include <memest/error.hpp>
@@ -190,22 +192,117 @@ std::vector<u64> pipeline_copies(const Architecture& a, const LlamaCppSettings& 
   return bytes;
 }
 
-// The CPU backend's compute buffer (ggml_backend_sched_backend_id_from_cur puts the graph's
-// inputs on the last backend, the CPU; token_embd stays there and GGML_OP_GET_ROWS is never
-// offloaded, ggml_backend_cuda_offload_op): inp_tokens, inp_pos and inp_out_ids (n_tokens i32
-// each) and the f32 KQ mask [n_kv x GGML_PAD(n_tokens, 32)], each n_copies times under pipeline
-// parallelism (one the original), beside inp_embd [n_embd x n_tokens] f32. Not modelled (empty):
-// CPU layers, whose intermediates the host computes. Not counted: the second (sliding-window)
-// mask of the graphs that build one (Gemma-2 and -3).
-std::optional<u64> host_compute(const ServeModel& m, const LlamaCppPlacement& p, u64 copies,
-                                u64 n_kv, u64 tokens) {
+// ggml_backend_cuda_offload_op: whether a GPU takes over the experts' matmuls of a MoE layer
+// whose experts stay in host memory (copying their weights over for the op). ik_llama.cpp
+// (ggml/src/ggml-cuda.cu at 1843ed22) does from 32 tokens whose tokens x active experts reach
+// 32 x the experts; mainline llama.cpp (get_op_batch_size: MUL_MAT_ID's ne[2]) from 32 tokens.
+// The launch is taken for ik_llama.cpp's when it uses one of ik_llama.cpp's own flags (--mla,
+// --fused-moe).
+// A launch with one of ik_llama.cpp's own flags takes its rule.
+bool ik_llama(const LlamaCppSettings& s) { return s.mla || s.fused_moe; }
+
+bool gpu_takes_experts(const Architecture& a, const LlamaCppSettings& s, u64 tokens) {
+  constexpr u64 kMinBatch = 32;  // GGML_CUDA_MIN_BATCH_OFFLOAD
+  if (tokens < kMinBatch) return false;
+  return !ik_llama(s) ||
+         checked_mul(tokens, a.experts_per_token) >= checked_mul(kMinBatch, a.num_experts);
+}
+
+// Whether the host computes the routed experts of some MoE layer (the last moe_layers layers):
+// one on a GPU whose three expert tensors --override-tensor keeps in host memory, at a batch the
+// GPU does not take over.
+bool host_computes_experts(const Architecture& a, const LlamaCppPlacement& p,
+                           const LlamaCppSettings& s, u64 tokens) {
+  if (a.num_experts == 0 || a.experts_per_token == 0 || a.moe_layers == 0 || s.overrides.empty())
+    return false;
+  if (gpu_takes_experts(a, s, tokens)) return false;
+  for (u64 il = a.num_layers - std::min(a.moe_layers, a.num_layers); il < a.num_layers; ++il) {
+    if (il >= p.layer_device.size() || p.layer_device[il] == kLlamaHost) continue;
+    std::vector<LlamaTensor> experts;
+    for (const char* w : {"ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"})
+      experts.push_back({.name = fmt::format("blk.{}.{}.weight", il, w), .layer = il});
+    const std::vector<bool> host = llama_cpp_on_host(experts, p, s);
+    if (std::all_of(host.begin(), host.end(), [](bool h) { return h; })) return true;
+  }
+  return false;
+}
+
+// The graph's inputs (ggml_backend_sched_backend_id_from_cur puts them on the last backend, the
+// CPU), allocated first in the order the graph reaches them: inp_tokens, inp_pos, the f32 KQ
+// mask [n_kv x GGML_PAD(n_tokens, 32)] and inp_out_ids, each n_copies times under pipeline
+// parallelism; then inp_embd [n_embd x n_tokens] f32 (token_embd stays on the CPU and
+// GGML_OP_GET_ROWS is never offloaded). With one copy, get_rows frees the tokens and the first
+// GPU split's input_dep nodes free the embeddings, positions and mask once copied; several
+// copies are graph outputs, never freed.
+void host_inputs(GgmlDynAllocator& cpu, const Architecture& a, u64 copies, u64 n_kv, u64 tokens) {
+  const u64 ids = checked_mul(tokens, 4);
+  const u64 mask = checked_mul(checked_mul(n_kv, ceil_div(tokens, 32) * 32), 4);
+  const u64 embd = checked_mul(checked_mul(a.hidden_size, tokens), 4);
+  u64 tok = 0, pos = 0, kq = 0;
+  for (u64 c = 0; c < copies; ++c) {
+    tok = cpu.alloc(ids);
+    pos = cpu.alloc(ids);
+    kq = cpu.alloc(mask);
+    cpu.alloc(ids);  // inp_out_ids, read by the last layer
+  }
+  const u64 inp_embd = cpu.alloc(embd);
+  if (copies > 1) return;
+  cpu.free(tok, ids);
+  cpu.free(inp_embd, embd);
+  cpu.free(pos, ids);
+  cpu.free(kq, mask);
+}
+
+// One MoE layer whose experts the host computes (llm_build_moe_ffn, src/llama.cpp of
+// ik_llama.cpp at 1843ed22; build_moe_ffn of mainline's graph): the split's copies of the normed
+// input [n_embd x n_tokens] f32 and the selected experts [n_used x n_tokens] i32; the experts'
+// gated product [n_ff x n_used x n_tokens] f32 (ggml_moe_up_gate under --fused-moe; else the up
+// and gate products, then ik_llama.cpp's ggml_fused_mul_unary into a new tensor, or mainline's
+// silu and mul in place); the down projection [n_embd x n_used x n_tokens] f32, freed once the
+// next GPU split has copied it. Each tensor is freed after its last reader, as ggml_gallocr
+// does, so every such layer leaves the buffer as it found it.
+void host_expert_layer(GgmlDynAllocator& cpu, const Architecture& a, const LlamaCppSettings& s,
+                       u64 tokens) {
+  const u64 ff = a.moe_intermediate_size > 0 ? a.moe_intermediate_size : a.intermediate_size;
+  const u64 routed = checked_mul(a.experts_per_token, tokens);
+  const u64 in = checked_mul(checked_mul(a.hidden_size, tokens), 4);
+  const u64 sel = checked_mul(routed, 4);
+  const u64 gated = checked_mul(checked_mul(ff, routed), 4);
+  const u64 down = checked_mul(checked_mul(a.hidden_size, routed), 4);
+  const u64 in_at = cpu.alloc(in), sel_at = cpu.alloc(sel);
+  u64 par = 0;
+  if (s.fused_moe) {
+    par = cpu.alloc(gated);
+    cpu.free(in_at, in);
+  } else {
+    const u64 up = cpu.alloc(gated), gate = cpu.alloc(gated);
+    cpu.free(in_at, in);
+    par = ik_llama(s) ? cpu.alloc(gated) : gate;  // ik_llama.cpp's fused_mul_unary: not in place
+    if (par != gate) cpu.free(gate, gated);
+    cpu.free(up, gated);
+  }
+  const u64 out = cpu.alloc(down);
+  cpu.free(par, gated);
+  cpu.free(sel_at, sel);
+  cpu.free(out, down);
+}
+
+// The CPU backend's compute buffer: the high-water mark of ggml's allocator (ggml_dyn_tallocr,
+// src/serve/ggml_alloc.cpp) over the host's tensors in graph order: the inputs, then the
+// experts of a MoE layer the host computes (each such layer alike). The CUDA host buffer aligns
+// to 32 bytes (TENSOR_ALIGNMENT). Not modelled (empty): CPU layers, whose intermediates the host
+// computes. Not counted: the second (sliding-window) mask of the graphs that build one (Gemma-2
+// and -3).
+std::optional<u64> host_compute(const ServeModel& m, const LlamaCppPlacement& p,
+                                const LlamaCppSettings& s, u64 copies, u64 n_kv, u64 tokens) {
   const bool cpu_layers = std::any_of(p.layer_device.begin(), p.layer_device.end(),
                                       [](int d) { return d == kLlamaHost; });
   if (cpu_layers) return std::nullopt;
-  const u64 mask = checked_mul(checked_mul(n_kv, ceil_div(tokens, 32) * 32), 4);
-  const u64 inputs = checked_add(mask, checked_mul(3 * tokens, 4));
-  return checked_add(checked_mul(inputs, std::max<u64>(copies, 1)),
-                     checked_mul(checked_mul(m.spec.arch->hidden_size, tokens), 4));
+  const Architecture& a = *m.spec.arch;
+  GgmlDynAllocator cpu(32);
+  host_inputs(cpu, a, std::max<u64>(copies, 1), n_kv, tokens);
+  if (host_computes_experts(a, p, s, tokens)) host_expert_layer(cpu, a, s, tokens);
+  return cpu.max_size();
 }
 
 // Each device's layers, output, KV cache and compute buffer (llama_kv_cache puts a layer's K
@@ -325,7 +422,7 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   const std::vector<u64> copies = pipeline_copies(a, s, p, e.context, tokens);
   e.per_device = device_shares(p, kv.bytes, c, copies, &host_kv);
   e.host_compute_buffer_bytes =
-      host_compute(m, p, copies.empty() ? 1 : s.sched_copies, e.context, tokens);
+      host_compute(m, p, s, copies.empty() ? 1 : s.sched_copies, e.context, tokens);
   e.devices = p.names.size();
   e.devices_shown = s.per_device;
   e.host_kv_bytes = host_kv;

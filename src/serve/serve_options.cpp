@@ -258,6 +258,9 @@ std::vector<ServeRow> serve_llama_cpp_rows() {
   r.push_back(ServeRow("--mla", ServeFor::llama_cpp, "",
                        "MLA models: cache the latent only (ik_llama.cpp -mla 2/3)")
                   .fallback("false"));
+  r.push_back(ServeRow("--fused-moe", ServeFor::llama_cpp, "",
+                       "MoE models: the experts' up and gate in one op (ik_llama.cpp -fmoe)")
+                  .fallback("false"));
   return r;
 }
 
