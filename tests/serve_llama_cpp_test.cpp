@@ -219,6 +219,13 @@ TEST_CASE("llama.cpp: experts kept on the host and computed there fill its compu
   // log prints 176.01 MiB.
   CHECK(in + 8 * 512 * 4 + ff < mask + 2 * ids);
   CHECK(host({"--ubatch-size", "512", "--fused-moe"}) == inputs + down);
+  // The note names the 58 MoE layers (61 less the 3 dense ones) and the batch from which a GPU
+  // takes them over.
+  std::vector<std::string> args = launch;
+  args.insert(args.end(), {"--ubatch-size", "512"});
+  CHECK(llama_cpp_json(args)["notes"].back() ==
+        "the host computes the experts of 58 MoE layers at 512 tokens (a GPU takes them over "
+        "from 1024): their intermediates are in its compute buffer");
   // Without it, the up product fits there, the gate product goes past the output ids, the
   // product of the two (a new tensor in ik_llama.cpp) past that, and the down projection past
   // both: the holes the freed ones leave (14, 50 and 32 MiB) hold none of the later ones.
@@ -227,6 +234,11 @@ TEST_CASE("llama.cpp: experts kept on the host and computed there fill its compu
   // holds the inputs and inp_embd only.
   const std::uint64_t ids2 = 1024 * 4, mask2 = 32768ULL * 1024 * 4;
   CHECK(host({"--ubatch-size", "1024", "--fused-moe"}) == 3 * ids2 + mask2 + 2 * in);
+  args = launch;
+  args.insert(args.end(), {"--ubatch-size", "1024"});
+  CHECK(llama_cpp_json(args)["notes"].back() ==
+        "a GPU computes the experts of 58 MoE layers kept in host memory at 1024 tokens, copying "
+        "their weights in (not counted in its compute buffer)");
   // Mainline llama.cpp (no ik_llama.cpp flag) takes them over from 32 tokens, so at 512 tokens
   // the host holds the inputs and inp_embd; below 32 it computes them.
   const Json mainline = llama_cpp_json({"--model", "deepseek-v3", "--ctx-size", "32768",

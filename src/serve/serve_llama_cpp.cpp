@@ -198,33 +198,49 @@ std::vector<u64> pipeline_copies(const Architecture& a, const LlamaCppSettings& 
 // 32 x the experts; mainline llama.cpp (get_op_batch_size: MUL_MAT_ID's ne[2]) from 32 tokens.
 // The launch is taken for ik_llama.cpp's when it uses one of ik_llama.cpp's own flags (--mla,
 // --fused-moe).
-// A launch with one of ik_llama.cpp's own flags takes its rule.
 bool ik_llama(const LlamaCppSettings& s) { return s.mla || s.fused_moe; }
 
-bool gpu_takes_experts(const Architecture& a, const LlamaCppSettings& s, u64 tokens) {
+// The fewest tokens from which a GPU takes the experts' matmuls over.
+u64 gpu_expert_batch(const Architecture& a, const LlamaCppSettings& s) {
   constexpr u64 kMinBatch = 32;  // GGML_CUDA_MIN_BATCH_OFFLOAD
-  if (tokens < kMinBatch) return false;
-  return !ik_llama(s) ||
-         checked_mul(tokens, a.experts_per_token) >= checked_mul(kMinBatch, a.num_experts);
+  if (!ik_llama(s)) return kMinBatch;
+  return std::max(kMinBatch, ceil_div(checked_mul(kMinBatch, a.num_experts), a.experts_per_token));
 }
 
-// Whether the host computes the routed experts of some MoE layer (the last moe_layers layers):
-// one on a GPU whose three expert tensors --override-tensor keeps in host memory, at a batch the
-// GPU does not take over.
-bool host_computes_experts(const Architecture& a, const LlamaCppPlacement& p,
-                           const LlamaCppSettings& s, u64 tokens) {
+// The MoE layers (the last moe_layers layers) on a GPU whose three expert tensors
+// --override-tensor keeps in host memory.
+u64 layers_with_host_experts(const Architecture& a, const LlamaCppPlacement& p,
+                             const LlamaCppSettings& s) {
   if (a.num_experts == 0 || a.experts_per_token == 0 || a.moe_layers == 0 || s.overrides.empty())
-    return false;
-  if (gpu_takes_experts(a, s, tokens)) return false;
+    return 0;
+  u64 n = 0;
   for (u64 il = a.num_layers - std::min(a.moe_layers, a.num_layers); il < a.num_layers; ++il) {
     if (il >= p.layer_device.size() || p.layer_device[il] == kLlamaHost) continue;
     std::vector<LlamaTensor> experts;
     for (const char* w : {"ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"})
       experts.push_back({.name = fmt::format("blk.{}.{}.weight", il, w), .layer = il});
     const std::vector<bool> host = llama_cpp_on_host(experts, p, s);
-    if (std::all_of(host.begin(), host.end(), [](bool h) { return h; })) return true;
+    if (std::all_of(host.begin(), host.end(), [](bool h) { return h; })) ++n;
   }
-  return false;
+  return n;
+}
+
+// Who computes the experts kept in host memory, said in a note.
+void note_host_experts(ServeEstimate& e, const Architecture& a, const LlamaCppSettings& s,
+                       u64 layers, u64 tokens) {
+  if (layers == 0) return;
+  const u64 from = gpu_expert_batch(a, s);
+  if (tokens < from) {
+    e.notes.push_back(fmt::format(
+        "the host computes the experts of {} MoE layers at {} tokens (a GPU takes them over from "
+        "{}): their intermediates are in its compute buffer",
+        layers, tokens, from));
+  } else {
+    e.notes.push_back(fmt::format(
+        "a GPU computes the experts of {} MoE layers kept in host memory at {} tokens, copying "
+        "their weights in (not counted in its compute buffer)",
+        layers, tokens));
+  }
 }
 
 // The graph's inputs (ggml_backend_sched_backend_id_from_cur puts them on the last backend, the
@@ -294,14 +310,15 @@ void host_expert_layer(GgmlDynAllocator& cpu, const Architecture& a, const Llama
 // computes. Not counted: the second (sliding-window) mask of the graphs that build one (Gemma-2
 // and -3).
 std::optional<u64> host_compute(const ServeModel& m, const LlamaCppPlacement& p,
-                                const LlamaCppSettings& s, u64 copies, u64 n_kv, u64 tokens) {
+                                const LlamaCppSettings& s, u64 copies, u64 n_kv, u64 tokens,
+                                bool host_experts) {
   const bool cpu_layers = std::any_of(p.layer_device.begin(), p.layer_device.end(),
                                       [](int d) { return d == kLlamaHost; });
   if (cpu_layers) return std::nullopt;
   const Architecture& a = *m.spec.arch;
   GgmlDynAllocator cpu(32);
   host_inputs(cpu, a, std::max<u64>(copies, 1), n_kv, tokens);
-  if (host_computes_experts(a, p, s, tokens)) host_expert_layer(cpu, a, s, tokens);
+  if (host_experts) host_expert_layer(cpu, a, s, tokens);
   return cpu.max_size();
 }
 
@@ -421,8 +438,10 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   u64 host_kv = 0;
   const std::vector<u64> copies = pipeline_copies(a, s, p, e.context, tokens);
   e.per_device = device_shares(p, kv.bytes, c, copies, &host_kv);
+  const u64 expert_layers = layers_with_host_experts(a, p, s);
   e.host_compute_buffer_bytes =
-      host_compute(m, p, s, copies.empty() ? 1 : s.sched_copies, e.context, tokens);
+      host_compute(m, p, s, copies.empty() ? 1 : s.sched_copies, e.context, tokens,
+                   expert_layers > 0 && tokens < gpu_expert_batch(a, s));
   e.devices = p.names.size();
   e.devices_shown = s.per_device;
   e.host_kv_bytes = host_kv;
@@ -438,6 +457,7 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
     e.notes.push_back("sliding-window layers keep the whole context (no iSWA cache modelled)");
   }
   if (w && w->note_last) add_weights(e, p, s, *w);
+  note_host_experts(e, a, s, expert_layers, tokens);
   show_fullest(e, c, kv.basis);
   return e;
 }
