@@ -124,6 +124,35 @@ TEST_CASE("llama.cpp: GGUF weights as the quantizer types each tensor", "[serve]
   CHECK(q5["notes"][0] == "344.44 MiB of weights in host memory (token_embd)");
 }
 
+TEST_CASE("llama.cpp: Mixtral's first GGUF files, typed by the quantizer of December 2023",
+          "[serve]") {
+  // llama.cpp at caf5f9e6 (Mixtral's support merged) looked for "ffn_down.weight" in a tensor's
+  // name; that month's files held each expert apart (blk.N.ffn_down.E.weight), so the experts'
+  // ffn_down kept Q4_K_M's base q4_K, and attn_output had no eight-expert rule (q5_K later).
+  // attn_k and attn_v already took q8_0 with eight experts, the output q6_K. Per layer: q, o and
+  // 8 x 3 experts in q4_K (26 tensors), k and v in q8_0; token_embd q4_K.
+  // The table's weights row gives the count of each type.
+  const auto basis = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"serve",        "--engine",   "llama.cpp", "--model",
+                                     "mixtral-8x7b", "--ctx-size", "2048",      "--quantization",
+                                     "Q4_K_M",       "--device",   "CUDA0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = memest::test::run_cli(args);
+    REQUIRE(r.code == 0);
+    const std::size_t at = r.out.find("Q4_K_M: ");
+    REQUIRE(at != std::string::npos);
+    return r.out.substr(at, r.out.find('\n', at) - at);
+  };
+  CHECK(basis({"--quantizer", "2023-12"}) == "Q4_K_M: 833 q4_K + 1 q6_K + 64 q8_0 tensors");
+  // Today's rules give the experts' ffn_down of the 16 layers use_more_bits picks q6_K (8 x 16
+  // = 128) and attn_output q5_K.
+  CHECK(basis({}) == "Q4_K_M: 673 q4_K + 32 q5_K + 129 q6_K + 64 q8_0 tensors");
+  // The December 2023 log prints 25,145.55 MiB of weights on the GPU.
+  const sc::Run run = lcpp_run("lcpp-mixtral-8x7b-q4km-2k");
+  const Json& m = lcpp_printed(run, "weights_bytes");
+  CHECK(std::abs(sc::memest_value(sc::estimate(run), m) / sc::printed_value(m) - 1) < 0.001);
+}
+
 TEST_CASE("llama.cpp: the compute buffer of one micro-batch, exact where two moments are all",
           "[serve]") {
   // The printed "compute buffer size" of the device that holds the output layer (MiB), where

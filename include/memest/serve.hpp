@@ -159,6 +159,9 @@ struct LlamaCppSettings {
   /// ik_llama.cpp's -fmoe: a MoE layer's up and gate experts in one op (ggml_moe_up_gate).
   bool fused_moe = false;
   std::string quantization;  ///< GGUF file type ("Q4_K_M", ...); empty: weights not sized
+  /// The quantizer whose type rules made the file: "current" (src/llama-quant.cpp at 007dbbf3)
+  /// or "2023-12" (llama.cpp at caf5f9e6, where Mixtral's first GGUF files come from).
+  std::string quantizer = "current";
   /// --device: the GPUs llama.cpp uses, by name (empty: one, CUDA0); --split-mode none, layer
   /// or row; --tensor-split: each device's share (empty: by free memory, equal devices here);
   /// --main-gpu: the one device of --split-mode none.

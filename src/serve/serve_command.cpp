@@ -372,6 +372,7 @@ LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
   s.mla = g.contains("--mla");
   s.fused_moe = g.contains("--fused-moe");
   s.quantization = llama_cpp_name(g, "--quantization", "GGUF file type");
+  s.quantizer = choice(g, "--quantizer", ServeEngine::llama_cpp);
   s.cache_type_k = llama_cpp_name(g, "--cache-type-k", "cache type");
   s.cache_type_v = llama_cpp_name(g, "--cache-type-v", "cache type");
   s.ubatch_size = count_of(g, "--ubatch-size");

@@ -102,6 +102,11 @@ struct Quantizer {
   u64 n_expert = 0;
   u64 n_gqa = 1;
   bool seventy_b = false;  // LLM_TYPE_70B: Llama's 80 layers
+  // The quantizer of llama.cpp at caf5f9e6 (2023-12-13, Mixtral's support merged): its
+  // get_k_quant_type finds "ffn_down.weight" in a tensor's name, which the routed experts of
+  // that month's files (blk.N.ffn_down.E.weight, one tensor per expert) do not hold, so they keep
+  // the file type's base type; attn_output has no rule for eight experts yet.
+  bool dec_2023 = false;
 };
 
 // attn_v: Q4_K_M/Q5_K_M give q6_K to the layers use_more_bits picks, Q4_K_S q5_K to the first
@@ -123,8 +128,9 @@ std::string_view ffn_down_type(const Quantizer& q, std::string_view t, u64 i) {
   return t;
 }
 
-// The type of one 2-D tensor of category `c` in layer `i` (llama_tensor_get_type_impl).
-std::string_view tensor_type(const Quantizer& q, TensorCategory c, u64 i, u64 cols) {
+// The type of one 2-D tensor of category `c` in layer `i` (llama_tensor_get_type_impl); `expert`
+// for a routed expert's.
+std::string_view tensor_type(const Quantizer& q, TensorCategory c, u64 i, u64 cols, bool expert) {
   std::string_view t = q.base;
   if (q.base == "f16" || q.base == "bf16") return t;  // not a quantised type: no mixture
   switch (c) {
@@ -142,12 +148,13 @@ std::string_view tensor_type(const Quantizer& q, TensorCategory c, u64 i, u64 co
       if (q.n_expert == 8) t = "q8_0";
       break;
     case TensorCategory::attn_output:
-      if (q.n_expert == 8 && (q.ftype == "Q4_K_M" || q.ftype == "Q4_K_S" || q.ftype == "IQ4_XS")) {
+      if (q.n_expert == 8 && !q.dec_2023 &&
+          (q.ftype == "Q4_K_M" || q.ftype == "Q4_K_S" || q.ftype == "IQ4_XS")) {
         t = "q5_K";
       }
       break;
     case TensorCategory::ffn_down:
-      t = ffn_down_type(q, t, i);
+      if (!(q.dec_2023 && expert)) t = ffn_down_type(q, t, i);
       break;
     default:
       break;
@@ -241,12 +248,15 @@ std::string gguf_tensor_name(const TensorGroup& g, TensorCategory c, std::option
 }  // namespace
 
 constexpr auto kFileTypeNames = detail::row_names(kFileTypes);
+constexpr std::array<std::string_view, 2> kQuantizerNames = {"current", "2023-12"};
+
+std::span<const std::string_view> gguf_quantizer_names() { return kQuantizerNames; }
 
 std::span<const std::string_view> gguf_file_type_names() { return kFileTypeNames; }
 
 std::span<const GgmlType> ggml_weight_types() { return kWeightTypes; }
 
-GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype) {
+GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::string_view quantizer) {
   const Architecture& a = *m.spec.arch;
   const FileType& f = file_type(ftype);
   const Quantizer q{f.name,
@@ -254,7 +264,8 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype) {
                     a.num_layers,
                     a.num_experts,
                     a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1,
-                    a.num_layers == 80 && a.model_type == "llama"};
+                    a.num_layers == 80 && a.model_type == "llama",
+                    quantizer == "2023-12"};
   GgufWeights w;
   std::optional<LlamaTensor> tied_copy;
   for (const TensorGroup& g : m.spec.inventory.groups) {
@@ -267,7 +278,9 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype) {
       const bool tied = c == TensorCategory::token_embd && a.tied_embeddings;
       const TensorCategory typed = tied ? TensorCategory::output : c;
       const GgmlType& type =
-          weight_type(quantised ? tensor_type(q, typed, layer.value_or(0), g.cols) : "f32");
+          weight_type(quantised ? tensor_type(q, typed, layer.value_or(0), g.cols,
+                                              g.role == Role::expert || g.kind == "fused_experts")
+                                : "f32");
       w.tensors_by_type[std::string(type.name)] += quantised ? 1 : 0;
       LlamaTensor t;
       t.name = gguf_tensor_name(g, c, layer);

@@ -29,9 +29,13 @@ std::span<const GgmlType> ggml_weight_types();
 /// ("Q4_K_M", ...): the names of the table gguf_weights reads.
 std::span<const std::string_view> gguf_file_type_names();
 
-/// The weights of `m` as file type `ftype`. Throws Error naming --quantization for an unknown
-/// file type.
-GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype);
+/// The quantizers whose rules gguf_weights knows, as --quantizer takes them: "current",
+/// "2023-12".
+std::span<const std::string_view> gguf_quantizer_names();
+/// The weights of `m` as file type `ftype`, typed by the rules of `quantizer` (one of
+/// gguf_quantizer_names). Throws Error naming --quantization for an unknown file type.
+GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype,
+                         std::string_view quantizer = "current");
 
 /// What the llama.cpp estimate is given for the weights: the tensors, the basis shown, and
 /// whether the weights' note comes after the others (as `--gguf` files have it).

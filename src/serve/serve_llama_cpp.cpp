@@ -464,7 +464,7 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
 
 ServeEstimate estimate_llama_cpp(const ServeModel& m, const LlamaCppSettings& s) {
   if (s.quantization.empty()) return estimate_llama_cpp_weights(m, s, nullptr);
-  GgufWeights g = gguf_weights(m, s.quantization);
+  GgufWeights g = gguf_weights(m, s.quantization, s.quantizer);
   LlamaWeightsInput w;
   w.tensors = std::move(g.tensors);
   std::vector<std::string> counts;

@@ -258,6 +258,11 @@ std::vector<ServeRow> serve_llama_cpp_rows() {
   r.push_back(ServeRow("--mla", ServeFor::llama_cpp, "",
                        "MLA models: cache the latent only (ik_llama.cpp -mla 2/3)")
                   .fallback("false"));
+  r.push_back(ServeRow("--quantizer", ServeFor::llama_cpp, "BUILD",
+                       "The quantizer whose type rules made the GGUF file: current or 2023-12 "
+                       "(Mixtral's first files) (default current)")
+                  .kind(ValueKind::choice, gguf_quantizer_names)
+                  .fallback("current"));
   r.push_back(ServeRow("--fused-moe", ServeFor::llama_cpp, "",
                        "MoE models: the experts' up and gate in one op (ik_llama.cpp -fmoe)")
                   .fallback("false"));
