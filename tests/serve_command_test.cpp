@@ -98,6 +98,14 @@ TEST_CASE("serve: bad input is one line and exit 2", "[serve]") {
   expect({"--model", "llama-3.1-8b", "--quantization", "Q4_K_M"},
          "--quantization: \"Q4_K_M\" is not offered (expected one of: fp8, compressed-tensors, "
          "gptq, gptq_marlin, awq, awq_marlin, bitsandbytes)");
+  expect({"--engine", "llama.cpp", "--model", "mixtral-8x7b", "--quantizer", "2023-12"},
+         "--quantizer: the rules of the quantizer type a --quantization file type; give one (a "
+         "--gguf file has its own types)");
+  expect({"--engine", "llama.cpp", "--model", "mixtral-8x7b", "--quantization", "Q4_K_M",
+          "--quantizer", "2024"},
+         "--quantizer: \"2024\" is not offered (expected one of: current, 2023-12)");
+  expect({"--model", "deepseek-v3", "--fused-moe"},
+         "--fused-moe: a llama.cpp flag, not used by --engine vllm");
   expect({"--model", "mamba-2.8b", "--max-model-len", "2048"},
          "serve: model preset \"mamba-2.8b\": a state-space model has no attention KV cache (its "
          "recurrent state is not modelled)");

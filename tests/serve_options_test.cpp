@@ -128,6 +128,8 @@ TEST_CASE("serve options: every name of a choice is taken on its engine", "[serv
         args.insert(args.end(), {f.flag, std::string(name)});
         const bool llama = f.flag == "--engine" ? name == "llama.cpp" : e == ServeEngine::llama_cpp;
         if (llama) args.emplace_back("--flash-attn");
+        // The quantizer's rules type a file type: --quantizer needs one.
+        if (f.flag == "--quantizer") args.insert(args.end(), {"--quantization", "Q4_K_M"});
         const auto r = run_cli(args);
         // Accepted as a name: a GPTQ or AWQ kernel refuses this checkpoint, not the name.
         CHECK(r.err.find("is not offered") == std::string::npos);

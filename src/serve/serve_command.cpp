@@ -429,6 +429,12 @@ ServeInputs read_inputs(ServeValues g) {
   if (!in.gguf.empty() && g.contains("--quantization")) {
     throw Error("--quantization: give --gguf FILE or a --quantization file type, not both");
   }
+  if (g.contains("--quantizer") && !g.contains("--quantization")) {
+    throw Error(fmt::format(
+        "{}: the rules of the quantizer type a --quantization file type; give one (a --gguf "
+        "file has its own types)",
+        g.at("--quantizer").where));
+  }
   if (!in.gguf.empty()) in.header = read_gguf_header(in.gguf);
   const bool gguf_model = in.header && !g.contains("--model") && !g.contains("--config");
   in.model = gguf_model ? gguf_serve_model(*in.header, in.gguf)
