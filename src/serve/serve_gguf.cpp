@@ -248,6 +248,7 @@ std::string gguf_tensor_name(const TensorGroup& g, TensorCategory c, std::option
 }  // namespace
 
 constexpr auto kFileTypeNames = detail::row_names(kFileTypes);
+// data table: the quantizers whose rules gguf_weights knows; [1] is Quantizer::dec_2023's
 constexpr std::array<std::string_view, 2> kQuantizerNames = {"current", "2023-12"};
 
 std::span<const std::string_view> gguf_quantizer_names() { return kQuantizerNames; }
@@ -265,7 +266,7 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::strin
                     a.num_experts,
                     a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1,
                     a.num_layers == 80 && a.model_type == "llama",
-                    quantizer == "2023-12"};
+                    quantizer == kQuantizerNames[1]};
   GgufWeights w;
   std::optional<LlamaTensor> tied_copy;
   for (const TensorGroup& g : m.spec.inventory.groups) {

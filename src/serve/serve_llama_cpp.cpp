@@ -152,6 +152,12 @@ LayerKv layer_kv(const Architecture& a, const LlamaCppSettings& s, u64 cells) {
           fmt::format("(K {} x {} + V {} x {})", k_width, tk.name, v_width, tv.name)};
 }
 
+// The f32 KQ mask the graph takes as input: [n_kv x GGML_PAD(n_tokens, 32)] (GGML_KQ_MASK_PAD,
+// ggml/include/ggml.h).
+u64 kq_mask_f32(u64 n_kv, u64 tokens) {
+  return checked_mul(checked_mul(n_kv, ceil_div(tokens, 32) * 32), 4);
+}
+
 // Pipeline parallelism (llama_new_context_with_model, src/llama.cpp of ikawrakow/ik_llama.cpp at
 // 4084ca73, as mainline's context): with several devices, every layer and the output offloaded
 // (n_gpu_layers > n_layer) and --split-mode layer, ggml_backend_sched_new keeps n_copies =
@@ -172,8 +178,7 @@ std::vector<u64> pipeline_copies(const Architecture& a, const LlamaCppSettings& 
       s.sched_copies < 2 || !s.overrides.empty()) {
     return {};
   }
-  const u64 rows = ceil_div(tokens, 32) * 32;  // GGML_KQ_MASK_PAD (ggml/include/ggml.h)
-  const u64 mask_f32 = checked_mul(checked_mul(n_kv, rows), 4);
+  const u64 mask_f32 = kq_mask_f32(n_kv, tokens);
   const u64 hidden = checked_mul(checked_mul(a.hidden_size, tokens), 4);
   const u64 ids = checked_mul(tokens, 4);  // inp_pos, inp_out_ids
   const auto first = static_cast<std::size_t>(p.layer_device.front());
@@ -213,28 +218,32 @@ u64 layers_with_host_experts(const Architecture& a, const LlamaCppPlacement& p,
                              const LlamaCppSettings& s) {
   if (a.num_experts == 0 || a.experts_per_token == 0 || a.moe_layers == 0 || s.overrides.empty())
     return 0;
-  u64 n = 0;
-  for (u64 il = a.num_layers - std::min(a.moe_layers, a.num_layers); il < a.num_layers; ++il) {
-    if (il >= p.layer_device.size() || p.layer_device[il] == kLlamaHost) continue;
-    std::vector<LlamaTensor> experts;
-    for (const char* w : {"ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"})
+  constexpr std::array<const char*, 3> kExperts = {"ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"};
+  std::vector<LlamaTensor> experts;  // kExperts.size() a layer, from the first MoE layer
+  const u64 first = a.num_layers - std::min(a.moe_layers, a.num_layers);
+  for (u64 il = first; il < a.num_layers; ++il) {
+    for (const char* w : kExperts)
       experts.push_back({.name = fmt::format("blk.{}.{}.weight", il, w), .layer = il});
-    const std::vector<bool> host = llama_cpp_on_host(experts, p, s);
-    if (std::all_of(host.begin(), host.end(), [](bool h) { return h; })) ++n;
+  }
+  const std::vector<bool> host = llama_cpp_on_host(experts, p, s);
+  u64 n = 0;
+  for (u64 il = first; il < a.num_layers; ++il) {
+    const auto at = host.begin() + static_cast<std::ptrdiff_t>((il - first) * kExperts.size());
+    const bool on_gpu = il < p.layer_device.size() && p.layer_device[il] != kLlamaHost;
+    if (on_gpu && std::all_of(at, at + kExperts.size(), [](bool h) { return h; })) ++n;
   }
   return n;
 }
 
-// Who computes the experts kept in host memory, said in a note.
-void note_host_experts(ServeEstimate& e, const Architecture& a, const LlamaCppSettings& s,
-                       u64 layers, u64 tokens) {
+// Who computes the experts of `layers` layers kept in host memory at `tokens` tokens, a GPU
+// taking them over from `gpu_from`, said in a note.
+void note_host_experts(ServeEstimate& e, u64 layers, u64 tokens, u64 gpu_from) {
   if (layers == 0) return;
-  const u64 from = gpu_expert_batch(a, s);
-  if (tokens < from) {
+  if (tokens < gpu_from) {
     e.notes.push_back(fmt::format(
         "the host computes the experts of {} MoE layers at {} tokens (a GPU takes them over from "
         "{}): their intermediates are in its compute buffer",
-        layers, tokens, from));
+        layers, tokens, gpu_from));
   } else {
     e.notes.push_back(fmt::format(
         "a GPU computes the experts of {} MoE layers kept in host memory at {} tokens, copying "
@@ -252,7 +261,7 @@ void note_host_experts(ServeEstimate& e, const Architecture& a, const LlamaCppSe
 // copies are graph outputs, never freed.
 void host_inputs(GgmlDynAllocator& cpu, const Architecture& a, u64 copies, u64 n_kv, u64 tokens) {
   const u64 ids = checked_mul(tokens, 4);
-  const u64 mask = checked_mul(checked_mul(n_kv, ceil_div(tokens, 32) * 32), 4);
+  const u64 mask = kq_mask_f32(n_kv, tokens);
   const u64 embd = checked_mul(checked_mul(a.hidden_size, tokens), 4);
   u64 tok = 0, pos = 0, kq = 0;
   for (u64 c = 0; c < copies; ++c) {
@@ -439,9 +448,10 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   const std::vector<u64> copies = pipeline_copies(a, s, p, e.context, tokens);
   e.per_device = device_shares(p, kv.bytes, c, copies, &host_kv);
   const u64 expert_layers = layers_with_host_experts(a, p, s);
+  const u64 gpu_from = gpu_expert_batch(a, s);
   e.host_compute_buffer_bytes =
       host_compute(m, p, s, copies.empty() ? 1 : s.sched_copies, e.context, tokens,
-                   expert_layers > 0 && tokens < gpu_expert_batch(a, s));
+                   expert_layers > 0 && tokens < gpu_from);
   e.devices = p.names.size();
   e.devices_shown = s.per_device;
   e.host_kv_bytes = host_kv;
@@ -457,7 +467,7 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
     e.notes.push_back("sliding-window layers keep the whole context (no iSWA cache modelled)");
   }
   if (w && w->note_last) add_weights(e, p, s, *w);
-  note_host_experts(e, a, s, expert_layers, tokens);
+  note_host_experts(e, expert_layers, tokens, gpu_from);
   show_fullest(e, c, kv.basis);
   return e;
 }
