@@ -106,6 +106,11 @@ TEST_CASE("serve: bad input is one line and exit 2", "[serve]") {
          "--quantizer: \"2024\" is not offered (expected one of: current, 2023-12)");
   expect({"--model", "deepseek-v3", "--fused-moe"},
          "--fused-moe: a llama.cpp flag, not used by --engine vllm");
+  expect({"--model", "deepseek-v3", "--attention-max-batch", "512"},
+         "--attention-max-batch: a llama.cpp flag, not used by --engine vllm");
+  expect({"--engine", "llama.cpp", "--model", "deepseek-v3", "--attention-max-batch", "0"},
+         "--attention-max-batch: count must be positive, got \"0\" (expected a positive whole "
+         "count such as 7B, 6.7B, 125M, 1.3e9 or 6738415616)");
   expect({"--model", "mamba-2.8b", "--max-model-len", "2048"},
          "serve: model preset \"mamba-2.8b\": a state-space model has no attention KV cache (its "
          "recurrent state is not modelled)");

@@ -158,6 +158,9 @@ struct LlamaCppSettings {
   bool mla = false;  ///< MLA models: cache the latent (ik_llama.cpp -mla 2/3), K only
   /// ik_llama.cpp's -fmoe: a MoE layer's up and gate experts in one op (ggml_moe_up_gate).
   bool fused_moe = false;
+  /// ik_llama.cpp's -amb: the MiB an MLA layer's f32 keys and values of one group of heads may
+  /// take on its prompt path (the heads halved until they fit); 0: all heads at once.
+  std::uint64_t attn_max_batch = 0;
   std::string quantization;  ///< GGUF file type ("Q4_K_M", ...); empty: weights not sized
   /// The quantizer whose type rules made the file: "current" (src/llama-quant.cpp at 007dbbf3)
   /// or "2023-12" (llama.cpp at caf5f9e6, where Mixtral's first GGUF files come from).

@@ -371,6 +371,7 @@ LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
   s.flash_attn = g.contains("--flash-attn");
   s.mla = g.contains("--mla");
   s.fused_moe = g.contains("--fused-moe");
+  s.attn_max_batch = count_of(g, "--attention-max-batch");
   s.quantization = llama_cpp_name(g, "--quantization", "GGUF file type");
   s.quantizer = choice(g, "--quantizer", ServeEngine::llama_cpp);
   s.cache_type_k = llama_cpp_name(g, "--cache-type-k", "cache type");

@@ -9,6 +9,7 @@
 // host memory; each device with layers computes them, the output's device the logits.
 #include "base/names.hpp"
 #include "serve/ggml_alloc.hpp"
+#include "serve/ik_mla_graph.hpp"
 #include "serve/llama_cpp_split.hpp"
 #include "serve/llama_cpp_tensors.hpp"
 #include "serve/serve_gguf.hpp"
@@ -203,7 +204,7 @@ std::vector<u64> pipeline_copies(const Architecture& a, const LlamaCppSettings& 
 // 32 x the experts; mainline llama.cpp (get_op_batch_size: MUL_MAT_ID's ne[2]) from 32 tokens.
 // The launch is taken for ik_llama.cpp's when it uses one of ik_llama.cpp's own flags (--mla,
 // --fused-moe).
-bool ik_llama(const LlamaCppSettings& s) { return s.mla || s.fused_moe; }
+bool ik_llama(const LlamaCppSettings& s) { return s.mla || s.fused_moe || s.attn_max_batch > 0; }
 
 // The fewest tokens from which a GPU takes the experts' matmuls over.
 u64 gpu_expert_batch(const Architecture& a, const LlamaCppSettings& s) {
@@ -212,12 +213,13 @@ u64 gpu_expert_batch(const Architecture& a, const LlamaCppSettings& s) {
   return std::max(kMinBatch, ceil_div(checked_mul(kMinBatch, a.num_experts), a.experts_per_token));
 }
 
-// The MoE layers (the last moe_layers layers) on a GPU whose three expert tensors
+// Per layer: a MoE layer (of the last moe_layers layers) on a GPU whose three expert tensors
 // --override-tensor keeps in host memory.
-u64 layers_with_host_experts(const Architecture& a, const LlamaCppPlacement& p,
-                             const LlamaCppSettings& s) {
+std::vector<bool> layers_with_host_experts(const Architecture& a, const LlamaCppPlacement& p,
+                                           const LlamaCppSettings& s) {
+  std::vector<bool> out(a.num_layers, false);
   if (a.num_experts == 0 || a.experts_per_token == 0 || a.moe_layers == 0 || s.overrides.empty())
-    return 0;
+    return out;
   constexpr std::array<const char*, 3> kExperts = {"ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"};
   std::vector<LlamaTensor> experts;  // kExperts.size() a layer, from the first MoE layer
   const u64 first = a.num_layers - std::min(a.moe_layers, a.num_layers);
@@ -226,13 +228,12 @@ u64 layers_with_host_experts(const Architecture& a, const LlamaCppPlacement& p,
       experts.push_back({.name = fmt::format("blk.{}.{}.weight", il, w), .layer = il});
   }
   const std::vector<bool> host = llama_cpp_on_host(experts, p, s);
-  u64 n = 0;
   for (u64 il = first; il < a.num_layers; ++il) {
     const auto at = host.begin() + static_cast<std::ptrdiff_t>((il - first) * kExperts.size());
     const bool on_gpu = il < p.layer_device.size() && p.layer_device[il] != kLlamaHost;
-    if (on_gpu && std::all_of(at, at + kExperts.size(), [](bool h) { return h; })) ++n;
+    out[il] = on_gpu && std::all_of(at, at + kExperts.size(), [](bool h) { return h; });
   }
-  return n;
+  return out;
 }
 
 // Who computes the experts of `layers` layers kept in host memory at `tokens` tokens, a GPU
@@ -407,6 +408,27 @@ void add_weights(ServeEstimate& e, const LlamaCppPlacement& p, const LlamaCppSet
                                 cpu_layers ? " and the CPU layers" : ""));
 }
 
+// ik_llama.cpp's MLA prompt path: each device's compute buffer from the graph (ggml's allocator
+// over build_deepseek2's tensors, src/serve/ik_mla_graph.cpp), beside its pipeline copies; the
+// graph's largest buffer is the attention moment of `c`, which holds the experts too.
+void mla_compute_buffers(ServeEstimate& e, ComputeBuffer& c, const Architecture& a,
+                         const LlamaCppPlacement& p, const LlamaCppSettings& s, u64 tokens,
+                         const std::vector<bool>& host_experts, const std::vector<u64>& copies) {
+  const std::vector<u64> bytes = mla_prompt_buffers(a, p, s, e.context, tokens, host_experts);
+  for (std::size_t i = 0; i < e.per_device.size(); ++i) {
+    ServeDevice& x = e.per_device[i];
+    if (x.layers == 0 && !x.output) continue;
+    x.compute_buffer_bytes = checked_add(bytes[i], copies.empty() ? 0 : copies[i]);
+  }
+  c.attention = *std::max_element(bytes.begin(), bytes.end());
+  c.moe = 0;
+  const u64 heads = mla_group_heads(a, s.attn_max_batch, e.context);
+  c.attention_basis = fmt::format(
+      "keys and values of {} heads x {} cells in f16 ({} groups of {}), all made before the "
+      "first flash attention",
+      a.num_heads, e.context, a.num_heads / heads, heads);
+}
+
 // llama.cpp's loader keeps per-layer hyperparameters in arrays of LLAMA_MAX_LAYERS (512) and
 // refuses a model of more layers (llama_model_loader::get_key_or_arr, "n > N_MAX";
 // src/llama-hparams.h and src/llama-model-loader.cpp of ik_llama.cpp at 8337e4cd3), so a model
@@ -443,12 +465,22 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   const LayerKv kv = layer_kv(a, s, e.context);
   const LlamaCppPlacement p = place_llama_cpp_layers(a.num_layers, s);
   const u64 tokens = std::min({s.ubatch_size, s.batch_size, e.context});
-  const ComputeBuffer c = compute_buffer(a, e.context, tokens, s.flash_attn);
+  ComputeBuffer c = compute_buffer(a, e.context, tokens, s.flash_attn);
   u64 host_kv = 0;
   const std::vector<u64> copies = pipeline_copies(a, s, p, e.context, tokens);
   e.per_device = device_shares(p, kv.bytes, c, copies, &host_kv);
-  const u64 expert_layers = layers_with_host_experts(a, p, s);
+  const std::vector<bool> host_experts = layers_with_host_experts(a, p, s);
+  const auto expert_layers =
+      static_cast<u64>(std::count(host_experts.begin(), host_experts.end(), true));
   const u64 gpu_from = gpu_expert_batch(a, s);
+  if (mla_prompt_path(a, s, p, tokens)) {
+    mla_compute_buffers(e, c, a, p, s, tokens,
+                        tokens < gpu_from ? host_experts : std::vector<bool>{}, copies);
+  } else if (s.attn_max_batch > 0) {
+    e.notes.push_back(
+        "--attention-max-batch is modelled on ik_llama.cpp's MLA prompt path only (--mla, "
+        "--flash-attn, 128 tokens or more); its split of other attention is not");
+  }
   e.host_compute_buffer_bytes =
       host_compute(m, p, s, copies.empty() ? 1 : s.sched_copies, e.context, tokens,
                    expert_layers > 0 && tokens < gpu_from);

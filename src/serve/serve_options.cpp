@@ -266,6 +266,11 @@ std::vector<ServeRow> serve_llama_cpp_rows() {
   r.push_back(ServeRow("--fused-moe", ServeFor::llama_cpp, "",
                        "MoE models: the experts' up and gate in one op (ik_llama.cpp -fmoe)")
                   .fallback("false"));
+  r.push_back(ServeRow("--attention-max-batch", ServeFor::llama_cpp, "MIB",
+                       "MLA models: the MiB of f32 keys and values one group of heads may take "
+                       "in a prompt's attention (ik_llama.cpp -amb) (default: all heads at once)")
+                  .kind(ValueKind::count)
+                  .fallback("", "all heads at once"));
   return r;
 }
 

@@ -1,0 +1,68 @@
+#pragma once
+// Private to src/serve: a ggml compute graph as the scheduler and the graph allocator see it
+// (src/serve/ggml_graph.cpp): tensors with their sizes, sources and views, put in order as
+// ggml_build_forward_expand puts them, cut into splits by device with the copies the scheduler
+// makes, and replayed through ggml_gallocr to size one device's compute buffer.
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+namespace memest {
+
+/// The graph of one evaluation. Tensors are ids into the graph; a device is an index (the
+/// host, llama.cpp's CPU backend, is kLlamaHost). Read from ggml/src/ggml.c (ggml_visit_parents),
+/// ggml/src/ggml-backend.c (ggml_backend_sched_split_graph) and ggml/src/ggml-alloc.c
+/// (ggml_gallocr_alloc_graph_impl) of ikawrakow/ik_llama.cpp at 1843ed22.
+class GgmlGraph {
+ public:
+  using Id = std::uint32_t;
+  /// Whether ggml_gallocr may put an op's result in a source's bytes (ggml_op_can_inplace: add,
+  /// mul, scale, rms_norm, rope, soft_max, unary ops, ...).
+  enum class Reuse : std::uint8_t { never, in_place };
+
+  /// A tensor in no compute buffer: a weight, a view of the KV cache.
+  Id external();
+  /// A graph input (ggml_set_input), which the scheduler keeps on the host, of `bytes`.
+  Id input(std::uint64_t bytes);
+  /// An op's result of `bytes` on `device`, reading `srcs` in order.
+  Id op(int device, std::uint64_t bytes, std::initializer_list<Id> srcs,
+        Reuse reuse = Reuse::never);
+  /// A view of `of` (ggml_view_*, reshape, permute): the bytes of `of`'s root, `bytes` of them
+  /// seen (what a copy of the view to another device takes).
+  Id view(Id of, std::uint64_t bytes);
+  /// An op that writes into `dest`, a tensor in no compute buffer (ggml_cpy into the KV cache):
+  /// a view of `dest` reading `src` and `dest`.
+  Id write(Id src, Id dest);
+  /// A graph output (ggml_set_output): never freed.
+  void output(Id t);
+  /// ggml_build_forward_expand: `t` after the tensors it reads (first source first), each once.
+  void expand(Id t);
+  /// The high-water mark of GPU `device`'s buffer: ggml_dyn_tallocr over the graph's nodes with
+  /// the scheduler's split copies, each tensor allocated when its node runs (in a source's bytes
+  /// where it may and that source has no other reader and no view), freed after its last reader.
+  /// The graph's inputs are the host's (not sized here: ggml allocates them before the nodes).
+  std::uint64_t buffer_bytes(int device, std::uint64_t alignment) const;
+  /// The nodes expanded so far.
+  std::size_t nodes() const { return order_.size(); }
+
+ private:
+  struct Tensor {
+    std::uint64_t bytes = 0;
+    std::vector<Id> srcs;
+    Id root = 0;  // itself unless a view
+    int device = 0;
+    bool external = false;
+    bool view = false;
+    bool leaf = false;  // an input or external tensor: no op
+    bool in_place = false;
+    bool output = false;
+  };
+  int device_of(Id t) const { return tensors_[tensors_[t].root].device; }
+  Id add(Tensor t);
+  std::vector<Tensor> tensors_;
+  std::vector<Id> order_;
+  std::vector<bool> visited_;
+};
+
+}  // namespace memest
