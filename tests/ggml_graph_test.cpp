@@ -12,12 +12,12 @@ TEST_CASE("an in-place op takes the bytes of a source it alone reads") {
   GgmlGraph g;
   const auto x = g.op(0, 64, {});
   g.expand(g.op(0, 64, {x}, kInPlace));
-  CHECK(g.buffer_bytes(0, 1) == 64);
+  CHECK(g.buffers(2, 1)[0] == 64);
 
   GgmlGraph plain;  // the same op not in place: both live at once
   const auto y = plain.op(0, 64, {});
   plain.expand(plain.op(0, 64, {y}));
-  CHECK(plain.buffer_bytes(0, 1) == 128);
+  CHECK(plain.buffers(2, 1)[0] == 128);
 }
 
 TEST_CASE("a source with another reader, a view or other bytes is not taken in place") {
@@ -25,19 +25,19 @@ TEST_CASE("a source with another reader, a view or other bytes is not taken in p
   const auto x = two_readers.op(0, 64, {});
   const auto y = two_readers.op(0, 64, {x}, kInPlace);
   two_readers.expand(two_readers.op(0, 64, {x, y}));
-  CHECK(two_readers.buffer_bytes(0, 1) == 192);  // x, y and the sum live together
+  CHECK(two_readers.buffers(2, 1)[0] == 192);  // x, y and the sum live together
 
   GgmlGraph viewed;  // x's view is read later: x is not reused
   const auto a = viewed.op(0, 64, {});
   const auto v = viewed.view(a, 64);
   const auto b = viewed.op(0, 64, {a}, kInPlace);
   viewed.expand(viewed.op(0, 8, {b, v}));
-  CHECK(viewed.buffer_bytes(0, 1) == 136);
+  CHECK(viewed.buffers(2, 1)[0] == 136);
 
   GgmlGraph wider;
   const auto s = wider.op(0, 32, {});
   wider.expand(wider.op(0, 64, {s}, kInPlace));
-  CHECK(wider.buffer_bytes(0, 1) == 96);
+  CHECK(wider.buffers(2, 1)[0] == 96);
 }
 
 TEST_CASE("a view keeps its root until the view's last reader") {
@@ -46,7 +46,7 @@ TEST_CASE("a view keeps its root until the view's last reader") {
   const auto half = g.view(x, 32);
   const auto y = g.op(0, 32, {half});  // [64, 96); x is freed after it
   g.expand(g.op(0, 64, {y}));          // x's 64 bytes at 0 hold it
-  CHECK(g.buffer_bytes(0, 1) == 96);
+  CHECK(g.buffers(2, 1)[0] == 96);
 
   GgmlGraph late;  // the view read again at the end: the root stays to the end
   const auto r = late.op(0, 64, {});
@@ -54,7 +54,7 @@ TEST_CASE("a view keeps its root until the view's last reader") {
   const auto z = late.op(0, 32, {v});  // [64, 96)
   // [96, 160) beside r and z; z freed; the last op in z's hole
   late.expand(late.op(0, 8, {late.op(0, 64, {z}), v}));
-  CHECK(late.buffer_bytes(0, 1) == 160);
+  CHECK(late.buffers(2, 1)[0] == 160);
 }
 
 // The order of ggml_build_forward_expand decides what lives together: tensors expanded one by
@@ -70,7 +70,7 @@ TEST_CASE("tensors expanded in a loop all live until readers expanded after it")
   }
   // key 0 at [0, 100), its read at [100, 110), the key freed; each next key takes that hole,
   // its read the end [110, 120), the sum the first read's bytes in place: a key and two reads.
-  CHECK(apart.buffer_bytes(0, 1) == 120);
+  CHECK(apart.buffers(2, 1)[0] == 120);
 
   GgmlGraph together;  // the keys expanded in the loop, the reads from the output
   std::vector<GgmlGraph::Id> keys;
@@ -84,7 +84,7 @@ TEST_CASE("tensors expanded in a loop all live until readers expanded after it")
     sum = i == 0 ? read : together.op(0, 10, {sum, read}, kInPlace);
   }
   together.expand(sum);
-  CHECK(together.buffer_bytes(0, 1) == 410);  // four keys, then the first read
+  CHECK(together.buffers(2, 1)[0] == 410);  // four keys, then the first read
 }
 
 TEST_CASE("a device reads another device's tensor through a copy made at its split's start") {
@@ -94,14 +94,14 @@ TEST_CASE("a device reads another device's tensor through a copy made at its spl
   g.expand(g.op(0, 40, {h}));           // device 0 again: h's copy, then the op
   // x is freed once the host's split has copied it (its dependency), so h's copy (10) and the op
   // (40) fit from 0: 50, not 90.
-  CHECK(g.buffer_bytes(0, 1) == 50);
-  CHECK(g.buffer_bytes(1, 1) == 0);  // a device with no tensor
+  CHECK(g.buffers(2, 1)[0] == 50);
+  CHECK(g.buffers(2, 1)[1] == 0);  // a device with no tensor
 
   GgmlGraph twice;  // two readers on device 0 of one host tensor share one copy
   const auto src = twice.op(kHost, 30, {});
   const auto a = twice.op(0, 5, {src});
   twice.expand(twice.op(0, 5, {a, src}));
-  CHECK(twice.buffer_bytes(0, 1) == 40);
+  CHECK(twice.buffers(2, 1)[0] == 40);
 }
 
 TEST_CASE("outputs are never freed and sizes are aligned") {
@@ -110,6 +110,6 @@ TEST_CASE("outputs are never freed and sizes are aligned") {
   const auto out = g.op(0, 10, {x});
   g.output(out);
   g.expand(g.op(0, 10, {out}));
-  CHECK(g.buffer_bytes(0, 1) == 20);   // x's 10 bytes at 0 hold the last op
-  CHECK(g.buffer_bytes(0, 32) == 64);  // each takes 32: x and out, the last op in x's place
+  CHECK(g.buffers(2, 1)[0] == 20);   // x's 10 bytes at 0 hold the last op
+  CHECK(g.buffers(2, 32)[0] == 64);  // each takes 32: x and out, the last op in x's place
 }

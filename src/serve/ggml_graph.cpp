@@ -11,10 +11,13 @@
 
 namespace memest {
 
-GgmlGraph::Id GgmlGraph::add(Tensor t) {
+GgmlGraph::Id GgmlGraph::add(Tensor t, std::initializer_list<Id> srcs) {
   const auto id = static_cast<Id>(tensors_.size());
   if (!t.view) t.root = id;
-  tensors_.push_back(std::move(t));
+  t.first_src = static_cast<std::uint32_t>(srcs_.size());
+  t.srcs = static_cast<std::uint32_t>(srcs.size());
+  srcs_.insert(srcs_.end(), srcs);
+  tensors_.push_back(t);
   visited_.push_back(false);
   return id;
 }
@@ -27,30 +30,25 @@ GgmlGraph::Id GgmlGraph::input(std::uint64_t bytes) {
 
 GgmlGraph::Id GgmlGraph::op(int device, std::uint64_t bytes, std::initializer_list<Id> srcs,
                             Reuse reuse) {
-  return add(
-      {.bytes = bytes, .srcs = srcs, .device = device, .in_place = reuse == Reuse::in_place});
+  return add({.bytes = bytes, .device = device, .in_place = reuse == Reuse::in_place}, srcs);
 }
 
 GgmlGraph::Id GgmlGraph::view(Id of, std::uint64_t bytes) {
-  const Tensor& o = tensors_[of];
-  return add({.bytes = bytes,
-              .srcs = {of},
-              .root = o.root,
-              .external = tensors_[o.root].external,
-              .view = true});
+  const Id root = tensors_[of].root;
+  return add({.bytes = bytes, .root = root, .external = tensors_[root].external, .view = true},
+             {of});
 }
 
 GgmlGraph::Id GgmlGraph::write(Id src, Id dest) {
   const Id root = tensors_[dest].root;
-  return add(
-      {.srcs = {src, dest}, .root = root, .external = tensors_[root].external, .view = true});
+  return add({.root = root, .external = tensors_[root].external, .view = true}, {src, dest});
 }
 
 void GgmlGraph::output(Id t) { tensors_[tensors_[t].root].output = true; }
 
 // ggml_visit_parents without recursion: a tensor is placed once all its sources are.
 void GgmlGraph::expand(Id t) {
-  std::vector<std::pair<Id, std::size_t>> stack{{t, 0}};
+  std::vector<std::pair<Id, std::uint32_t>> stack{{t, 0}};
   while (!stack.empty()) {
     auto& [id, next] = stack.back();
     if (next == 0 && visited_[id]) {
@@ -59,8 +57,8 @@ void GgmlGraph::expand(Id t) {
     }
     visited_[id] = true;
     const Tensor& x = tensors_[id];
-    if (next < x.srcs.size()) {
-      const Id src = x.srcs[next++];
+    if (next < x.srcs) {
+      const Id src = srcs_[x.first_src + next++];
       if (!visited_[src]) stack.emplace_back(src, 0);
       continue;
     }
@@ -72,26 +70,28 @@ void GgmlGraph::expand(Id t) {
 namespace {
 
 // A tensor of the replay: the graph's, or a copy the scheduler adds.
-struct Slot {
+struct ReplayTensor {
   std::uint64_t bytes = 0;
   std::uint32_t root = 0;
   int device = 0;
   bool external = false, view = false, dep = false, in_place = false, output = false;
 };
 
-struct Plan {
-  std::vector<Slot> slots;
-  struct Step {
-    std::uint32_t tensor;
-    std::vector<std::uint32_t> srcs;
-  };
-  std::vector<Step> steps;
+// A node as it runs: its tensor and the tensors it reads (after the split copies), srcs of them
+// from first_src in the plan's list.
+struct ReplayNode {
+  std::uint32_t tensor, first_src, srcs;
 };
 
 // One device's high-water mark over the plan (ggml_gallocr_alloc_graph_impl).
 class Replay {
  public:
-  Replay(const Plan& p, int device, std::uint64_t alignment)
+  struct Plan {
+    const std::vector<ReplayTensor>& slots;
+    const std::vector<ReplayNode>& steps;
+    const std::vector<std::uint32_t>& srcs;
+  };
+  Replay(Plan p, int device, std::uint64_t alignment)
       : p_(p),
         device_(device),
         alloc_(alignment),
@@ -101,30 +101,31 @@ class Replay {
         allocated_(p.slots.size()) {
     for (const auto& s : p.steps) {
       if (p.slots[s.tensor].view) ++views_[p.slots[s.tensor].root];
-      for (const auto src : s.srcs) ++children_[src];
+      for (std::uint32_t i = 0; i < s.srcs; ++i) ++children_[p.srcs[s.first_src + i]];
     }
   }
   std::uint64_t run() {
     for (const auto& s : p_.steps) {
-      allocate(s.tensor, s.srcs);
-      for (const auto src : s.srcs) release_parent(src);
+      const auto* srcs = p_.srcs.data() + s.first_src;
+      allocate(s.tensor, srcs, s.srcs);
+      for (std::uint32_t i = 0; i < s.srcs; ++i) release_parent(srcs[i]);
     }
     return alloc_.max_size();
   }
 
  private:
   bool own(std::uint32_t t) const {
-    const Slot& s = p_.slots[t];
+    const ReplayTensor& s = p_.slots[t];
     return !s.external && p_.slots[s.root].device == device_;
   }
   // ggml_gallocr_allocate_node: in the bytes of a source it may take (reuse), else a new block.
-  void allocate(std::uint32_t t, const std::vector<std::uint32_t>& srcs) {
-    const Slot& s = p_.slots[t];
+  void allocate(std::uint32_t t, const std::uint32_t* srcs, std::uint32_t n) {
+    const ReplayTensor& s = p_.slots[t];
     if (s.view || s.dep || !own(t) || allocated_[t]) return;
     allocated_[t] = true;
     if (s.in_place) {
-      for (const auto src : srcs) {
-        if (reuse(t, src)) return;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (reuse(t, srcs[i])) return;
       }
     }
     offset_[t] = alloc_.alloc(s.bytes);
@@ -132,7 +133,7 @@ class Replay {
   // A source this buffer allocated (a view never is: ggml_gallocr_is_own), of as many bytes,
   // not an output, whose only reader is `t` and that has no view.
   bool reuse(std::uint32_t t, std::uint32_t src) {
-    const Slot& x = p_.slots[src];
+    const ReplayTensor& x = p_.slots[src];
     if (x.view || !own(src) || !allocated_[src] || x.output || x.bytes != p_.slots[t].bytes)
       return false;
     if (children_[src] != 1 || views_[src] != 0) return false;
@@ -147,11 +148,11 @@ class Replay {
   }
   void release_parent(std::uint32_t src) {
     if (--children_[src] != 0 || views_[src] != 0) return;
-    const Slot& x = p_.slots[src];
+    const ReplayTensor& x = p_.slots[src];
     if (!x.view) return release(src);
     if (--views_[x.root] == 0 && children_[x.root] == 0) release(x.root);
   }
-  const Plan& p_;
+  Plan p_;
   int device_;
   GgmlDynAllocator alloc_;
   std::vector<std::uint32_t> children_, views_;
@@ -161,7 +162,13 @@ class Replay {
 
 }  // namespace
 
-std::uint64_t GgmlGraph::buffer_bytes(int device, std::uint64_t alignment) const {
+struct GgmlGraph::Plan {
+  std::vector<ReplayTensor> slots;
+  std::vector<ReplayNode> steps;
+  std::vector<std::uint32_t> srcs;
+};
+
+GgmlGraph::Plan GgmlGraph::plan() const {
   Plan p;
   p.slots.reserve(tensors_.size());
   for (const Tensor& t : tensors_) {
@@ -178,42 +185,55 @@ std::uint64_t GgmlGraph::buffer_bytes(int device, std::uint64_t alignment) const
   // tensor and device, made at the start of the first split that needs it, after a dependency
   // (input_dep) that keeps the source until then.
   std::vector<std::vector<std::pair<int, std::uint32_t>>> copies(tensors_.size());
+  std::vector<ReplayNode> body;
+  std::vector<std::uint32_t> body_srcs;
   std::size_t i = 0;
   while (i < order_.size()) {
     std::size_t first = i;  // the split's device is its first node's that is not a view
     while (first + 1 < order_.size() && tensors_[order_[first]].view) ++first;
     const int dev = device_of(order_[first]);
-    std::size_t end = i;
-    std::vector<Plan::Step> body;
-    std::vector<Plan::Step> inputs;
-    while (end < order_.size() && (tensors_[order_[end]].view || device_of(order_[end]) == dev)) {
-      const Tensor& x = tensors_[order_[end]];
-      Plan::Step s{order_[end], x.srcs};
-      for (auto& src : s.srcs) {
-        if (x.view || tensors_[src].external || device_of(src) == dev) continue;
-        auto& made = copies[src];
-        auto it =
-            std::find_if(made.begin(), made.end(), [&](const auto& c) { return c.first == dev; });
-        if (it == made.end()) {
-          const auto id = static_cast<std::uint32_t>(p.slots.size());
-          p.slots.push_back({.bytes = tensors_[src].bytes, .root = id, .device = dev});
-          const auto dep = static_cast<std::uint32_t>(p.slots.size());
-          p.slots.push_back({.root = dep, .device = device_of(src), .dep = true});
-          inputs.push_back({dep, {src}});
-          inputs.push_back({id, {}});
-          made.emplace_back(dev, id);
-          it = made.end() - 1;
+    body.clear();
+    body_srcs.clear();
+    for (; i < order_.size() && (tensors_[order_[i]].view || device_of(order_[i]) == dev); ++i) {
+      const Tensor& x = tensors_[order_[i]];
+      body.push_back({order_[i], static_cast<std::uint32_t>(body_srcs.size()), x.srcs});
+      for (std::uint32_t k = 0; k < x.srcs; ++k) {
+        std::uint32_t src = srcs_[x.first_src + k];
+        if (!x.view && !tensors_[src].external && device_of(src) != dev) {
+          auto& made = copies[src];
+          auto it =
+              std::find_if(made.begin(), made.end(), [&](const auto& c) { return c.first == dev; });
+          if (it == made.end()) {
+            const auto copy = static_cast<std::uint32_t>(p.slots.size());
+            p.slots.push_back({.bytes = tensors_[src].bytes, .root = copy, .device = dev});
+            p.slots.push_back({.root = copy + 1, .device = device_of(src), .dep = true});
+            p.steps.push_back({copy + 1, static_cast<std::uint32_t>(p.srcs.size()), 1});
+            p.srcs.push_back(src);
+            p.steps.push_back({copy, 0, 0});
+            made.emplace_back(dev, copy);
+            it = made.end() - 1;
+          }
+          src = it->second;
         }
-        src = it->second;
+        body_srcs.push_back(src);
       }
-      body.push_back(std::move(s));
-      ++end;
     }
-    for (auto& s : inputs) p.steps.push_back(std::move(s));
-    for (auto& s : body) p.steps.push_back(std::move(s));
-    i = end;
+    const auto base = static_cast<std::uint32_t>(p.srcs.size());
+    p.srcs.insert(p.srcs.end(), body_srcs.begin(), body_srcs.end());
+    for (ReplayNode s : body) {
+      s.first_src += base;
+      p.steps.push_back(s);
+    }
   }
-  return Replay(p, device, alignment).run();
+  return p;
+}
+
+std::vector<std::uint64_t> GgmlGraph::buffers(std::size_t devices, std::uint64_t alignment) const {
+  const Plan p = plan();
+  std::vector<std::uint64_t> out(devices);
+  for (std::size_t d = 0; d < devices; ++d)
+    out[d] = Replay({p.slots, p.steps, p.srcs}, static_cast<int>(d), alignment).run();
+  return out;
 }
 
 }  // namespace memest

@@ -38,18 +38,20 @@ class GgmlGraph {
   void output(Id t);
   /// ggml_build_forward_expand: `t` after the tensors it reads (first source first), each once.
   void expand(Id t);
-  /// The high-water mark of GPU `device`'s buffer: ggml_dyn_tallocr over the graph's nodes with
-  /// the scheduler's split copies, each tensor allocated when its node runs (in a source's bytes
-  /// where it may and that source has no other reader and no view), freed after its last reader.
-  /// The graph's inputs are the host's (not sized here: ggml allocates them before the nodes).
-  std::uint64_t buffer_bytes(int device, std::uint64_t alignment) const;
+  /// The high-water mark of each GPU's buffer (devices 0 to `devices` - 1): ggml_dyn_tallocr over
+  /// the graph's nodes with the scheduler's split copies, each tensor allocated when its node
+  /// runs (in a source's bytes where it may and that source has no other reader and no view),
+  /// freed after its last reader. The graph's inputs are the host's (not sized here: ggml
+  /// allocates them before the nodes).
+  std::vector<std::uint64_t> buffers(std::size_t devices, std::uint64_t alignment) const;
   /// The nodes expanded so far.
   std::size_t nodes() const { return order_.size(); }
 
  private:
   struct Tensor {
     std::uint64_t bytes = 0;
-    std::vector<Id> srcs;
+    std::uint32_t first_src = 0;  // its sources: srcs_[first_src, first_src + srcs)
+    std::uint32_t srcs = 0;
     Id root = 0;  // itself unless a view
     int device = 0;
     bool external = false;
@@ -58,9 +60,12 @@ class GgmlGraph {
     bool in_place = false;
     bool output = false;
   };
+  struct Plan;  // the nodes with the split copies, as the allocator replays them
+  Plan plan() const;
   int device_of(Id t) const { return tensors_[tensors_[t].root].device; }
-  Id add(Tensor t);
+  Id add(Tensor t, std::initializer_list<Id> srcs = {});
   std::vector<Tensor> tensors_;
+  std::vector<Id> srcs_;
   std::vector<Id> order_;
   std::vector<bool> visited_;
 };

@@ -235,10 +235,7 @@ std::vector<std::uint64_t> mla_prompt_buffers(const Architecture& a, const Llama
                                               const std::vector<bool>& host_experts) {
   MlaGraph g(a, p, s, n_kv, tokens);
   g.build(host_experts);
-  std::vector<std::uint64_t> out(p.names.size());
-  for (std::size_t i = 0; i < out.size(); ++i)
-    out[i] = g.graph().buffer_bytes(static_cast<int>(i), kCudaAlignment);
-  return out;
+  return g.graph().buffers(p.names.size(), kCudaAlignment);
 }
 
 }  // namespace memest
