@@ -93,6 +93,12 @@ TEST_CASE("ik_llama.cpp: MLA prompt buffers as the published logs print them", "
                                             "32768", "--attention-max-batch", "512"});
   CHECK(table.out.find("keys and values of 128 heads x 32768 cells in f16 (8 groups of 16), all "
                        "made before the first flash attention") != std::string::npos);
+  // DeepSeek-V2-Lite at 8,192 cells: its 16 heads' keys and values (16 x 8,192 x 320 x 2 bytes,
+  // 80 MiB) weigh less than the logits of 512 tokens over 102,400 words in f32 (200 MiB).
+  const auto lite =
+      memest::test::run_cli({"serve", "--engine", "llama.cpp", "--model", "deepseek-v2-lite",
+                             "--flash-attn", "--mla", "--ctx-size", "8192"});
+  CHECK(lite.out.find("logits of 512 tokens x 102400 vocab in f32") != std::string::npos);
 }
 
 TEST_CASE("ik_llama.cpp: a graph past its node limit is refused", "[serve]") {

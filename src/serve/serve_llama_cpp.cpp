@@ -409,8 +409,9 @@ void add_weights(ServeEstimate& e, const LlamaCppPlacement& p, const LlamaCppSet
 }
 
 // ik_llama.cpp's MLA prompt path: each device's compute buffer from the graph (ggml's allocator
-// over build_deepseek2's tensors, src/serve/ik_mla_graph.cpp), beside its pipeline copies; the
-// graph's largest buffer is the attention moment of `c`, which holds the experts too.
+// over build_deepseek2's tensors, src/serve/ik_mla_graph.cpp), beside its pipeline copies. The
+// attention moment of `c` becomes the f16 keys and values of every head (what the basis names
+// when it outweighs the output's logits); the graph holds the experts too.
 void mla_compute_buffers(ServeEstimate& e, ComputeBuffer& c, const Architecture& a,
                          const LlamaCppPlacement& p, const LlamaCppSettings& s, u64 tokens,
                          const std::vector<bool>& host_experts, const std::vector<u64>& copies) {
@@ -420,13 +421,16 @@ void mla_compute_buffers(ServeEstimate& e, ComputeBuffer& c, const Architecture&
     if (x.layers == 0 && !x.output) continue;
     x.compute_buffer_bytes = checked_add(bytes[i], copies.empty() ? 0 : copies[i]);
   }
-  c.attention = *std::max_element(bytes.begin(), bytes.end());
+  const u64 width = a.qk_rope_head_dim + a.qk_nope_head_dim + a.v_head_dim;  // K and V
+  c.attention = checked_mul(checked_mul(checked_mul(a.num_heads, e.context), width), 2);
   c.moe = 0;
   const u64 heads = mla_group_heads(a, s.attn_max_batch, e.context);
+  const u64 groups = a.num_heads / heads;
   c.attention_basis = fmt::format(
-      "keys and values of {} heads x {} cells in f16 ({} groups of {}), all made before the "
-      "first flash attention",
-      a.num_heads, e.context, a.num_heads / heads, heads);
+      "keys and values of {} heads x {} cells in f16 ({}), all made before the first flash "
+      "attention",
+      a.num_heads, e.context,
+      groups == 1 ? "one group" : fmt::format("{} groups of {}", groups, heads));
 }
 
 // llama.cpp's loader keeps per-layer hyperparameters in arrays of LLAMA_MAX_LAYERS (512) and
