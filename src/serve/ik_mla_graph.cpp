@@ -69,9 +69,10 @@ void MlaGraph::check_nodes() const {
   if (g_.nodes() <= kMaxNodes) return;
   throw Error(fmt::format(
       "--attention-max-batch: ik_llama.cpp's graph holds at most {} nodes (llama_model_max_nodes) "
-      "and the MLA prompt graph of {} layers over {} cells in groups of {} heads needs more: give "
-      "a larger --attention-max-batch or a smaller --ctx-size",
-      kMaxNodes, a_.num_layers, n_kv_, mla_group_heads(a_, s_.attn_max_batch, n_kv_)));
+      "and the MLA prompt graph of {} layers over {} cells, its {} heads in groups of {}, needs "
+      "more: give a larger --attention-max-batch or a smaller --ctx-size",
+      kMaxNodes, a_.num_layers, n_kv_, a_.num_heads,
+      mla_group_heads(a_, s_.attn_max_batch, n_kv_)));
 }
 
 // build_inp_KQ_mask: with flash attention the f32 input is cast to f16 where the first
