@@ -113,3 +113,14 @@ TEST_CASE("outputs are never freed and sizes are aligned") {
   CHECK(g.buffers(2, 1)[0] == 20);   // x's 10 bytes at 0 hold the last op
   CHECK(g.buffers(2, 32)[0] == 64);  // each takes 32: x and out, the last op in x's place
 }
+
+TEST_CASE("under pipeline parallelism the split copies are made n times, first, and kept") {
+  GgmlGraph g;
+  const auto h = g.op(kHost, 10, {});
+  const auto on_device = g.op(0, 20, {h});  // reads h's copy on device 0
+  g.expand(g.op(0, 10, {on_device}));
+  // One copy: [0, 10), the op at [10, 30), the copy freed after its reader; the last op in its
+  // hole. Three copies: [0, 30) kept, the ops at [30, 50) and [50, 60).
+  CHECK(g.buffers(1, 1, 1)[0] == 30);
+  CHECK(g.buffers(1, 1, 3)[0] == 60);
+}

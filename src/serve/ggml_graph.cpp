@@ -160,6 +160,42 @@ class Replay {
   std::vector<bool> allocated_;
 };
 
+// ggml_backend_sched_split_graph's copies of the tensors a split reads from other devices: one
+// per tensor and device, made at the start of the first split that needs it, after a dependency
+// (input_dep) that keeps the source until then. Under pipeline parallelism (n_copies > 1) each
+// is made n_copies times, as graph inputs and outputs: allocated before any node (the scheduler
+// adds them as leafs) and never freed.
+struct SplitCopies {
+  std::uint64_t n_copies;
+  std::vector<std::vector<std::pair<int, std::uint32_t>>> made;  // by source: (device, copy)
+  std::vector<ReplayNode> front;                                 // the kept copies' steps
+  struct Into {
+    std::vector<ReplayTensor>& slots;
+    std::vector<ReplayNode>& steps;
+    std::vector<std::uint32_t>& srcs;
+  };
+  // The copy on `dev` of `src` (`bytes`, on device `from`), made if not yet.
+  std::uint32_t copy(Into p, std::uint32_t src, std::uint64_t bytes, int from, int dev) {
+    for (const auto& [d, id] : made[src]) {
+      if (d == dev) return id;
+    }
+    const auto id = static_cast<std::uint32_t>(p.slots.size());
+    const bool kept = n_copies > 1;
+    p.slots.push_back({.bytes = bytes, .root = id, .device = dev, .output = kept});
+    p.slots.push_back({.root = id + 1, .device = from, .dep = true});
+    p.steps.push_back({id + 1, static_cast<std::uint32_t>(p.srcs.size()), 1});
+    p.srcs.push_back(src);
+    (kept ? front : p.steps).push_back({id, 0, 0});
+    for (std::uint64_t c = 1; kept && c < n_copies; ++c) {
+      const auto extra = static_cast<std::uint32_t>(p.slots.size());
+      p.slots.push_back({.bytes = bytes, .root = extra, .device = dev, .output = true});
+      front.push_back({extra, 0, 0});
+    }
+    made[src].emplace_back(dev, id);
+    return id;
+  }
+};
+
 }  // namespace
 
 struct GgmlGraph::Plan {
@@ -168,7 +204,7 @@ struct GgmlGraph::Plan {
   std::vector<std::uint32_t> srcs;
 };
 
-GgmlGraph::Plan GgmlGraph::plan() const {
+GgmlGraph::Plan GgmlGraph::plan(std::uint64_t n_copies) const {
   Plan p;
   p.slots.reserve(tensors_.size());
   for (const Tensor& t : tensors_) {
@@ -180,11 +216,10 @@ GgmlGraph::Plan GgmlGraph::plan() const {
                        .in_place = t.in_place,
                        .output = t.output});
   }
-  // ggml_backend_sched_split_graph: a split is a run of nodes on one device (views stay in the
-  // run they are in); a node reading another device's tensor reads that device's copy, one per
-  // tensor and device, made at the start of the first split that needs it, after a dependency
-  // (input_dep) that keeps the source until then.
-  std::vector<std::vector<std::pair<int, std::uint32_t>>> copies(tensors_.size());
+  // A split is a run of nodes on one device (views stay in the run they are in); a node
+  // reading another device's tensor reads that device's copy (SplitCopies).
+  SplitCopies copies{
+      n_copies, std::vector<std::vector<std::pair<int, std::uint32_t>>>(tensors_.size()), {}};
   std::vector<ReplayNode> body;
   std::vector<std::uint32_t> body_srcs;
   std::size_t i = 0;
@@ -198,24 +233,11 @@ GgmlGraph::Plan GgmlGraph::plan() const {
       const Tensor& x = tensors_[order_[i]];
       body.push_back({order_[i], static_cast<std::uint32_t>(body_srcs.size()), x.srcs});
       for (std::uint32_t k = 0; k < x.srcs; ++k) {
-        std::uint32_t src = srcs_[x.first_src + k];
-        if (!x.view && !tensors_[src].external && device_of(src) != dev) {
-          auto& made = copies[src];
-          auto it =
-              std::find_if(made.begin(), made.end(), [&](const auto& c) { return c.first == dev; });
-          if (it == made.end()) {
-            const auto copy = static_cast<std::uint32_t>(p.slots.size());
-            p.slots.push_back({.bytes = tensors_[src].bytes, .root = copy, .device = dev});
-            p.slots.push_back({.root = copy + 1, .device = device_of(src), .dep = true});
-            p.steps.push_back({copy + 1, static_cast<std::uint32_t>(p.srcs.size()), 1});
-            p.srcs.push_back(src);
-            p.steps.push_back({copy, 0, 0});
-            made.emplace_back(dev, copy);
-            it = made.end() - 1;
-          }
-          src = it->second;
-        }
-        body_srcs.push_back(src);
+        const std::uint32_t src = srcs_[x.first_src + k];
+        const bool foreign = !x.view && !tensors_[src].external && device_of(src) != dev;
+        body_srcs.push_back(foreign ? copies.copy({p.slots, p.steps, p.srcs}, src,
+                                                  tensors_[src].bytes, device_of(src), dev)
+                                    : src);
       }
     }
     const auto base = static_cast<std::uint32_t>(p.srcs.size());
@@ -225,11 +247,13 @@ GgmlGraph::Plan GgmlGraph::plan() const {
       p.steps.push_back(s);
     }
   }
+  p.steps.insert(p.steps.begin(), copies.front.begin(), copies.front.end());
   return p;
 }
 
-std::vector<std::uint64_t> GgmlGraph::buffers(std::size_t devices, std::uint64_t alignment) const {
-  const Plan p = plan();
+std::vector<std::uint64_t> GgmlGraph::buffers(std::size_t devices, std::uint64_t alignment,
+                                              std::uint64_t n_copies) const {
+  const Plan p = plan(n_copies);
   std::vector<std::uint64_t> out(devices);
   for (std::size_t d = 0; d < devices; ++d)
     out[d] = Replay({p.slots, p.steps, p.srcs}, static_cast<int>(d), alignment).run();

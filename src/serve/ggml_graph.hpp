@@ -41,9 +41,11 @@ class GgmlGraph {
   /// The high-water mark of each GPU's buffer (devices 0 to `devices` - 1): ggml_dyn_tallocr over
   /// the graph's nodes with the scheduler's split copies, each tensor allocated when its node
   /// runs (in a source's bytes where it may and that source has no other reader and no view),
-  /// freed after its last reader. The graph's inputs are the host's (not sized here: ggml
-  /// allocates them before the nodes).
-  std::vector<std::uint64_t> buffers(std::size_t devices, std::uint64_t alignment) const;
+  /// freed after its last reader; under pipeline parallelism (`n_copies` > 1) the split copies
+  /// n_copies times over, allocated first and never freed. The graph's inputs are the host's
+  /// (not sized here: ggml allocates them before the nodes).
+  std::vector<std::uint64_t> buffers(std::size_t devices, std::uint64_t alignment,
+                                     std::uint64_t n_copies = 1) const;
   /// The nodes expanded so far.
   std::size_t nodes() const { return order_.size(); }
 
@@ -61,7 +63,7 @@ class GgmlGraph {
     bool output = false;
   };
   struct Plan;  // the nodes with the split copies, as the allocator replays them
-  Plan plan() const;
+  Plan plan(std::uint64_t n_copies) const;
   int device_of(Id t) const { return tensors_[tensors_[t].root].device; }
   Id add(Tensor t, std::initializer_list<Id> srcs = {});
   std::vector<Tensor> tensors_;

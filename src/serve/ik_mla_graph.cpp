@@ -233,10 +233,11 @@ std::uint64_t mla_group_heads(const Architecture& a, std::uint64_t attn_max_batc
 std::vector<std::uint64_t> mla_prompt_buffers(const Architecture& a, const LlamaCppPlacement& p,
                                               const LlamaCppSettings& s, std::uint64_t n_kv,
                                               std::uint64_t tokens,
-                                              const std::vector<bool>& host_experts) {
+                                              const std::vector<bool>& host_experts,
+                                              std::uint64_t n_copies) {
   MlaGraph g(a, p, s, n_kv, tokens);
   g.build(host_experts);
-  return g.graph().buffers(p.names.size(), kCudaAlignment);
+  return g.graph().buffers(p.names.size(), kCudaAlignment, n_copies);
 }
 
 }  // namespace memest

@@ -409,17 +409,18 @@ void add_weights(ServeEstimate& e, const LlamaCppPlacement& p, const LlamaCppSet
 }
 
 // ik_llama.cpp's MLA prompt path: each device's compute buffer from the graph (ggml's allocator
-// over build_deepseek2's tensors, src/serve/ik_mla_graph.cpp), beside its pipeline copies. The
-// attention moment of `c` becomes the f16 keys and values of every head (what the basis names
-// when it outweighs the output's logits); the graph holds the experts too.
+// over build_deepseek2's tensors, src/serve/ik_mla_graph.cpp), its pipeline copies (`copies`
+// not empty: sched_copies of each split input) among the graph's tensors. The attention moment
+// of `c` becomes the f16 keys and values of every head (what the basis names when it outweighs
+// the output's logits); the graph holds the experts too.
 void mla_compute_buffers(ServeEstimate& e, ComputeBuffer& c, const Architecture& a,
                          const LlamaCppPlacement& p, const LlamaCppSettings& s, u64 tokens,
                          const std::vector<bool>& host_experts, const std::vector<u64>& copies) {
-  const std::vector<u64> bytes = mla_prompt_buffers(a, p, s, e.context, tokens, host_experts);
+  const std::vector<u64> bytes = mla_prompt_buffers(a, p, s, e.context, tokens, host_experts,
+                                                    copies.empty() ? 1 : s.sched_copies);
   for (std::size_t i = 0; i < e.per_device.size(); ++i) {
     ServeDevice& x = e.per_device[i];
-    if (x.layers == 0 && !x.output) continue;
-    x.compute_buffer_bytes = checked_add(bytes[i], copies.empty() ? 0 : copies[i]);
+    if (x.layers > 0 || x.output) x.compute_buffer_bytes = bytes[i];
   }
   const u64 width = a.qk_rope_head_dim + a.qk_nope_head_dim + a.v_head_dim;  // K and V
   c.attention = checked_mul(checked_mul(checked_mul(a.num_heads, e.context), width), 2);
