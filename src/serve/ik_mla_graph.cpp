@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
 
 namespace memest {
 
@@ -61,8 +62,8 @@ class MlaGraph {
   std::uint64_t n_kv_, t_;
   GgmlGraph g_;
   Id w_;  // the weights and the KV cache: in no compute buffer
-  Id mask_f32_ = 0, mask_ = 0;
-  bool has_mask_ = false;
+  Id mask_f32_ = 0;
+  std::optional<Id> mask_;  // the f16 cast, made where the first attention runs
 };
 
 void MlaGraph::check_nodes() const {
@@ -78,11 +79,8 @@ void MlaGraph::check_nodes() const {
 // build_inp_KQ_mask: with flash attention the f32 input is cast to f16 where the first
 // attention runs.
 Id MlaGraph::mask(int d) {
-  if (!has_mask_) {
-    mask_ = g_.op(d, product({n_kv_, ceil_div(t_, 32) * 32, 2}), {mask_f32_});
-    has_mask_ = true;
-  }
-  return mask_;
+  if (!mask_) mask_ = g_.op(d, kq_mask_f32(n_kv_, t_) / 2, {mask_f32_});
+  return *mask_;
 }
 
 // The queries, [qk_rope + qk_nope] x heads x tokens f32: the rotary part roped, then the two
@@ -202,7 +200,7 @@ void MlaGraph::build(const std::vector<bool>& host_experts) {
   const Id tokens = g_.input(product({t_, 4}));
   Id x = g_.op(kLlamaHost, f32(a_.hidden_size), {w_, tokens});  // get_rows of token_embd
   const Id pos = g_.input(product({t_, 4}));
-  mask_f32_ = g_.input(product({n_kv_, ceil_div(t_, 32) * 32, 4}));
+  mask_f32_ = g_.input(kq_mask_f32(n_kv_, t_));
   for (std::uint64_t il = 0; il < a_.num_layers; ++il)
     x = layer(il, x, pos, il < host_experts.size() && host_experts[il]);
   const int od = p_.output_device;
@@ -212,6 +210,10 @@ void MlaGraph::build(const std::vector<bool>& host_experts) {
 }
 
 }  // namespace
+
+std::uint64_t kq_mask_f32(std::uint64_t n_kv, std::uint64_t tokens) {
+  return product({n_kv, ceil_div(tokens, 32) * 32, 4});
+}
 
 bool mla_prompt_path(const Architecture& a, const LlamaCppSettings& s, const LlamaCppPlacement& p,
                      std::uint64_t tokens) {

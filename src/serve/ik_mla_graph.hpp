@@ -12,6 +12,10 @@
 
 namespace memest {
 
+/// The f32 KQ mask a llama.cpp graph takes as input, [n_kv x GGML_PAD(n_tokens, 32)] bytes
+/// (GGML_KQ_MASK_PAD, ggml/include/ggml.h); with flash attention the graph casts it to f16.
+std::uint64_t kq_mask_f32(std::uint64_t n_kv, std::uint64_t tokens);
+
 /// Whether ik_llama.cpp builds an MLA layer's attention on its prompt path (build_deepseek2,
 /// src/llama.cpp at 1843ed22: `mla_attn > 1 && flash_attn && pp_opt`, pp_opt = 128 tokens or
 /// more): an MLA model with --mla and --flash-attn at `tokens` tokens, the layers not split by

@@ -153,12 +153,6 @@ LayerKv layer_kv(const Architecture& a, const LlamaCppSettings& s, u64 cells) {
           fmt::format("(K {} x {} + V {} x {})", k_width, tk.name, v_width, tv.name)};
 }
 
-// The f32 KQ mask the graph takes as input: [n_kv x GGML_PAD(n_tokens, 32)] (GGML_KQ_MASK_PAD,
-// ggml/include/ggml.h).
-u64 kq_mask_f32(u64 n_kv, u64 tokens) {
-  return checked_mul(checked_mul(n_kv, ceil_div(tokens, 32) * 32), 4);
-}
-
 // Pipeline parallelism (llama_new_context_with_model, src/llama.cpp of ikawrakow/ik_llama.cpp at
 // 4084ca73, as mainline's context): with several devices, every layer and the output offloaded
 // (n_gpu_layers > n_layer) and --split-mode layer, ggml_backend_sched_new keeps n_copies =
@@ -203,7 +197,7 @@ std::vector<u64> pipeline_copies(const Architecture& a, const LlamaCppSettings& 
 // (ggml/src/ggml-cuda.cu at 1843ed22) does from 32 tokens whose tokens x active experts reach
 // 32 x the experts; mainline llama.cpp (get_op_batch_size: MUL_MAT_ID's ne[2]) from 32 tokens.
 // The launch is taken for ik_llama.cpp's when it uses one of ik_llama.cpp's own flags (--mla,
-// --fused-moe).
+// --fused-moe, --attention-max-batch).
 bool ik_llama(const LlamaCppSettings& s) { return s.mla || s.fused_moe || s.attn_max_batch > 0; }
 
 // The fewest tokens from which a GPU takes the experts' matmuls over.
