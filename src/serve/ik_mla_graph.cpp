@@ -180,7 +180,7 @@ Id MlaGraph::moe(int d, Id x, bool host) {
 }
 
 Id MlaGraph::layer(std::uint64_t il, Id x, Id pos, bool host_experts) {
-  const int d = p_.layer_device[il];
+  const int d = p_.layer_device[static_cast<std::size_t>(il)];
   Id residual = x;
   Id cur = attention(d, norm(d, x), pos);
   if (il + 1 == a_.num_layers) {  // inp_out_ids: every token an output in the reserved graph
@@ -202,7 +202,7 @@ void MlaGraph::build(const std::vector<bool>& host_experts) {
   const Id pos = g_.input(product({t_, 4}));
   mask_f32_ = g_.input(kq_mask_f32(n_kv_, t_));
   for (std::uint64_t il = 0; il < a_.num_layers; ++il)
-    x = layer(il, x, pos, il < host_experts.size() && host_experts[il]);
+    x = layer(il, x, pos, il < host_experts.size() && host_experts[static_cast<std::size_t>(il)]);
   const int od = p_.output_device;
   const Id logits = g_.op(od, f32(a_.vocab_size), {w_, norm(od, x)});
   g_.output(logits);

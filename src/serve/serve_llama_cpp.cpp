@@ -211,7 +211,7 @@ u64 gpu_expert_batch(const Architecture& a, const LlamaCppSettings& s) {
 // --override-tensor keeps in host memory.
 std::vector<bool> layers_with_host_experts(const Architecture& a, const LlamaCppPlacement& p,
                                            const LlamaCppSettings& s) {
-  std::vector<bool> out(a.num_layers, false);
+  std::vector<bool> out(static_cast<std::size_t>(a.num_layers), false);
   if (a.num_experts == 0 || a.experts_per_token == 0 || a.moe_layers == 0 || s.overrides.empty())
     return out;
   constexpr std::array<const char*, 3> kExperts = {"ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"};
@@ -224,8 +224,9 @@ std::vector<bool> layers_with_host_experts(const Architecture& a, const LlamaCpp
   const std::vector<bool> host = llama_cpp_on_host(experts, p, s);
   for (u64 il = first; il < a.num_layers; ++il) {
     const auto at = host.begin() + static_cast<std::ptrdiff_t>((il - first) * kExperts.size());
-    const bool on_gpu = il < p.layer_device.size() && p.layer_device[il] != kLlamaHost;
-    out[il] = on_gpu && std::all_of(at, at + kExperts.size(), [](bool h) { return h; });
+    const auto i = static_cast<std::size_t>(il);
+    const bool on_gpu = il < p.layer_device.size() && p.layer_device[i] != kLlamaHost;
+    out[i] = on_gpu && std::all_of(at, at + kExperts.size(), [](bool h) { return h; });
   }
   return out;
 }
