@@ -124,3 +124,27 @@ TEST_CASE("under pipeline parallelism the split copies are made n times, first, 
   CHECK(g.buffers(1, 1, 1)[0] == 30);
   CHECK(g.buffers(1, 1, 3)[0] == 60);
 }
+
+TEST_CASE("a weight in another device's buffer is copied at the start of a split of its own") {
+  // x on device 0, then a = op(w1, x) and b = op(w2, a) with w1 (100 bytes) and w2 (50) in host
+  // memory. w1's copy is the split's first input, made at its start, before x: [0, 100), x
+  // [100, 110), a [110, 120); then w1's copy and x are freed. b reads a host weight while the
+  // split has a copy: a new split, whose copy of w2 takes [0, 50) of the freed 110 bytes and b
+  // the best-fitting rest, [50, 60): 120 bytes. Were w2 copied at the first split's start too,
+  // both copies would live together: 100 + 50 + 10 + 10 = 170.
+  GgmlGraph g;
+  const auto x = g.op(0, 10, {});
+  const auto w1 = g.weight(kHost, 100);
+  const auto w2 = g.weight(kHost, 50);
+  const auto a = g.op(0, 10, {w1, x});
+  g.expand(g.op(0, 10, {w2, a}));
+  CHECK(g.buffers(2, 1)[0] == 120);
+  CHECK(g.buffers(2, 1)[1] == 0);
+  // A weight in the reader's own buffer is not copied; one in another GPU's is.
+  GgmlGraph own;
+  own.expand(own.op(0, 10, {own.weight(0, 100), own.op(0, 10, {})}));
+  CHECK(own.buffers(2, 1)[0] == 20);
+  GgmlGraph other;
+  other.expand(other.op(0, 10, {other.weight(1, 100), other.op(0, 10, {})}));
+  CHECK(other.buffers(2, 1)[0] == 120);
+}

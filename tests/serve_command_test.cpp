@@ -111,6 +111,31 @@ TEST_CASE("serve: bad input is one line and exit 2", "[serve]") {
   expect({"--engine", "llama.cpp", "--model", "deepseek-v3", "--attention-max-batch", "0"},
          "--attention-max-batch: count must be positive, got \"0\" (expected a positive whole "
          "count such as 7B, 6.7B, 125M, 1.3e9 or 6738415616)");
+  const std::vector<std::string> q8 = {"--engine",       "llama.cpp", "--model",   "llama-3.1-8b",
+                                       "--quantization", "Q8_0",      "--custom-q"};
+  const auto custom = [&](const char* rules) {
+    auto args = q8;
+    args.emplace_back(rules);
+    return args;
+  };
+  expect(custom("ffn_down=iq9_k"),
+         "--custom-q: \"ffn_down=iq9_k\": unknown ggml type (expected one of: q4_0, q4_1, q5_0, "
+         "q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, iq2_k, iq3_k, iq4_k, iq5_k, "
+         "iq6_k)");
+  expect(custom("ffn_down"), "--custom-q: expected REGEX=TYPE, got \"ffn_down\"");
+  expect(custom("ffn_(down=q8_0"),
+         "--custom-q: \"ffn_(down\" is not a regular expression (Mismatched '(' and ')' in regular "
+         "expression)");
+  expect(custom("(a+)+=q8_0"),
+         "--custom-q: \"(a+)+\" repeats a group that repeats (std::regex would take exponential "
+         "time)");
+  expect({"--engine", "llama.cpp", "--model", "llama-3.1-8b", "--custom-q", "ffn_down=q8_0"},
+         "--custom-q: the rules refine a --quantization file type's; give one (a --gguf file has "
+         "its own types)");
+  expect({"--engine", "llama.cpp", "--model", "qwen2.5-0.5b", "--quantization", "Q8_0",
+          "--custom-q", "attn_q=q6_K"},
+         "--custom-q: blk.0.attn_q.weight has rows of 896 elements, not whole 256-element blocks "
+         "of q6_K");
   expect({"--model", "mamba-2.8b", "--max-model-len", "2048"},
          "serve: model preset \"mamba-2.8b\": a state-space model has no attention KV cache (its "
          "recurrent state is not modelled)");

@@ -288,3 +288,52 @@ TEST_CASE("llama.cpp: experts kept on the host and computed there fill its compu
   CHECK(dense["host"]["compute_buffer"]["bytes"] ==
         3 * ids + 8192ULL * 512 * 4 + 4096ULL * 512 * 4);
 }
+
+TEST_CASE("llama.cpp: --custom-q types the tensors its patterns find, over the file type's",
+          "[serve]") {
+  // Llama-3.1-8B's 32 ffn_down matrices (4,096 rows of 14,336) from Q8_0's q8_0 (34 bytes a 32)
+  // to ik_llama.cpp's iq4_k (144 bytes a 256): 62,390,272 -> 33,030,144 bytes each.
+  const std::vector<std::string> base = {"--model", "llama-3.1-8b", "--quantization",
+                                         "Q8_0",    "--device",     "CUDA0"};
+  auto custom = base;
+  custom.insert(custom.end(), {"--custom-q", "ffn_down=iq4_k"});
+  const auto weights = [](const Json& j) {
+    return j.at("per_device").at(0).at("weights").at("bytes").get<std::uint64_t>();
+  };
+  const std::uint64_t q8 = 4096ULL * 14336 / 32 * 34, iq4k = 4096ULL * 14336 / 256 * 144;
+  CHECK(weights(llama_cpp_json(base)) - weights(llama_cpp_json(custom)) == 32 * (q8 - iq4k));
+  // The first pattern found wins (std::regex_search): blk.1's down is iq6_k, the others iq4_k.
+  auto first = base;
+  first.insert(first.end(), {"--custom-q", "blk\\.1\\.ffn_down=iq6_k,ffn_down=iq4_k"});
+  const std::uint64_t iq6k = 4096ULL * 14336 / 256 * 212;
+  CHECK(weights(llama_cpp_json(base)) - weights(llama_cpp_json(first)) ==
+        31 * (q8 - iq4k) + (q8 - iq6k));
+  // The weights' row counts the types: 7 matrices x 32 layers less the 32 down ones, with
+  // token_embd and the output, in q8_0.
+  const auto table =
+      memest::test::run_cli({"serve", "--engine", "llama.cpp", "--model", "llama-3.1-8b",
+                             "--quantization", "Q8_0", "--custom-q", "ffn_down=iq4_k"});
+  CHECK(table.out.find("Q8_0: 32 iq4_k + 194 q8_0 tensors") != std::string::npos);
+}
+
+TEST_CASE("ik_llama.cpp: a GPU's copies of host-kept weights, as the Qwen3-235B log prints them",
+          "[serve]") {
+  // ubergarm's mix-IQ3_K over an RTX 5090 and a 4090, the experts of layers 34-93 and their
+  // norms and routers in host memory (-ot), 2,048 tokens: CUDA0 takes their ops over, copying
+  // each op's weights into its compute buffer (the fused up and gate experts 660 MiB, the down
+  // ones 432 MiB) and freeing them after it. Printed: CUDA0 1,264.01 MiB, CUDA1 1,251.00 (the
+  // logits of 2,048 tokens, where no copy goes).
+  const sc::Run run = lcpp_run("ik-qwen3-235b-iq3k-5090-4090-32k-f16kv");
+  const Json j = sc::estimate(run);
+  for (const char* device : {"CUDA0", "CUDA1"}) {
+    INFO(device);
+    const Json& m = lcpp_printed(run, "compute_buffer_bytes", device);
+    CHECK(std::abs(sc::memest_value(j, m) - sc::printed_value(m)) / (1 << 20) < 0.005);
+  }
+  CHECK(j.at("notes").at(1) ==
+        "a GPU computes the experts of 60 MoE layers kept in host memory at 2048 tokens, copying "
+        "their weights in (one op's at a time, in its compute buffer)");
+  // The closed form without the copies gave 384 MiB: the experts' outputs and the residual.
+  CHECK(j.at("per_device").at(0).at("compute_buffer").at("bytes").get<double>() >
+        (384.0 + 432.0) * (1 << 20));
+}

@@ -165,6 +165,9 @@ struct LlamaCppSettings {
   /// The quantizer whose type rules made the file: "current" (src/llama-quant.cpp at 007dbbf3)
   /// or "2023-12" (llama.cpp at caf5f9e6, where Mixtral's first GGUF files come from).
   std::string quantizer = "current";
+  /// --custom-q REGEX=TYPE pairs, in order (ik_llama.cpp's llama-quantize --custom-q): the first
+  /// pattern found in a quantised tensor's name gives its ggml type over the file type's rules.
+  std::vector<std::pair<std::string, std::string>> custom_q;
   /// --device: the GPUs llama.cpp uses, by name (empty: one, CUDA0); --split-mode none, layer
   /// or row; --tensor-split: each device's share (empty: by free memory, equal devices here);
   /// --main-gpu: the one device of --split-mode none.

@@ -11,6 +11,12 @@
 
 namespace memest {
 
+std::uint64_t ggml_bytes(std::initializer_list<std::uint64_t> sizes) {
+  std::uint64_t p = 1;
+  for (const std::uint64_t x : sizes) p = checked_mul(p, x);
+  return p;
+}
+
 GgmlGraph::Id GgmlGraph::add(Tensor t, std::initializer_list<Id> srcs) {
   const auto id = static_cast<Id>(tensors_.size());
   if (!t.view) t.root = id;
@@ -23,6 +29,10 @@ GgmlGraph::Id GgmlGraph::add(Tensor t, std::initializer_list<Id> srcs) {
 }
 
 GgmlGraph::Id GgmlGraph::external() { return add({.external = true, .leaf = true}); }
+
+GgmlGraph::Id GgmlGraph::weight(int device, std::uint64_t bytes) {
+  return add({.bytes = bytes, .device = device, .external = true, .leaf = true, .weight = true});
+}
 
 GgmlGraph::Id GgmlGraph::input(std::uint64_t bytes) {
   return add({.bytes = bytes, .device = -1, .leaf = true});
@@ -198,6 +208,22 @@ struct SplitCopies {
 
 }  // namespace
 
+// A source a node on `dev` reads through a copy: another device's activation, or a weight in
+// another device's buffer (never a view's source, which is the view's own).
+bool GgmlGraph::foreign(Id src, int dev) const {
+  const Tensor& s = tensors_[src];
+  return (!s.external || s.weight) && device_of(src) != dev;
+}
+
+bool GgmlGraph::reads_foreign_weight(const Tensor& x, int dev) const {
+  if (x.view) return false;
+  for (std::uint32_t k = 0; k < x.srcs; ++k) {
+    const Id src = srcs_[x.first_src + k];
+    if (tensors_[src].weight && device_of(src) != dev) return true;
+  }
+  return false;
+}
+
 struct GgmlGraph::Plan {
   std::vector<ReplayTensor> slots;
   std::vector<ReplayNode> steps;
@@ -229,15 +255,17 @@ GgmlGraph::Plan GgmlGraph::plan(std::uint64_t n_copies) const {
     const int dev = device_of(order_[first]);
     body.clear();
     body_srcs.clear();
+    const std::size_t slots_before = p.slots.size();  // a split with copies ends at a foreign
     for (; i < order_.size() && (tensors_[order_[i]].view || device_of(order_[i]) == dev); ++i) {
-      const Tensor& x = tensors_[order_[i]];
+      const Tensor& x = tensors_[order_[i]];  // weight's reader
+      if (p.slots.size() > slots_before && reads_foreign_weight(x, dev)) break;
       body.push_back({order_[i], static_cast<std::uint32_t>(body_srcs.size()), x.srcs});
       for (std::uint32_t k = 0; k < x.srcs; ++k) {
         const std::uint32_t src = srcs_[x.first_src + k];
-        const bool foreign = !x.view && !tensors_[src].external && device_of(src) != dev;
-        body_srcs.push_back(foreign ? copies.copy({p.slots, p.steps, p.srcs}, src,
-                                                  tensors_[src].bytes, device_of(src), dev)
-                                    : src);
+        body_srcs.push_back(!x.view && foreign(src, dev)
+                                ? copies.copy({p.slots, p.steps, p.srcs}, src, tensors_[src].bytes,
+                                              device_of(src), dev)
+                                : src);
       }
     }
     const auto base = static_cast<std::uint32_t>(p.srcs.size());

@@ -10,6 +10,14 @@
 
 namespace memest {
 
+/// ggml_backend_cuda_buffer_type_get_alignment: a CUDA compute buffer's tensors start at
+/// multiples of 128 bytes.
+inline constexpr std::uint64_t kCudaBufferAlignment = 128;
+
+/// The bytes of a tensor of the given sizes (elements times element bytes), refused with Error
+/// on overflow.
+std::uint64_t ggml_bytes(std::initializer_list<std::uint64_t> sizes);
+
 /// The graph of one evaluation. Tensors are ids into the graph; a device is an index (the
 /// host, llama.cpp's CPU backend, is kLlamaHost). Read from ggml/src/ggml.c (ggml_visit_parents),
 /// ggml/src/ggml-backend.c (ggml_backend_sched_split_graph) and ggml/src/ggml-alloc.c
@@ -23,6 +31,11 @@ class GgmlGraph {
 
   /// A tensor in no compute buffer: a weight, a view of the KV cache.
   Id external();
+  /// A weight of `bytes` in `device`'s weight buffer (kLlamaHost: host memory). An op on another
+  /// device reads a copy the scheduler makes in that device's compute buffer, and such a read
+  /// starts a new split where the split has copies already (ggml_backend_sched_split_graph: "by
+  /// starting a new split, the memory of the previously offloaded weights can be reused").
+  Id weight(int device, std::uint64_t bytes);
   /// A graph input (ggml_set_input), which the scheduler keeps on the host, of `bytes`.
   Id input(std::uint64_t bytes);
   /// An op's result of `bytes` on `device`, reading `srcs` in order.
@@ -61,10 +74,13 @@ class GgmlGraph {
     bool leaf = false;  // an input or external tensor: no op
     bool in_place = false;
     bool output = false;
+    bool weight = false;  // a weight with a device: copied to the devices of its readers
   };
   struct Plan;  // the nodes with the split copies, as the allocator replays them
   Plan plan(std::uint64_t n_copies) const;
   int device_of(Id t) const { return tensors_[tensors_[t].root].device; }
+  bool foreign(Id src, int dev) const;
+  bool reads_foreign_weight(const Tensor& x, int dev) const;
   Id add(Tensor t, std::initializer_list<Id> srcs = {});
   std::vector<Tensor> tensors_;
   std::vector<Id> srcs_;

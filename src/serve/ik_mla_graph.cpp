@@ -25,16 +25,8 @@ namespace memest {
 namespace {
 
 using Id = GgmlGraph::Id;
-constexpr auto kInPlace = GgmlGraph::Reuse::in_place;
-constexpr std::uint64_t kMaxNodes = 65536;     // llama_model_max_nodes
-constexpr std::uint64_t kCudaAlignment = 128;  // ggml_backend_cuda_buffer_type_get_alignment
+constexpr std::uint64_t kMaxNodes = 65536;  // llama_model_max_nodes
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
-
-std::uint64_t product(std::initializer_list<std::uint64_t> xs) {
-  std::uint64_t p = 1;
-  for (const std::uint64_t x : xs) p = checked_mul(p, x);
-  return p;
-}
 
 class MlaGraph {
  public:
@@ -45,7 +37,7 @@ class MlaGraph {
   const GgmlGraph& graph() const { return g_; }
 
  private:
-  std::uint64_t f32(std::uint64_t width) const { return product({width, t_, 4}); }
+  std::uint64_t f32(std::uint64_t width) const { return ggml_bytes({width, t_, 4}); }
   Id norm(int d, Id x) { return g_.op(d, f32(a_.hidden_size), {x, w_}); }  // ggml_fused_rms_norm
   Id mask(int d);
   Id queries(int d, Id normed, Id pos);
@@ -95,7 +87,8 @@ Id MlaGraph::queries(int d, Id normed, Id pos) {
   q = g_.op(d, f32(a_.num_heads * head), {w_, q});
   const Id nope = g_.view(q, f32(a_.num_heads * a_.qk_nope_head_dim));
   const Id rope = g_.view(q, f32(a_.num_heads * a_.qk_rope_head_dim));
-  const Id roped = g_.op(d, f32(a_.num_heads * a_.qk_rope_head_dim), {rope, pos}, kInPlace);
+  const Id roped =
+      g_.op(d, f32(a_.num_heads * a_.qk_rope_head_dim), {rope, pos}, GgmlGraph::Reuse::in_place);
   return g_.view(g_.op(d, f32(a_.num_heads * head), {roped, nope}), f32(a_.num_heads * head));
 }
 
@@ -104,7 +97,7 @@ void MlaGraph::cache_write(int d, Id normed, Id pos) {
   const std::uint64_t width = a_.kv_lora_rank + a_.qk_rope_head_dim;
   const Id kv = g_.op(d, f32(width), {w_, normed});  // wkv_a_mqa
   const Id k_rope = g_.view(kv, f32(a_.qk_rope_head_dim));
-  const Id roped = g_.op(d, f32(a_.qk_rope_head_dim), {k_rope, pos}, kInPlace);
+  const Id roped = g_.op(d, f32(a_.qk_rope_head_dim), {k_rope, pos}, GgmlGraph::Reuse::in_place);
   const Id latent = g_.op(d, f32(a_.kv_lora_rank), {g_.view(kv, f32(a_.kv_lora_rank)), w_});
   const Id kvr = g_.op(d, f32(width), {g_.view(roped, f32(a_.qk_rope_head_dim)), latent});
   g_.expand(g_.write(kvr, g_.view(w_, 0)));
@@ -117,18 +110,18 @@ Id MlaGraph::attention(int d, Id normed, Id pos) {
   cache_write(d, normed, pos);
   const std::uint64_t heads = mla_group_heads(a_, s_.attn_max_batch, n_kv_);
   const std::uint64_t nope = a_.qk_nope_head_dim, rope = a_.qk_rope_head_dim, v = a_.v_head_dim;
-  const Id rope_f16 = g_.op(d, product({rope, n_kv_, 2}), {w_});
-  const Id k_rope = g_.op(d, product({rope, n_kv_, heads, 2}), {rope_f16});  // ggml_repeat
+  const Id rope_f16 = g_.op(d, ggml_bytes({rope, n_kv_, 2}), {w_});
+  const Id k_rope = g_.op(d, ggml_bytes({rope, n_kv_, heads, 2}), {rope_f16});  // ggml_repeat
   const Id q = queries(d, normed, pos);
   g_.expand(q);
   std::vector<Id> keys, values;
   for (std::uint64_t h = 0; h < a_.num_heads; h += heads) {
-    const Id kv = g_.op(d, product({heads, nope + v, n_kv_, 4}), {w_, w_});
-    const Id k_nope = g_.op(d, product({nope, n_kv_, heads, 2}), {g_.view(kv, 0)});
-    const Id value = g_.op(d, product({v, n_kv_, heads, 2}), {g_.view(kv, 0)});
+    const Id kv = g_.op(d, ggml_bytes({heads, nope + v, n_kv_, 4}), {w_, w_});
+    const Id k_nope = g_.op(d, ggml_bytes({nope, n_kv_, heads, 2}), {g_.view(kv, 0)});
+    const Id value = g_.op(d, ggml_bytes({v, n_kv_, heads, 2}), {g_.view(kv, 0)});
     g_.expand(k_nope);
     g_.expand(value);
-    keys.push_back(g_.op(d, product({rope + nope, n_kv_, heads, 2}), {k_rope, k_nope}));
+    keys.push_back(g_.op(d, ggml_bytes({rope + nope, n_kv_, heads, 2}), {k_rope, k_nope}));
     values.push_back(value);
     g_.expand(keys.back());
     check_nodes();
@@ -157,8 +150,9 @@ Id MlaGraph::ffn(int d, Id x, std::uint64_t width) {
 Id MlaGraph::moe(int d, Id x, bool host) {
   const std::uint64_t k = a_.experts_per_token, e = a_.num_experts;
   const Id logits = g_.op(d, f32(e), {w_, x});
-  const Id probs = g_.op(d, f32(e), {logits}, kInPlace);
-  const Id chosen = g_.view(g_.op(d, f32(e), {g_.op(d, f32(e), {probs, w_}, kInPlace)}), f32(k));
+  const Id probs = g_.op(d, f32(e), {logits}, GgmlGraph::Reuse::in_place);
+  const Id chosen = g_.view(
+      g_.op(d, f32(e), {g_.op(d, f32(e), {probs, w_}, GgmlGraph::Reuse::in_place)}), f32(k));
   const int xd = host ? kLlamaHost : d;
   const std::uint64_t width = a_.moe_intermediate_size;
   Id par = 0;
@@ -171,12 +165,15 @@ Id MlaGraph::moe(int d, Id x, bool host) {
   }
   const Id experts = g_.op(xd, f32(a_.hidden_size * k), {w_, par, chosen});
   const Id picked = g_.view(g_.op(d, f32(k), {g_.view(probs, f32(e)), chosen}), f32(k));
-  const Id normed = g_.op(d, f32(k), {picked, g_.op(d, f32(1), {picked})}, kInPlace);
-  const Id scaled = g_.op(d, f32(k), {g_.view(normed, f32(k))}, kInPlace);
-  const Id weighted = g_.op(d, f32(a_.hidden_size * k), {experts, scaled}, kInPlace);
+  const Id normed =
+      g_.op(d, f32(k), {picked, g_.op(d, f32(1), {picked})}, GgmlGraph::Reuse::in_place);
+  const Id scaled = g_.op(d, f32(k), {g_.view(normed, f32(k))}, GgmlGraph::Reuse::in_place);
+  const Id weighted =
+      g_.op(d, f32(a_.hidden_size * k), {experts, scaled}, GgmlGraph::Reuse::in_place);
   const Id moe_out = g_.op(d, f32(a_.hidden_size), {g_.view(weighted, f32(a_.hidden_size))});
   if (a_.shared_expert_size == 0) return moe_out;
-  return g_.op(d, f32(a_.hidden_size), {moe_out, ffn(d, x, a_.shared_expert_size)}, kInPlace);
+  return g_.op(d, f32(a_.hidden_size), {moe_out, ffn(d, x, a_.shared_expert_size)},
+               GgmlGraph::Reuse::in_place);
 }
 
 Id MlaGraph::layer(std::uint64_t il, Id x, Id pos, bool host_experts) {
@@ -184,22 +181,22 @@ Id MlaGraph::layer(std::uint64_t il, Id x, Id pos, bool host_experts) {
   Id residual = x;
   Id cur = attention(d, norm(d, x), pos);
   if (il + 1 == a_.num_layers) {  // inp_out_ids: every token an output in the reserved graph
-    const Id ids = g_.input(product({t_, 4}));
+    const Id ids = g_.input(ggml_bytes({t_, 4}));
     cur = g_.op(d, f32(a_.hidden_size), {cur, ids});
     residual = g_.op(d, f32(a_.hidden_size), {residual, ids});
   }
-  const Id ffn_inp = g_.op(d, f32(a_.hidden_size), {cur, residual}, kInPlace);
+  const Id ffn_inp = g_.op(d, f32(a_.hidden_size), {cur, residual}, GgmlGraph::Reuse::in_place);
   const Id normed = norm(d, ffn_inp);
   const bool moe_layer = il >= a_.num_layers - std::min(a_.moe_layers, a_.num_layers);
   const Id out = moe_layer && a_.num_experts > 0 ? moe(d, normed, host_experts)
                                                  : ffn(d, normed, a_.intermediate_size);
-  return g_.op(d, f32(a_.hidden_size), {out, ffn_inp}, kInPlace);
+  return g_.op(d, f32(a_.hidden_size), {out, ffn_inp}, GgmlGraph::Reuse::in_place);
 }
 
 void MlaGraph::build(const std::vector<bool>& host_experts) {
-  const Id tokens = g_.input(product({t_, 4}));
+  const Id tokens = g_.input(ggml_bytes({t_, 4}));
   Id x = g_.op(kLlamaHost, f32(a_.hidden_size), {w_, tokens});  // get_rows of token_embd
-  const Id pos = g_.input(product({t_, 4}));
+  const Id pos = g_.input(ggml_bytes({t_, 4}));
   mask_f32_ = g_.input(kq_mask_f32(n_kv_, t_));
   for (std::uint64_t il = 0; il < a_.num_layers; ++il)
     x = layer(il, x, pos, il < host_experts.size() && host_experts[static_cast<std::size_t>(il)]);
@@ -212,7 +209,7 @@ void MlaGraph::build(const std::vector<bool>& host_experts) {
 }  // namespace
 
 std::uint64_t kq_mask_f32(std::uint64_t n_kv, std::uint64_t tokens) {
-  return product({n_kv, ceil_div(tokens, 32) * 32, 4});
+  return ggml_bytes({n_kv, ceil_div(tokens, 32) * 32, 4});
 }
 
 bool mla_prompt_path(const Architecture& a, const LlamaCppSettings& s, const LlamaCppPlacement& p,
@@ -223,7 +220,7 @@ bool mla_prompt_path(const Architecture& a, const LlamaCppSettings& s, const Lla
 std::uint64_t mla_group_heads(const Architecture& a, std::uint64_t attn_max_batch,
                               std::uint64_t n_kv) {
   std::uint64_t heads = a.num_heads;
-  std::uint64_t mib = product({a.num_heads, a.qk_nope_head_dim + a.v_head_dim, n_kv, 4}) / kMiB;
+  std::uint64_t mib = ggml_bytes({a.num_heads, a.qk_nope_head_dim + a.v_head_dim, n_kv, 4}) / kMiB;
   if (attn_max_batch == 0) return heads;
   while (heads % 2 == 0 && mib > attn_max_batch) {
     heads /= 2;
@@ -239,7 +236,7 @@ std::vector<std::uint64_t> mla_prompt_buffers(const Architecture& a, const Llama
                                               std::uint64_t n_copies) {
   MlaGraph g(a, p, s, n_kv, tokens);
   g.build(host_experts);
-  return g.graph().buffers(p.names.size(), kCudaAlignment, n_copies);
+  return g.graph().buffers(p.names.size(), kCudaBufferAlignment, n_copies);
 }
 
 }  // namespace memest

@@ -35,7 +35,7 @@ struct TensorOverride {
 // high power of its length; such patterns are refused rather than left to run.
 constexpr int kMostRepeats = 2;
 
-void check_pattern_cost(const std::string& p) {
+void check_pattern_cost(const std::string& p, std::string_view flag) {
   std::vector<char> group_repeats;  // per open group: whether it holds a repeat
   int repeats = 0;
   bool after_repeating_group = false;
@@ -56,9 +56,8 @@ void check_pattern_cost(const std::string& p) {
     } else if (c == '*' || c == '+' || c == '{') {
       if (after_repeating_group) {
         throw Error(fmt::format(
-            "--override-tensor: \"{}\" repeats a group that repeats (std::regex would take "
-            "exponential time)",
-            p));
+            "{}: \"{}\" repeats a group that repeats (std::regex would take exponential time)",
+            flag, p));
       }
       ++repeats;
       std::fill(group_repeats.begin(), group_repeats.end(), 1);
@@ -68,9 +67,9 @@ void check_pattern_cost(const std::string& p) {
   }
   if (repeats > kMostRepeats) {
     throw Error(
-        fmt::format("--override-tensor: \"{}\" has {} repeats (*, + or {{}}); at most {} are taken "
+        fmt::format("{}: \"{}\" has {} repeats (*, + or {{}}); at most {} are taken "
                     "(std::regex backtracks)",
-                    p, repeats, kMostRepeats));
+                    flag, p, repeats, kMostRepeats));
   }
 }
 
@@ -88,13 +87,7 @@ std::vector<TensorOverride> compile_overrides(const LlamaCppSettings& s,
       }
       o.device = static_cast<int>(it - p.names.begin());
     }
-    check_pattern_cost(pattern);
-    try {
-      o.pattern = std::regex(pattern);
-    } catch (const std::regex_error& e) {
-      throw Error(fmt::format("--override-tensor: \"{}\" is not a regular expression ({})", pattern,
-                              e.what()));
-    }
+    o.pattern = tensor_pattern(pattern, "--override-tensor");
     out.push_back(std::move(o));
   }
   return out;
@@ -177,17 +170,35 @@ LlamaWeightBytes place_llama_cpp_weights(const std::vector<LlamaTensor>& tensors
   return w;
 }
 
-std::vector<bool> llama_cpp_on_host(const std::vector<LlamaTensor>& tensors,
-                                    const LlamaCppPlacement& p, const LlamaCppSettings& s) {
+std::vector<int> llama_cpp_devices(const std::vector<LlamaTensor>& tensors,
+                                   const LlamaCppPlacement& p, const LlamaCppSettings& s) {
   const std::vector<TensorOverride> overrides = compile_overrides(s, p);
   OverrideCache cache;
-  std::vector<bool> out;
+  std::vector<int> out;
   out.reserve(tensors.size());
   for (const LlamaTensor& t : tensors) {
     bool overridden = false;
-    out.push_back(buffer_of(t, p, overrides, cache, &overridden).device == kLlamaHost);
+    out.push_back(buffer_of(t, p, overrides, cache, &overridden).device);
   }
   return out;
+}
+
+std::vector<bool> llama_cpp_on_host(const std::vector<LlamaTensor>& tensors,
+                                    const LlamaCppPlacement& p, const LlamaCppSettings& s) {
+  const std::vector<int> devices = llama_cpp_devices(tensors, p, s);
+  std::vector<bool> out(devices.size());
+  for (std::size_t i = 0; i < devices.size(); ++i) out[i] = devices[i] == kLlamaHost;
+  return out;
+}
+
+std::regex tensor_pattern(const std::string& pattern, std::string_view flag) {
+  check_pattern_cost(pattern, flag);
+  try {
+    return std::regex(pattern);
+  } catch (const std::regex_error& e) {
+    throw Error(
+        fmt::format("{}: \"{}\" is not a regular expression ({})", flag, pattern, e.what()));
+  }
 }
 
 }  // namespace memest

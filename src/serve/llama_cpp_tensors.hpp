@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace memest {
@@ -45,9 +47,20 @@ LlamaWeightBytes place_llama_cpp_weights(const std::vector<LlamaTensor>& tensors
                                          const LlamaCppPlacement& placement,
                                          const LlamaCppSettings& settings);
 
+/// Per tensor, the device place_llama_cpp_weights puts it on (kLlamaHost: host memory; under
+/// the row split a split matrix's first device).
+std::vector<int> llama_cpp_devices(const std::vector<LlamaTensor>& tensors,
+                                   const LlamaCppPlacement& placement,
+                                   const LlamaCppSettings& settings);
+
 /// Per tensor, whether place_llama_cpp_weights puts it in host memory.
 std::vector<bool> llama_cpp_on_host(const std::vector<LlamaTensor>& tensors,
                                     const LlamaCppPlacement& placement,
                                     const LlamaCppSettings& settings);
+
+/// A pattern of tensor names (--override-tensor, --custom-q) as std::regex, refused in one line
+/// naming `flag` when it is not a regular expression or would backtrack without bound (a
+/// repeated group that repeats, more than two repeats).
+std::regex tensor_pattern(const std::string& pattern, std::string_view flag);
 
 }  // namespace memest

@@ -331,6 +331,23 @@ std::vector<double> shares_of(const ServeValue& v) {
   return shares;
 }
 
+// A list of PATTERN=VALUE pairs (--override-tensor, --custom-q), split at each item's first '='
+// as llama.cpp's parse_tensor_buffer_overrides and ik_llama.cpp's parse_custom_quants do.
+std::vector<std::pair<std::string, std::string>> pairs_of(const ServeValues& g, const char* flag,
+                                                          std::string_view form) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto it = g.find(flag);
+  if (it == g.end()) return out;
+  for (const std::string& o : comma_list(it->second)) {
+    const std::size_t eq = o.find('=');
+    if (eq == std::string::npos || eq + 1 == o.size()) {
+      throw Error(fmt::format("{}: expected {}, got \"{}\"", it->second.where, form, o));
+    }
+    out.emplace_back(o.substr(0, eq), o.substr(eq + 1));
+  }
+  return out;
+}
+
 // llama.cpp's multi-GPU flags (common/arg.cpp): --device names, --split-mode, --tensor-split's
 // shares, --main-gpu, and --override-tensor's PATTERN=BUFT pairs.
 void read_split_flags(const ServeValues& g, LlamaCppSettings& s) {
@@ -351,15 +368,7 @@ void read_split_flags(const ServeValues& g, LlamaCppSettings& s) {
   }
   if (const auto it = g.find("--tensor-split"); it != g.end())
     s.tensor_split = shares_of(it->second);
-  if (const auto it = g.find("--override-tensor"); it != g.end()) {
-    for (const std::string& o : comma_list(it->second)) {
-      const std::size_t eq = o.find('=');  // the first '=', as parse_tensor_buffer_overrides
-      if (eq == std::string::npos || eq + 1 == o.size()) {
-        throw Error(fmt::format("{}: expected PATTERN=BUFT, got \"{}\"", it->second.where, o));
-      }
-      s.overrides.emplace_back(o.substr(0, eq), o.substr(eq + 1));
-    }
-  }
+  s.overrides = pairs_of(g, "--override-tensor", "PATTERN=BUFT");
 }
 
 LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
@@ -374,6 +383,7 @@ LlamaCppSettings llama_cpp_settings(const ServeValues& g) {
   s.attn_max_batch = count_of(g, "--attention-max-batch");
   s.quantization = llama_cpp_name(g, "--quantization", "GGUF file type");
   s.quantizer = choice(g, "--quantizer", ServeEngine::llama_cpp);
+  s.custom_q = pairs_of(g, "--custom-q", "REGEX=TYPE");
   s.cache_type_k = llama_cpp_name(g, "--cache-type-k", "cache type");
   s.cache_type_v = llama_cpp_name(g, "--cache-type-v", "cache type");
   s.ubatch_size = count_of(g, "--ubatch-size");
@@ -429,6 +439,12 @@ ServeInputs read_inputs(ServeValues g) {
   in.gguf = text("--gguf");
   if (!in.gguf.empty() && g.contains("--quantization")) {
     throw Error("--quantization: give --gguf FILE or a --quantization file type, not both");
+  }
+  if (g.contains("--custom-q") && !g.contains("--quantization")) {
+    throw Error(fmt::format(
+        "{}: the rules refine a --quantization file type's; give one (a --gguf file has its own "
+        "types)",
+        g.at("--custom-q").where));
   }
   if (g.contains("--quantizer") && !g.contains("--quantization")) {
     throw Error(fmt::format(

@@ -15,37 +15,77 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <optional>
+#include <regex>
 #include <utility>
 #include <vector>
 
 namespace memest {
 namespace {
 
-// data table
-constexpr std::array<GgmlType, 15> kWeightTypes = {{
-    {"f32", 1, 4},
-    {"f16", 1, 2},
-    {"bf16", 1, 2},
-    {"q4_0", 32, 18},
-    {"q4_1", 32, 20},
-    {"q5_0", 32, 22},
-    {"q5_1", 32, 24},
-    {"q8_0", 32, 34},
-    {"q2_K", 256, 84},
-    {"q3_K", 256, 110},
-    {"q4_K", 256, 144},
-    {"q5_K", 256, 176},
-    {"q6_K", 256, 210},
-    {"iq4_nl", 32, 18},
-    {"iq4_xs", 256, 136},
+// data table: ggml's type traits (blck_size, type_size); iq2_k to iq6_k are ik_llama.cpp's
+// (ggml/src/ggml-common.h at 5236c98b: sizeof(block_iqN_k), no per-row meta data)
+constexpr std::array<GgmlType, 20> kWeightTypes = {{
+    {"f32", 1, 4},       {"f16", 1, 2},       {"bf16", 1, 2},       {"q4_0", 32, 18},
+    {"q4_1", 32, 20},    {"q5_0", 32, 22},    {"q5_1", 32, 24},     {"q8_0", 32, 34},
+    {"q2_K", 256, 84},   {"q3_K", 256, 110},  {"q4_K", 256, 144},   {"q5_K", 256, 176},
+    {"q6_K", 256, 210},  {"iq4_nl", 32, 18},  {"iq4_xs", 256, 136}, {"iq2_k", 256, 76},
+    {"iq3_k", 256, 110}, {"iq4_k", 256, 144}, {"iq5_k", 256, 176},  {"iq6_k", 256, 212},
 }};
 
-const GgmlType& weight_type(std::string_view name) {
+const GgmlType* find_weight_type(std::string_view name) {
   for (const GgmlType& t : kWeightTypes) {
-    if (t.name == name) return t;
+    if (t.name == name) return &t;
   }
+  return nullptr;
+}
+
+const GgmlType& weight_type(std::string_view name) {
+  if (const GgmlType* t = find_weight_type(name)) return *t;
   throw Error(fmt::format("ggml type \"{}\" has no size here", name));
+}
+
+// ik_llama.cpp's llama-quantize --custom-q: REGEX=TYPE rules tried in order on a tensor's name,
+// the first found in it (std::regex_search) giving its type over the file type's
+// (llama_tensor_get_type, src/llama.cpp at 5236c98b).
+struct CustomType {
+  std::regex pattern;
+  const GgmlType* type = nullptr;
+};
+
+std::vector<CustomType> custom_types(const std::vector<std::pair<std::string, std::string>>& q) {
+  std::vector<CustomType> out;
+  for (const auto& [pattern, name] : q) {
+    const GgmlType* t = find_weight_type(name);
+    if (!t || t->block == 1) {  // f32/f16/bf16 are not quantisation rules' types
+      std::vector<std::string_view> names;
+      for (const GgmlType& w : kWeightTypes) {
+        if (w.block > 1) names.push_back(w.name);
+      }
+      throw Error(fmt::format("--custom-q: \"{}={}\": unknown ggml type (expected one of: {})",
+                              pattern, name, fmt::join(names, ", ")));
+    }
+    out.push_back({tensor_pattern(pattern, "--custom-q"), t});
+  }
+  return out;
+}
+
+// The type of `name` by the rules, searched once per name (a layer's experts share one).
+const GgmlType* custom_type(const std::vector<CustomType>& rules, const std::string& name,
+                            std::map<std::string, const GgmlType*>& seen) {
+  if (rules.empty()) return nullptr;
+  const auto it = seen.find(name);
+  if (it != seen.end()) return it->second;
+  const GgmlType* found = nullptr;
+  for (const CustomType& r : rules) {
+    if (std::regex_search(name, r.pattern)) {
+      found = r.type;
+      break;
+    }
+  }
+  seen.emplace(name, found);
+  return found;
 }
 
 // A file type (llama_ftype) and the type its tensors start from.
@@ -257,7 +297,8 @@ std::span<const std::string_view> gguf_file_type_names() { return kFileTypeNames
 
 std::span<const GgmlType> ggml_weight_types() { return kWeightTypes; }
 
-GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::string_view quantizer) {
+GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::string_view quantizer,
+                         const std::vector<std::pair<std::string, std::string>>& custom_q) {
   const Architecture& a = *m.spec.arch;
   const FileType& f = file_type(ftype);
   const Quantizer q{f.name,
@@ -267,6 +308,8 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::strin
                     a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1,
                     a.num_layers == 80 && a.model_type == "llama",
                     quantizer == kQuantizerNames[1]};
+  const std::vector<CustomType> rules = custom_types(custom_q);
+  std::map<std::string, const GgmlType*> seen;
   GgufWeights w;
   std::optional<LlamaTensor> tied_copy;
   for (const TensorGroup& g : m.spec.inventory.groups) {
@@ -278,13 +321,22 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::strin
       // A tied embedding is typed as the output, and llama.cpp keeps a copy of it as the output.
       const bool tied = c == TensorCategory::token_embd && a.tied_embeddings;
       const TensorCategory typed = tied ? TensorCategory::output : c;
+      LlamaTensor t;
+      t.name = gguf_tensor_name(g, c, layer);
+      const GgmlType* custom = quantised ? custom_type(rules, t.name, seen) : nullptr;
+      if (custom && g.cols % custom->block != 0) {  // change_type_if_necessary: not modelled
+        throw Error(
+            fmt::format("--custom-q: {} has rows of {} elements, not whole {}-element blocks of {}",
+                        t.name, g.cols, custom->block, custom->name));
+      }
       const GgmlType& type =
-          weight_type(quantised ? tensor_type(q, typed, layer.value_or(0), g.cols,
+          custom
+              ? *custom
+              : weight_type(quantised
+                                ? tensor_type(q, typed, layer.value_or(0), g.cols,
                                               g.role == Role::expert || g.kind == "fused_experts")
                                 : "f32");
       w.tensors_by_type[std::string(type.name)] += quantised ? 1 : 0;
-      LlamaTensor t;
-      t.name = gguf_tensor_name(g, c, layer);
       t.layer = layer;
       t.input = c == TensorCategory::token_embd;
       t.matrix =

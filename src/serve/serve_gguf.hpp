@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace memest {
@@ -33,9 +34,12 @@ std::span<const std::string_view> gguf_file_type_names();
 /// "2023-12".
 std::span<const std::string_view> gguf_quantizer_names();
 /// The weights of `m` as file type `ftype`, typed by the rules of `quantizer` (one of
-/// gguf_quantizer_names). Throws Error naming --quantization for an unknown file type.
+/// gguf_quantizer_names), then by `custom_q`'s REGEX=TYPE rules (ik_llama.cpp's --custom-q: the
+/// first pattern found in a quantised tensor's name gives its type). Throws Error naming
+/// --quantization for an unknown file type, --custom-q for an unknown type or a bad pattern.
 GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype,
-                         std::string_view quantizer = "current");
+                         std::string_view quantizer = "current",
+                         const std::vector<std::pair<std::string, std::string>>& custom_q = {});
 
 /// What the llama.cpp estimate is given for the weights: the tensors, the basis shown, and
 /// whether the weights' note comes after the others (as `--gguf` files have it).

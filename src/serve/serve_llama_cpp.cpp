@@ -9,6 +9,7 @@
 // host memory; each device with layers computes them, the output's device the logits.
 #include "base/names.hpp"
 #include "serve/ggml_alloc.hpp"
+#include "serve/ik_gqa_graph.hpp"
 #include "serve/ik_mla_graph.hpp"
 #include "serve/llama_cpp_split.hpp"
 #include "serve/llama_cpp_tensors.hpp"
@@ -22,6 +23,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
 #include <vector>
 
 namespace memest {
@@ -232,8 +236,10 @@ std::vector<bool> layers_with_host_experts(const Architecture& a, const LlamaCpp
 }
 
 // Who computes the experts of `layers` layers kept in host memory at `tokens` tokens, a GPU
-// taking them over from `gpu_from`, said in a note.
-void note_host_experts(ServeEstimate& e, u64 layers, u64 tokens, u64 gpu_from) {
+// taking them over from `gpu_from`, said in a note; `copies_counted`: the graph holds the GPU's
+// copies of their weights.
+void note_host_experts(ServeEstimate& e, u64 layers, u64 tokens, u64 gpu_from,
+                       bool copies_counted) {
   if (layers == 0) return;
   if (tokens < gpu_from) {
     e.notes.push_back(fmt::format(
@@ -243,8 +249,10 @@ void note_host_experts(ServeEstimate& e, u64 layers, u64 tokens, u64 gpu_from) {
   } else {
     e.notes.push_back(fmt::format(
         "a GPU computes the experts of {} MoE layers kept in host memory at {} tokens, copying "
-        "their weights in (not counted in its compute buffer)",
-        layers, tokens));
+        "their weights in ({})",
+        layers, tokens,
+        copies_counted ? "one op's at a time, in its compute buffer"
+                       : "not counted in its compute buffer"));
   }
 }
 
@@ -429,6 +437,33 @@ void mla_compute_buffers(ServeEstimate& e, ComputeBuffer& c, const Architecture&
       groups == 1 ? "one group" : fmt::format("{} groups of {}", groups, heads));
 }
 
+// ik_llama.cpp's Qwen3-MoE graph with weights in host memory: each device's compute buffer from
+// the graph (src/serve/ik_gqa_graph.cpp), the GPU's copies of those weights among its tensors.
+// The experts' moment of `c` becomes the first GPU's buffer, which holds the copies, and its
+// basis names the copies of the largest layer's host-kept experts.
+void gqa_compute_buffers(ServeEstimate& e, ComputeBuffer& c, const Architecture& a,
+                         const LlamaCppPlacement& p, const LlamaCppSettings& s,
+                         const PlacedWeights& w, u64 tokens, const std::vector<u64>& copies) {
+  const std::vector<u64> bytes = gqa_prompt_buffers(
+      a, p, s, w, e.context, tokens, gpu_expert_batch(a, s), copies.empty() ? 1 : s.sched_copies);
+  for (std::size_t i = 0; i < e.per_device.size(); ++i) {
+    ServeDevice& x = e.per_device[i];
+    if (x.layers > 0 || x.output) x.compute_buffer_bytes = bytes[i];
+  }
+  std::map<u64, u64> host_experts;  // by layer
+  for (const auto& [name, at] : w) {
+    u64 layer = 0;
+    if (at.device == kLlamaHost && name.find("_exps.") != std::string::npos &&
+        std::sscanf(name.c_str(), "blk.%" SCNu64 ".", &layer) == 1)
+      host_experts[layer] = checked_add(host_experts[layer], at.bytes);
+  }
+  u64 largest = 0;
+  for (const auto& [layer, b] : host_experts) largest = std::max(largest, b);
+  c.moe = bytes.front();
+  c.moe_basis = fmt::format("{} and copies of a layer's experts kept in host memory ({} a layer)",
+                            c.moe_basis, format_bytes(largest, Unit::MiB));
+}
+
 // llama.cpp's loader keeps per-layer hyperparameters in arrays of LLAMA_MAX_LAYERS (512) and
 // refuses a model of more layers (llama_model_loader::get_key_or_arr, "n > N_MAX";
 // src/llama-hparams.h and src/llama-model-loader.cpp of ik_llama.cpp at 8337e4cd3), so a model
@@ -473,10 +508,16 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   const auto expert_layers =
       static_cast<u64>(std::count(host_experts.begin(), host_experts.end(), true));
   const u64 gpu_from = gpu_expert_batch(a, s);
+  const PlacedWeights placed =
+      w ? placed_weights(w->tensors, llama_cpp_devices(w->tensors, p, s)) : PlacedWeights{};
+  const bool gqa = ik_llama(s) && tokens >= gpu_from && gqa_graph_path(a, s, p, placed);
   if (mla_prompt_path(a, s, p, tokens)) {
     mla_compute_buffers(e, c, a, p, s, tokens,
                         tokens < gpu_from ? host_experts : std::vector<bool>{}, copies);
-  } else if (s.attn_max_batch > 0) {
+  } else if (gqa) {
+    gqa_compute_buffers(e, c, a, p, s, placed, tokens, copies);
+  }
+  if (!mla_prompt_path(a, s, p, tokens) && s.attn_max_batch > 0) {
     e.notes.push_back(
         "--attention-max-batch is modelled on ik_llama.cpp's MLA prompt path only (--mla, "
         "--flash-attn, 128 tokens or more); its split of other attention is not");
@@ -499,14 +540,14 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
     e.notes.push_back("sliding-window layers keep the whole context (no iSWA cache modelled)");
   }
   if (w && w->note_last) add_weights(e, p, s, *w);
-  note_host_experts(e, expert_layers, tokens, gpu_from);
+  note_host_experts(e, expert_layers, tokens, gpu_from, gqa);
   show_fullest(e, c, kv.basis);
   return e;
 }
 
 ServeEstimate estimate_llama_cpp(const ServeModel& m, const LlamaCppSettings& s) {
   if (s.quantization.empty()) return estimate_llama_cpp_weights(m, s, nullptr);
-  GgufWeights g = gguf_weights(m, s.quantization, s.quantizer);
+  GgufWeights g = gguf_weights(m, s.quantization, s.quantizer, s.custom_q);
   LlamaWeightsInput w;
   w.tensors = std::move(g.tensors);
   std::vector<std::string> counts;

@@ -263,6 +263,10 @@ std::vector<ServeRow> serve_llama_cpp_rows() {
                        "(Mixtral's first files) (default current)")
                   .kind(ValueKind::choice, gguf_quantizer_names)
                   .fallback("current"));
+  r.push_back(ServeRow("--custom-q", ServeFor::llama_cpp, "LIST",
+                       "REGEX=TYPE,...: the file's own type rules over --quantization's, as "
+                       "ik_llama.cpp's llama-quantize --custom-q (ffn_down_exps=iq4_k)")
+                  .kind(ValueKind::text));
   r.push_back(ServeRow("--fused-moe", ServeFor::llama_cpp, "",
                        "MoE models: the experts' up and gate in one op (ik_llama.cpp -fmoe)")
                   .fallback("false"));
