@@ -144,6 +144,23 @@ TEST_CASE("gguf: a header written here reads back", "[serve][gguf]") {
   CHECK(h.tensors[3].type_name == "q6_K");
 }
 
+TEST_CASE("gguf: ik_llama.cpp's own types read with their sizes", "[serve][gguf]") {
+  // iq3_k (id 138): 110 bytes a block of 256; iq6_k (141): 212. One tensor each, no metadata.
+  GgufWriter w;
+  w.bytes = {'G', 'G', 'U', 'F'};
+  w.value<std::uint32_t>(3);
+  w.value<std::uint64_t>(2);
+  w.value<std::uint64_t>(0);
+  w.tensor("blk.0.ffn_up_exps.weight", {512, 4, 8}, 138);
+  w.tensor("blk.0.attn_q.weight", {256, 256}, 141);
+  const auto h = memest::parse_gguf_header(w.bytes, "ik.gguf", w.bytes.size());
+  REQUIRE(h.tensors.size() == 2);
+  CHECK(h.tensors[0].type_name == "iq3_k");
+  CHECK(h.tensors[0].bytes == 2 * 4 * 8 * 110);
+  CHECK(h.tensors[1].type_name == "iq6_k");
+  CHECK(h.tensors[1].bytes == 256 * 212);
+}
+
 TEST_CASE("gguf: memest serve --gguf sizes the weights from the tensors", "[serve][gguf]") {
   memest::test::TempDir dir("gguf");
   const std::string path = (dir.path / "m.gguf").string();
