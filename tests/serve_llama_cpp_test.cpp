@@ -144,9 +144,11 @@ TEST_CASE("llama.cpp: Mixtral's first GGUF files, typed by the quantizer of Dece
     return r.out.substr(at, r.out.find('\n', at) - at);
   };
   CHECK(basis({"--quantizer", "2023-12"}) == "Q4_K_M: 833 q4_K + 1 q6_K + 64 q8_0 tensors");
-  // Today's rules give the experts' ffn_down of the 16 layers use_more_bits picks q6_K (8 x 16
-  // = 128) and attn_output q5_K.
-  CHECK(basis({}) == "Q4_K_M: 673 q4_K + 32 q5_K + 129 q6_K + 64 q8_0 tensors");
+  // Today's rules give the experts' ffn_down of the 16 layers use_more_bits picks q6_K and
+  // attn_output q5_K, and today's files stack a layer's eight experts into one tensor
+  // (ffn_down_exps, ...): q, gate_exps, up_exps and 16 down_exps with token_embd are 113 q4_K,
+  // 16 down_exps with the output 17 q6_K.
+  CHECK(basis({}) == "Q4_K_M: 113 q4_K + 32 q5_K + 17 q6_K + 64 q8_0 tensors");
   // The December 2023 log prints 25,145.55 MiB of weights on the GPU.
   const sc::Run run = lcpp_run("lcpp-mixtral-8x7b-q4km-2k");
   const Json& m = lcpp_printed(run, "weights_bytes");
@@ -314,6 +316,15 @@ TEST_CASE("llama.cpp: --custom-q types the tensors its patterns find, over the f
       memest::test::run_cli({"serve", "--engine", "llama.cpp", "--model", "llama-3.1-8b",
                              "--quantization", "Q8_0", "--custom-q", "ffn_down=iq4_k"});
   CHECK(table.out.find("Q8_0: 32 iq4_k + 194 q8_0 tensors") != std::string::npos);
+  // A layer's 128 experts are one stacked tensor a name: ubergarm's Qwen3-235B-A22B mix-IQ3_K
+  // counts as llama_model_loader prints it (ik_llama.cpp issue 437: 2 q8_0, 188 iq3_k, 94 iq4_k
+  // and 376 iq6_k tensors).
+  const auto mix = memest::test::run_cli(
+      {"serve", "--engine", "llama.cpp", "--config",
+       memest::test::kRoot + "/tests/data/inference/qwen3-235b-a22b.json", "--quantization", "Q8_0",
+       "--custom-q", "attn_(q|k|v|output)=iq6_k,ffn_(gate|up)_exps=iq3_k,ffn_down_exps=iq4_k"});
+  CHECK(mix.out.find("Q8_0: 188 iq3_k + 94 iq4_k + 376 iq6_k + 2 q8_0 tensors") !=
+        std::string::npos);
 }
 
 TEST_CASE("ik_llama.cpp: a GPU's copies of host-kept weights, as the Qwen3-235B log prints them",

@@ -297,6 +297,51 @@ std::span<const std::string_view> gguf_file_type_names() { return kFileTypeNames
 
 std::span<const GgmlType> ggml_weight_types() { return kWeightTypes; }
 
+namespace {
+
+// What types a tensor: the quantizer's rules, then --custom-q's.
+struct Typing {
+  const Architecture& a;
+  const Quantizer& q;
+  const std::vector<CustomType>& rules;
+  std::map<std::string, const GgmlType*>& seen;
+};
+
+// The j-th tensor of group `g` (category `c`, in `layer`), typed and sized; `type` its type.
+LlamaTensor typed_tensor(const TensorGroup& g, TensorCategory c, std::optional<u64> layer,
+                         const Typing& ty, const GgmlType** type) {
+  // 1-D tensors (norms, biases) and the router stay F32 as convert_hf_to_gguf writes them.
+  const bool quantised = g.rows > 1 && g.role != Role::router && g.role != Role::norm;
+  // A tied embedding is typed as the output.
+  const bool tied = c == TensorCategory::token_embd && ty.a.tied_embeddings;
+  LlamaTensor t;
+  t.name = gguf_tensor_name(g, c, layer);
+  const GgmlType* custom = quantised ? custom_type(ty.rules, t.name, ty.seen) : nullptr;
+  if (custom && g.cols % custom->block != 0) {  // change_type_if_necessary: not modelled
+    throw Error(
+        fmt::format("--custom-q: {} has rows of {} elements, not whole {}-element blocks of {}",
+                    t.name, g.cols, custom->block, custom->name));
+  }
+  *type = custom
+              ? custom
+              : &weight_type(quantised
+                                 ? tensor_type(ty.q, tied ? TensorCategory::output : c,
+                                               layer.value_or(0), g.cols,
+                                               g.role == Role::expert || g.kind == "fused_experts")
+                                 : "f32");
+  t.layer = layer;
+  t.input = c == TensorCategory::token_embd;
+  t.matrix =
+      g.matmul && g.rows > 1 && g.role != Role::expert && !t.input && g.kind != "fused_experts";
+  t.bytes = tensor_bytes(**type, g.rows, g.cols);
+  t.rows = g.rows;
+  t.ne0 = g.cols;
+  t.pad_bytes = g.cols % 512 == 0 ? 0 : tensor_bytes(**type, 1, 512 - g.cols % 512);
+  return t;
+}
+
+}  // namespace
+
 GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::string_view quantizer,
                          const std::vector<std::pair<std::string, std::string>>& custom_q) {
   const Architecture& a = *m.spec.arch;
@@ -310,42 +355,26 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::strin
                     quantizer == kQuantizerNames[1]};
   const std::vector<CustomType> rules = custom_types(custom_q);
   std::map<std::string, const GgmlType*> seen;
+  const Typing ty{a, q, rules, seen};
   GgufWeights w;
   std::optional<LlamaTensor> tied_copy;
   for (const TensorGroup& g : m.spec.inventory.groups) {
     const TensorCategory c = category_of(g, a);
+    // Today's files hold a layer's routed experts as one 3-D tensor (ffn_*_exps); those of the
+    // 2023-12 quantizer one tensor per expert.
+    const bool stacked = g.role == Role::expert && !q.dec_2023;
+    u64 one = 0;  // the bytes of one expert of the stacked tensor
     for (u64 j = 0; j < g.count; ++j) {
       const std::optional<u64> layer = group_layer(g, a, j);
-      // 1-D tensors (norms, biases) and the router stay F32 as convert_hf_to_gguf writes them.
-      const bool quantised = g.rows > 1 && g.role != Role::router && g.role != Role::norm;
-      // A tied embedding is typed as the output, and llama.cpp keeps a copy of it as the output.
-      const bool tied = c == TensorCategory::token_embd && a.tied_embeddings;
-      const TensorCategory typed = tied ? TensorCategory::output : c;
-      LlamaTensor t;
-      t.name = gguf_tensor_name(g, c, layer);
-      const GgmlType* custom = quantised ? custom_type(rules, t.name, seen) : nullptr;
-      if (custom && g.cols % custom->block != 0) {  // change_type_if_necessary: not modelled
-        throw Error(
-            fmt::format("--custom-q: {} has rows of {} elements, not whole {}-element blocks of {}",
-                        t.name, g.cols, custom->block, custom->name));
+      if (stacked && j > 0 && w.tensors.back().layer == layer) {
+        w.tensors.back().bytes = checked_add(w.tensors.back().bytes, one);
+        continue;
       }
-      const GgmlType& type =
-          custom
-              ? *custom
-              : weight_type(quantised
-                                ? tensor_type(q, typed, layer.value_or(0), g.cols,
-                                              g.role == Role::expert || g.kind == "fused_experts")
-                                : "f32");
-      w.tensors_by_type[std::string(type.name)] += quantised ? 1 : 0;
-      t.layer = layer;
-      t.input = c == TensorCategory::token_embd;
-      t.matrix =
-          g.matmul && g.rows > 1 && g.role != Role::expert && !t.input && g.kind != "fused_experts";
-      t.bytes = tensor_bytes(type, g.rows, g.cols);
-      t.rows = g.rows;
-      t.ne0 = g.cols;
-      t.pad_bytes = g.cols % 512 == 0 ? 0 : tensor_bytes(type, 1, 512 - g.cols % 512);
-      if (tied) {
+      const GgmlType* type = nullptr;
+      LlamaTensor t = typed_tensor(g, c, layer, ty, &type);
+      one = t.bytes;
+      if (type->name != "f32") ++w.tensors_by_type[std::string(type->name)];
+      if (t.input && a.tied_embeddings) {  // llama.cpp keeps a copy of it as the output
         tied_copy = t;
         tied_copy->tied_copy = true;
         tied_copy->input = false;
@@ -354,7 +383,6 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::strin
     }
   }
   if (tied_copy) w.tensors.push_back(*tied_copy);
-  w.tensors_by_type.erase("f32");
   return w;
 }
 
