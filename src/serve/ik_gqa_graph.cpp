@@ -211,6 +211,7 @@ PlacedWeights placed_weights(const std::vector<LlamaTensor>& tensors,
     PlacedWeight& w = out[tensors[i].name];
     w.device = devices[i];
     w.bytes = checked_add(w.bytes, tensors[i].bytes);
+    w.layer = tensors[i].layer;
   }
   return out;
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ namespace memest {
 struct PlacedWeight {
   int device = kLlamaHost;
   std::uint64_t bytes = 0;
+  std::optional<std::uint64_t> layer;  ///< blk.N; none for the input and output layers
 };
 using PlacedWeights = std::map<std::string, PlacedWeight>;
 

@@ -23,8 +23,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cinttypes>
-#include <cstdio>
 #include <map>
 #include <vector>
 
@@ -452,10 +450,8 @@ void gqa_compute_buffers(ServeEstimate& e, ComputeBuffer& c, const Architecture&
   }
   std::map<u64, u64> host_experts;  // by layer
   for (const auto& [name, at] : w) {
-    u64 layer = 0;
-    if (at.device == kLlamaHost && name.find("_exps.") != std::string::npos &&
-        std::sscanf(name.c_str(), "blk.%" SCNu64 ".", &layer) == 1)
-      host_experts[layer] = checked_add(host_experts[layer], at.bytes);
+    if (at.device == kLlamaHost && at.layer && name.find("_exps.") != std::string::npos)
+      host_experts[*at.layer] = checked_add(host_experts[*at.layer], at.bytes);
   }
   u64 largest = 0;
   for (const auto& [layer, b] : host_experts) largest = std::max(largest, b);
@@ -511,13 +507,14 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   const PlacedWeights placed =
       w ? placed_weights(w->tensors, llama_cpp_devices(w->tensors, p, s)) : PlacedWeights{};
   const bool gqa = ik_llama(s) && tokens >= gpu_from && gqa_graph_path(a, s, p, placed);
-  if (mla_prompt_path(a, s, p, tokens)) {
+  const bool mla = mla_prompt_path(a, s, p, tokens);
+  if (mla) {
     mla_compute_buffers(e, c, a, p, s, tokens,
                         tokens < gpu_from ? host_experts : std::vector<bool>{}, copies);
   } else if (gqa) {
     gqa_compute_buffers(e, c, a, p, s, placed, tokens, copies);
   }
-  if (!mla_prompt_path(a, s, p, tokens) && s.attn_max_batch > 0) {
+  if (!mla && s.attn_max_batch > 0) {
     e.notes.push_back(
         "--attention-max-batch is modelled on ik_llama.cpp's MLA prompt path only (--mla, "
         "--flash-attn, 128 tokens or more); its split of other attention is not");
