@@ -74,7 +74,7 @@ TEST_CASE("ik_llama.cpp: MLA prompt buffers as the published logs print them", "
   // The runs of ik_llama.cpp discussions #258 (one RTX 4090, 512 tokens over 32,768 cells,
   // -amb 512: 8 groups of 16 heads) and the R1-0528 one (three RTX 3090, 4,096 tokens over
   // 153,600 cells, -amb 512: 64 groups of 2 heads; the GPUs compute the experts at that batch):
-  // each device's buffer to the MiB printed with two decimals (CUDA2's 16 KiB over).
+  // each device's buffer to the MiB printed with two decimals.
   const Json v3 = deepseek({"--ctx-size", "32768", "--batch-size", "2048", "--ubatch-size", "512",
                             "--attention-max-batch", "512", "--device", "CUDA0"});
   CHECK(std::abs(device_mib(v3, 0) - 3425.00) < 0.005);
@@ -83,7 +83,7 @@ TEST_CASE("ik_llama.cpp: MLA prompt buffers as the published logs print them", "
                             "--sched-copies", "1"});
   CHECK(std::abs(device_mib(r1, 0) - 16257.02) < 0.005);
   CHECK(std::abs(device_mib(r1, 1) - 14157.02) < 0.005);
-  CHECK(std::abs(device_mib(r1, 2) - 14157.02) < 0.02);
+  CHECK(std::abs(device_mib(r1, 2) - 14157.02) < 0.005);
   // Every head's f16 keys and values are made before the first attention: 128 heads x 32,768
   // cells x (192 + 128) x 2 bytes = 2,560 MiB live together, beside the last group's f32
   // product (16 heads x 256 x 32,768 x 4 = 512 MiB) when its values are cast.
@@ -124,20 +124,20 @@ TEST_CASE("ik_llama.cpp: five held-out MLA logs of issue 437, as printed", "[ser
   // with GGML_SCHED_MAX_COPIES=1; the archived thread at github-data/issues of commit 8337e4cd):
   // ubergarm's DeepSeek-R1-0528 IQ3_K_R4 on two RTX 4090s, -ctk q8_0 -mla 3 -fa -amb 512 -fmoe
   // -ngl 63 --override-tensor exps=CPU, four of them with layer 3's ffn on CUDA0 and 5's on
-  // CUDA1 first. Not used to build the graph. At these batches the GPU takes the host's experts
-  // over and copies their weights, which this graph does not hold; the figures match without.
+  // CUDA1 first. Not used to build the graph. At these batches the first GPU takes the host's
+  // experts over, every layer's, CUDA1's too (their weights' copies are not held here; the
+  // figures match without them).
   struct Printed {
     const char* ctx;
     const char* ubatch;
     bool moved;  // -ot blk.3 to CUDA0, blk.5 to CUDA1
     double cuda0, cuda1, host;
-    double cuda1_within = 0.005;  // MiB
   };
   // The 65,536-cell launch failed: "allocating 7688.02 MiB on device 0", CUDA0's buffer (the
-  // others not printed: 0, not compared). At 32,768 cells and 4,096 tokens CUDA1 prints
-  // 4,176.03 MiB, 64 MiB (1.5%) under memest's 4,240.03: not found.
+  // others not printed: 0, not compared). With CUDA1's experts left on CUDA1, its buffer at
+  // 32,768 cells and 4,096 tokens came to 4,240.03 MiB: their 64 MiB more.
   for (const Printed& log : {Printed{"32768", "2048", true, 3588.01, 3560.02, 312.02},
-                             Printed{"32768", "4096", true, 4104.02, 4176.03, 624.05, 64.01},
+                             Printed{"32768", "4096", true, 4104.02, 4176.03, 624.05},
                              Printed{"65536", "4096", true, 7688.02, 0, 0},
                              Printed{"61440", "4096", true, 7272.02, 6632.03, 1072.05},
                              Printed{"61440", "4096", false, 7272.02, 6632.03, 1072.05}}) {
@@ -170,7 +170,7 @@ TEST_CASE("ik_llama.cpp: five held-out MLA logs of issue 437, as printed", "[ser
          "--override-tensor",
          log.moved ? "blk\\.(3)\\.ffn_.*=CUDA0,blk\\.(5)\\.ffn_.*=CUDA1,exps=CPU" : "exps=CPU"});
     CHECK(std::abs(device_mib(j, 0) - log.cuda0) < 0.005);
-    if (log.cuda1 > 0) CHECK(std::abs(device_mib(j, 1) - log.cuda1) < log.cuda1_within);
+    if (log.cuda1 > 0) CHECK(std::abs(device_mib(j, 1) - log.cuda1) < 0.005);
     const double host = j.at("host").at("compute_buffer").at("bytes").get<double>() / kMiB;
     if (log.host > 0) CHECK(std::abs(host - log.host) < 0.005);
   }

@@ -25,6 +25,7 @@ namespace memest {
 namespace {
 
 using Id = GgmlGraph::Id;
+constexpr int kLayerDevice = -2;            // a layer's experts computed on the layer's own device
 constexpr std::uint64_t kMaxNodes = 65536;  // llama_model_max_nodes
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 
@@ -33,7 +34,7 @@ class MlaGraph {
   MlaGraph(const Architecture& a, const LlamaCppPlacement& p, const LlamaCppSettings& s,
            std::uint64_t n_kv, std::uint64_t tokens)
       : a_(a), p_(p), s_(s), n_kv_(n_kv), t_(tokens), w_(g_.external()) {}
-  void build(const std::vector<bool>& host_experts);
+  void build(const std::vector<bool>& host_experts, bool gpu_takes);
   const GgmlGraph& graph() const { return g_; }
 
  private:
@@ -44,8 +45,8 @@ class MlaGraph {
   void cache_write(int d, Id normed, Id pos);
   Id attention(int d, Id normed, Id pos);
   Id ffn(int d, Id x, std::uint64_t width);
-  Id moe(int d, Id x, bool host);
-  Id layer(std::uint64_t il, Id x, Id pos, bool host_experts);
+  Id moe(int d, Id x, int xd);
+  Id layer(std::uint64_t il, Id x, Id pos, int xd);
   void check_nodes() const;
 
   const Architecture& a_;
@@ -145,15 +146,17 @@ Id MlaGraph::ffn(int d, Id x, std::uint64_t width) {
 
 // llm_build_moe_ffn with DeepSeek-V3's router (sigmoid scores, the selection bias added to a
 // copy, the chosen weights normalised and scaled; V2's softmax router makes one [n_expert x
-// tokens] f32 tensor fewer); the experts on the host when `host` (their result copied back),
-// then the shared experts and the sum.
-Id MlaGraph::moe(int d, Id x, bool host) {
+// tokens] f32 tensor fewer); the experts on device `xd` (the layer's, the host's, or the first
+// GPU's when it takes over experts kept in host memory), then the shared experts and the sum.
+// The chosen weights and their product with the experts follow the experts in the graph's
+// order, so they run where the experts ran when that is a GPU (the scheduler's "expand gpu
+// down" pass), and on the layer's device after the host (its "expand gpu up" pass).
+Id MlaGraph::moe(int d, Id x, int xd) {
   const std::uint64_t k = a_.experts_per_token, e = a_.num_experts;
   const Id logits = g_.op(d, f32(e), {w_, x});
   const Id probs = g_.op(d, f32(e), {logits}, GgmlGraph::Reuse::in_place);
   const Id chosen = g_.view(
       g_.op(d, f32(e), {g_.op(d, f32(e), {probs, w_}, GgmlGraph::Reuse::in_place)}), f32(k));
-  const int xd = host ? kLlamaHost : d;
   const std::uint64_t width = a_.moe_intermediate_size;
   Id par = 0;
   if (s_.fused_moe) {
@@ -164,19 +167,20 @@ Id MlaGraph::moe(int d, Id x, bool host) {
     par = g_.op(xd, f32(width * k), {gate, up});
   }
   const Id experts = g_.op(xd, f32(a_.hidden_size * k), {w_, par, chosen});
-  const Id picked = g_.view(g_.op(d, f32(k), {g_.view(probs, f32(e)), chosen}), f32(k));
+  const int wd = xd == kLlamaHost ? d : xd;
+  const Id picked = g_.view(g_.op(wd, f32(k), {g_.view(probs, f32(e)), chosen}), f32(k));
   const Id normed =
-      g_.op(d, f32(k), {picked, g_.op(d, f32(1), {picked})}, GgmlGraph::Reuse::in_place);
-  const Id scaled = g_.op(d, f32(k), {g_.view(normed, f32(k))}, GgmlGraph::Reuse::in_place);
+      g_.op(wd, f32(k), {picked, g_.op(wd, f32(1), {picked})}, GgmlGraph::Reuse::in_place);
+  const Id scaled = g_.op(wd, f32(k), {g_.view(normed, f32(k))}, GgmlGraph::Reuse::in_place);
   const Id weighted =
-      g_.op(d, f32(a_.hidden_size * k), {experts, scaled}, GgmlGraph::Reuse::in_place);
-  const Id moe_out = g_.op(d, f32(a_.hidden_size), {g_.view(weighted, f32(a_.hidden_size))});
+      g_.op(wd, f32(a_.hidden_size * k), {experts, scaled}, GgmlGraph::Reuse::in_place);
+  const Id moe_out = g_.op(wd, f32(a_.hidden_size), {g_.view(weighted, f32(a_.hidden_size))});
   if (a_.shared_expert_size == 0) return moe_out;
   return g_.op(d, f32(a_.hidden_size), {moe_out, ffn(d, x, a_.shared_expert_size)},
                GgmlGraph::Reuse::in_place);
 }
 
-Id MlaGraph::layer(std::uint64_t il, Id x, Id pos, bool host_experts) {
+Id MlaGraph::layer(std::uint64_t il, Id x, Id pos, int xd) {
   const int d = p_.layer_device[static_cast<std::size_t>(il)];
   Id residual = x;
   Id cur = attention(d, norm(d, x), pos);
@@ -188,18 +192,20 @@ Id MlaGraph::layer(std::uint64_t il, Id x, Id pos, bool host_experts) {
   const Id ffn_inp = g_.op(d, f32(a_.hidden_size), {cur, residual}, GgmlGraph::Reuse::in_place);
   const Id normed = norm(d, ffn_inp);
   const bool moe_layer = il >= a_.num_layers - std::min(a_.moe_layers, a_.num_layers);
-  const Id out = moe_layer && a_.num_experts > 0 ? moe(d, normed, host_experts)
+  const Id out = moe_layer && a_.num_experts > 0 ? moe(d, normed, xd == kLayerDevice ? d : xd)
                                                  : ffn(d, normed, a_.intermediate_size);
   return g_.op(d, f32(a_.hidden_size), {out, ffn_inp}, GgmlGraph::Reuse::in_place);
 }
 
-void MlaGraph::build(const std::vector<bool>& host_experts) {
+void MlaGraph::build(const std::vector<bool>& host_experts, bool gpu_takes) {
   const Id tokens = g_.input(ggml_bytes({t_, 4}));
   Id x = g_.op(kLlamaHost, f32(a_.hidden_size), {w_, tokens});  // get_rows of token_embd
   const Id pos = g_.input(ggml_bytes({t_, 4}));
   mask_f32_ = g_.input(kq_mask_f32(n_kv_, t_));
-  for (std::uint64_t il = 0; il < a_.num_layers; ++il)
-    x = layer(il, x, pos, il < host_experts.size() && host_experts[static_cast<std::size_t>(il)]);
+  for (std::uint64_t il = 0; il < a_.num_layers; ++il) {
+    const bool host = il < host_experts.size() && host_experts[static_cast<std::size_t>(il)];
+    x = layer(il, x, pos, !host ? kLayerDevice : gpu_takes ? 0 : kLlamaHost);
+  }
   const int od = p_.output_device;
   const Id logits = g_.op(od, f32(a_.vocab_size), {w_, norm(od, x)});
   g_.output(logits);
@@ -232,10 +238,10 @@ std::uint64_t mla_group_heads(const Architecture& a, std::uint64_t attn_max_batc
 std::vector<std::uint64_t> mla_prompt_buffers(const Architecture& a, const LlamaCppPlacement& p,
                                               const LlamaCppSettings& s, std::uint64_t n_kv,
                                               std::uint64_t tokens,
-                                              const std::vector<bool>& host_experts,
+                                              const std::vector<bool>& host_experts, bool gpu_takes,
                                               std::uint64_t n_copies) {
   MlaGraph g(a, p, s, n_kv, tokens);
-  g.build(host_experts);
+  g.build(host_experts, gpu_takes);
   return g.graph().buffers(p.names.size(), kCudaBufferAlignment, n_copies);
 }
 

@@ -30,14 +30,16 @@ std::uint64_t mla_group_heads(const Architecture& a, std::uint64_t attn_max_batc
                               std::uint64_t n_kv);
 
 /// Each device's compute buffer (indices of p.names) for the graph of one micro-batch of
-/// `tokens` tokens over `n_kv` cells, as ggml_gallocr sizes it; `host_experts[il]`: the host
-/// computes layer il's experts; `n_copies`: the scheduler's copies of each split input (more
-/// than one under pipeline parallelism). Throws Error when the graph would have more nodes than
-/// ik_llama.cpp's graph holds (llama_model_max_nodes: 65,536).
+/// `tokens` tokens over `n_kv` cells, as ggml_gallocr sizes it; `host_experts[il]`: layer il's
+/// experts are kept in host memory, where the host computes them unless `gpu_takes` (then the
+/// first GPU does: ggml_backend_sched_backend_id_from_cur offloads to the first backend that
+/// agrees; the weights it copies in are not held here); `n_copies`: the scheduler's copies of
+/// each split input (more than one under pipeline parallelism). Throws Error when the graph
+/// would have more nodes than ik_llama.cpp's graph holds (llama_model_max_nodes: 65,536).
 std::vector<std::uint64_t> mla_prompt_buffers(const Architecture& a, const LlamaCppPlacement& p,
                                               const LlamaCppSettings& s, std::uint64_t n_kv,
                                               std::uint64_t tokens,
-                                              const std::vector<bool>& host_experts,
+                                              const std::vector<bool>& host_experts, bool gpu_takes,
                                               std::uint64_t n_copies);
 
 }  // namespace memest

@@ -416,9 +416,10 @@ void add_weights(ServeEstimate& e, const LlamaCppPlacement& p, const LlamaCppSet
 // the output's logits); the graph holds the experts too.
 void mla_compute_buffers(ServeEstimate& e, ComputeBuffer& c, const Architecture& a,
                          const LlamaCppPlacement& p, const LlamaCppSettings& s, u64 tokens,
-                         const std::vector<bool>& host_experts, const std::vector<u64>& copies) {
+                         const std::vector<bool>& host_experts, bool gpu_takes,
+                         const std::vector<u64>& copies) {
   const std::vector<u64> bytes = mla_prompt_buffers(a, p, s, e.context, tokens, host_experts,
-                                                    copies.empty() ? 1 : s.sched_copies);
+                                                    gpu_takes, copies.empty() ? 1 : s.sched_copies);
   for (std::size_t i = 0; i < e.per_device.size(); ++i) {
     ServeDevice& x = e.per_device[i];
     if (x.layers > 0 || x.output) x.compute_buffer_bytes = bytes[i];
@@ -509,8 +510,7 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   const bool gqa = ik_llama(s) && tokens >= gpu_from && gqa_graph_path(a, s, p, placed);
   const bool mla = mla_prompt_path(a, s, p, tokens);
   if (mla) {
-    mla_compute_buffers(e, c, a, p, s, tokens,
-                        tokens < gpu_from ? host_experts : std::vector<bool>{}, copies);
+    mla_compute_buffers(e, c, a, p, s, tokens, host_experts, tokens >= gpu_from, copies);
   } else if (gqa) {
     gqa_compute_buffers(e, c, a, p, s, placed, tokens, copies);
   }
