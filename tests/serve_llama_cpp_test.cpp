@@ -348,3 +348,29 @@ TEST_CASE("ik_llama.cpp: a GPU's copies of host-kept weights, as the Qwen3-235B 
   CHECK(j.at("per_device").at(0).at("compute_buffer").at("bytes").get<double>() >
         (384.0 + 432.0) * (1 << 20));
 }
+
+TEST_CASE("llama.cpp: experts kept in host memory that a GPU takes over run on the first GPU",
+          "[serve]") {
+  // Qwen3-30B-A3B over three devices at 512 tokens with flash attention, 4,096 cells. A MoE
+  // layer's moment: the residual (2,048 x 512 f32, 4 MiB) beside the 8 experts' 768 + 2,048
+  // wide outputs (44 MiB): 48 MiB; the attention's: the two hidden states (8 MiB), Q and the
+  // output (4,096 wide each, 16 MiB) and the f16 mask (4,096 x 512, 4 MiB): 28 MiB.
+  const std::uint64_t moe = 2048ULL * 512 * 4 + (768ULL + 2048) * 8 * 512 * 4;
+  const std::uint64_t attention = 2 * 2048ULL * 512 * 4 + 2 * 4096ULL * 512 * 4 + 4096ULL * 512 * 2;
+  const auto buffers = [](const char* flag, const char* value) {
+    const Json j =
+        llama_cpp_json({"--model", "qwen3-30b-a3b", "--ctx-size", "4096", "--flash-attn",
+                        "--ubatch-size", "512", "--device", "CUDA0,CUDA1,CUDA2", flag, value});
+    std::vector<std::uint64_t> out;
+    for (const Json& d : j.at("per_device")) out.push_back(d.at("compute_buffer").at("bytes"));
+    return out;
+  };
+  // Each device computes its own layers' experts (pipeline copies off).
+  CHECK(buffers("--sched-copies", "1")[1] == moe);
+  // With the experts in host memory, 512 tokens is past mainline's 32: the first GPU
+  // (ggml_backend_sched_backend_id_from_cur tries the backends in order) computes every
+  // layer's, so CUDA1 holds its attention only.
+  const auto host = buffers("--override-tensor", "exps=CPU");
+  CHECK(host[0] == moe);
+  CHECK(host[1] == attention);
+}

@@ -340,7 +340,7 @@ std::optional<u64> host_compute(const ServeModel& m, const LlamaCppPlacement& p,
 // and the mask of the attention moment is among them.
 std::vector<ServeDevice> device_shares(const LlamaCppPlacement& p, u64 layer_bytes,
                                        const ComputeBuffer& c, const std::vector<u64>& copies,
-                                       u64* host_kv) {
+                                       const std::vector<bool>& experts_at, u64* host_kv) {
   std::vector<ServeDevice> d(p.names.size());
   for (std::size_t i = 0; i < d.size(); ++i) d[i].name = p.names[i];
   *host_kv = 0;
@@ -356,11 +356,29 @@ std::vector<ServeDevice> device_shares(const LlamaCppPlacement& p, u64 layer_byt
   if (p.output_device != kLlamaHost) d[static_cast<std::size_t>(p.output_device)].output = true;
   for (std::size_t i = 0; i < d.size(); ++i) {
     ServeDevice& x = d[i];
-    const u64 layer = std::max(copies.empty() ? c.attention : c.attention - c.mask, c.moe);
-    x.compute_buffer_bytes = std::max(x.layers > 0 ? layer : 0, x.output ? c.output : 0);
+    const u64 attention = x.layers > 0 ? (copies.empty() ? c.attention : c.attention - c.mask) : 0;
+    const u64 moe = experts_at[i] ? c.moe : 0;
+    x.compute_buffer_bytes = std::max({attention, moe, x.output ? c.output : 0});
     if (!copies.empty()) x.compute_buffer_bytes = checked_add(x.compute_buffer_bytes, copies[i]);
   }
   return d;
+}
+
+// Per device, whether it computes some MoE layer's routed experts: a layer's device, unless the
+// layer's experts are kept in host memory; then the host, or the first GPU when a GPU takes
+// them over (`gpu_takes`): ggml_backend_sched_backend_id_from_cur offloads to the first backend
+// whose offload_op agrees.
+std::vector<bool> expert_devices(const Architecture& a, const LlamaCppPlacement& p,
+                                 const std::vector<bool>& host_experts, bool gpu_takes) {
+  std::vector<bool> at(p.names.size(), false);
+  const u64 first = a.num_layers - std::min(a.moe_layers, a.num_layers);
+  for (u64 il = a.num_experts > 0 ? first : a.num_layers; il < p.layer_device.size(); ++il) {
+    const int d = p.layer_device[static_cast<std::size_t>(il)];
+    const bool host = il < host_experts.size() && host_experts[static_cast<std::size_t>(il)];
+    if (d != kLlamaHost && !host) at[static_cast<std::size_t>(d)] = true;
+    if (host && gpu_takes && !at.empty()) at.front() = true;
+  }
+  return at;
 }
 
 // The figures of one device at the top of the estimate: the fullest one (weights, KV cache and
@@ -500,11 +518,12 @@ ServeEstimate estimate_llama_cpp_weights(const ServeModel& m, const LlamaCppSett
   ComputeBuffer c = compute_buffer(a, e.context, tokens, s.flash_attn);
   u64 host_kv = 0;
   const std::vector<u64> copies = pipeline_copies(a, s, p, e.context, tokens);
-  e.per_device = device_shares(p, kv.bytes, c, copies, &host_kv);
   const std::vector<bool> host_experts = layers_with_host_experts(a, p, s);
   const auto expert_layers =
       static_cast<u64>(std::count(host_experts.begin(), host_experts.end(), true));
   const u64 gpu_from = gpu_expert_batch(a, s);
+  e.per_device = device_shares(p, kv.bytes, c, copies,
+                               expert_devices(a, p, host_experts, tokens >= gpu_from), &host_kv);
   const PlacedWeights placed =
       w ? placed_weights(w->tensors, llama_cpp_devices(w->tensors, p, s)) : PlacedWeights{};
   const bool gqa = ik_llama(s) && tokens >= gpu_from && gqa_graph_path(a, s, p, placed);
