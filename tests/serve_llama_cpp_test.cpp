@@ -373,4 +373,12 @@ TEST_CASE("llama.cpp: experts kept in host memory that a GPU takes over run on t
   const auto host = buffers("--override-tensor", "exps=CPU");
   CHECK(host[0] == moe);
   CHECK(host[1] == attention);
+  // The table's basis is the fullest device's moment: CUDA1 with most layers names the
+  // attention's, not the experts' it no longer holds.
+  const auto table = memest::test::run_cli(
+      {"serve", "--engine", "llama.cpp", "--model", "qwen3-30b-a3b", "--ctx-size", "4096",
+       "--flash-attn", "--ubatch-size", "512", "--device", "CUDA0,CUDA1,CUDA2", "--tensor-split",
+       "1,8,1", "--override-tensor", "exps=CPU"});
+  CHECK(table.out.find("compute buffer             0.03 GiB  the attention's inputs and output") !=
+        std::string::npos);
 }

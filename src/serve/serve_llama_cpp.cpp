@@ -399,10 +399,11 @@ void show_fullest(ServeEstimate& e, const ComputeBuffer& c, const std::string& k
   e.compute_basis.clear();
   if (top->layers > 0 || top->output) {
     e.compute_buffer_bytes = top->compute_buffer_bytes;
-    const bool output = top->output && c.output >= std::max(c.attention, c.moe);
-    e.compute_basis = output                ? c.output_basis
-                      : c.moe > c.attention ? c.moe_basis
-                                            : c.attention_basis;
+    // The experts' moment where the device holds it (it computes experts) and it outweighs the
+    // attention's; the output's where it outweighs that.
+    const bool moe = c.moe > c.attention && top->compute_buffer_bytes >= c.moe;
+    const bool output = top->output && c.output >= (moe ? c.moe : c.attention);
+    e.compute_basis = output ? c.output_basis : moe ? c.moe_basis : c.attention_basis;
   }
   if (e.per_device.size() > 1) {
     e.notes.push_back(
