@@ -17,18 +17,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <regex>
 #include <set>
 
 namespace memest {
 namespace {
-
-struct TensorOverride {
-  std::regex pattern;
-  int device = kLlamaHost;
-};
 
 // std::regex backtracks (libstdc++ and libc++ alike, as in llama.cpp itself), so a repeated
 // group that itself holds a repeat takes exponential time on a name, and a chain of repeats a
@@ -73,11 +67,11 @@ void check_pattern_cost(const std::string& p, std::string_view flag) {
   }
 }
 
-std::vector<TensorOverride> compile_overrides(const LlamaCppSettings& s,
-                                              const LlamaCppPlacement& p) {
-  std::vector<TensorOverride> out;
+// --override-tensor's rules: each pattern's device (kLlamaHost for CPU).
+TensorRules<int> compile_overrides(const LlamaCppSettings& s, const LlamaCppPlacement& p) {
+  TensorRules<int> out;
   for (const auto& [pattern, buft] : s.overrides) {
-    TensorOverride o;
+    int device = kLlamaHost;
     if (buft != "CPU") {
       const auto it = std::find(p.names.begin(), p.names.end(), buft);
       if (it == p.names.end()) {
@@ -85,10 +79,9 @@ std::vector<TensorOverride> compile_overrides(const LlamaCppSettings& s,
             "--override-tensor: unknown buffer type \"{}\" (expected CPU or a device: {})", buft,
             fmt::join(p.names, ", ")));
       }
-      o.device = static_cast<int>(it - p.names.begin());
+      device = static_cast<int>(it - p.names.begin());
     }
-    o.pattern = tensor_pattern(pattern, "--override-tensor");
-    out.push_back(std::move(o));
+    out.add(tensor_pattern(pattern, "--override-tensor"), device);
   }
   return out;
 }
@@ -107,30 +100,9 @@ struct Buffer {
   bool operator==(const Buffer&) const = default;
 };
 
-// The override device of each name, searched once per name (the inventory's experts share one
-// GGUF name per layer): the first pattern found in it, or none.
-using OverrideCache = std::map<std::string, std::optional<int>>;
-
-std::optional<int> override_of(const std::string& name,
-                               const std::vector<TensorOverride>& overrides, OverrideCache& cache) {
-  const auto it = cache.find(name);
-  if (it != cache.end()) return it->second;
-  std::optional<int> found;
-  for (const TensorOverride& o : overrides) {
-    if (std::regex_search(name, o.pattern)) {
-      found = o.device;
-      break;
-    }
-  }
-  cache.emplace(name, found);
-  return found;
-}
-
-Buffer buffer_of(const LlamaTensor& t, const LlamaCppPlacement& p,
-                 const std::vector<TensorOverride>& overrides, OverrideCache& cache,
+Buffer buffer_of(const LlamaTensor& t, const LlamaCppPlacement& p, TensorRules<int>& overrides,
                  bool* overridden) {
-  const std::optional<int> o =
-      overrides.empty() ? std::nullopt : override_of(t.name, overrides, cache);
+  const std::optional<int> o = overrides.find(t.name);
   *overridden = o.has_value();
   if (o) return {*o, false};
   const int d = default_device(t, p);
@@ -143,15 +115,14 @@ Buffer buffer_of(const LlamaTensor& t, const LlamaCppPlacement& p,
 
 LlamaWeightBytes place_llama_cpp_weights(const std::vector<LlamaTensor>& tensors,
                                          const LlamaCppPlacement& p, const LlamaCppSettings& s) {
-  const std::vector<TensorOverride> overrides = compile_overrides(s, p);
+  TensorRules<int> overrides = compile_overrides(s, p);
   LlamaWeightBytes w;
   w.device.assign(p.names.size(), 0);
   std::optional<Buffer> embd;  // token_embd's buffer, for a tied copy
   std::set<std::string> moved;
-  OverrideCache cache;
   for (const LlamaTensor& t : tensors) {
     bool overridden = false;
-    const Buffer b = buffer_of(t, p, overrides, cache, &overridden);
+    const Buffer b = buffer_of(t, p, overrides, &overridden);
     if (t.input && !t.tied_copy) embd = b;
     if (t.tied_copy && embd && *embd == b) continue;  // the same buffer: token_embd reused
     if (overridden) moved.insert(t.name);
@@ -172,13 +143,12 @@ LlamaWeightBytes place_llama_cpp_weights(const std::vector<LlamaTensor>& tensors
 
 std::vector<int> llama_cpp_devices(const std::vector<LlamaTensor>& tensors,
                                    const LlamaCppPlacement& p, const LlamaCppSettings& s) {
-  const std::vector<TensorOverride> overrides = compile_overrides(s, p);
-  OverrideCache cache;
+  TensorRules<int> overrides = compile_overrides(s, p);
   std::vector<int> out;
   out.reserve(tensors.size());
   for (const LlamaTensor& t : tensors) {
     bool overridden = false;
-    out.push_back(buffer_of(t, p, overrides, cache, &overridden).device);
+    out.push_back(buffer_of(t, p, overrides, &overridden).device);
   }
   return out;
 }

@@ -8,10 +8,12 @@
 #include <memest/serve.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <regex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace memest {
@@ -62,5 +64,33 @@ std::vector<bool> llama_cpp_on_host(const std::vector<LlamaTensor>& tensors,
 /// naming `flag` when it is not a regular expression or would backtrack without bound (a
 /// repeated group that repeats, more than two repeats).
 std::regex tensor_pattern(const std::string& pattern, std::string_view flag);
+
+/// Patterns of tensor names tried in order, the first found in a name (std::regex_search) giving
+/// its value, as llama.cpp's --override-tensor and ik_llama.cpp's --custom-q do; each name is
+/// searched once (a layer's experts share one).
+template <class T>
+class TensorRules {
+ public:
+  void add(std::regex pattern, T value) { rules_.emplace_back(std::move(pattern), value); }
+  bool empty() const { return rules_.empty(); }
+  std::optional<T> find(const std::string& name) {
+    if (rules_.empty()) return std::nullopt;
+    const auto it = seen_.find(name);
+    if (it != seen_.end()) return it->second;
+    std::optional<T> found;
+    for (const auto& [pattern, value] : rules_) {
+      if (std::regex_search(name, pattern)) {
+        found = value;
+        break;
+      }
+    }
+    seen_.emplace(name, found);
+    return found;
+  }
+
+ private:
+  std::vector<std::pair<std::regex, T>> rules_;
+  std::map<std::string, std::optional<T>> seen_;
+};
 
 }  // namespace memest

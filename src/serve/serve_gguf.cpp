@@ -15,9 +15,7 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <optional>
-#include <regex>
 #include <utility>
 #include <vector>
 
@@ -49,13 +47,9 @@ const GgmlType& weight_type(std::string_view name) {
 // ik_llama.cpp's llama-quantize --custom-q: REGEX=TYPE rules tried in order on a tensor's name,
 // the first found in it (std::regex_search) giving its type over the file type's
 // (llama_tensor_get_type, src/llama.cpp at 5236c98b).
-struct CustomType {
-  std::regex pattern;
-  const GgmlType* type = nullptr;
-};
-
-std::vector<CustomType> custom_types(const std::vector<std::pair<std::string, std::string>>& q) {
-  std::vector<CustomType> out;
+TensorRules<const GgmlType*> custom_types(
+    const std::vector<std::pair<std::string, std::string>>& q) {
+  TensorRules<const GgmlType*> out;
   for (const auto& [pattern, name] : q) {
     const GgmlType* t = find_weight_type(name);
     if (!t || t->block == 1) {  // f32/f16/bf16 are not quantisation rules' types
@@ -66,26 +60,9 @@ std::vector<CustomType> custom_types(const std::vector<std::pair<std::string, st
       throw Error(fmt::format("--custom-q: \"{}={}\": unknown ggml type (expected one of: {})",
                               pattern, name, fmt::join(names, ", ")));
     }
-    out.push_back({tensor_pattern(pattern, "--custom-q"), t});
+    out.add(tensor_pattern(pattern, "--custom-q"), t);
   }
   return out;
-}
-
-// The type of `name` by the rules, searched once per name (a layer's experts share one).
-const GgmlType* custom_type(const std::vector<CustomType>& rules, const std::string& name,
-                            std::map<std::string, const GgmlType*>& seen) {
-  if (rules.empty()) return nullptr;
-  const auto it = seen.find(name);
-  if (it != seen.end()) return it->second;
-  const GgmlType* found = nullptr;
-  for (const CustomType& r : rules) {
-    if (std::regex_search(name, r.pattern)) {
-      found = r.type;
-      break;
-    }
-  }
-  seen.emplace(name, found);
-  return found;
 }
 
 // A file type (llama_ftype) and the type its tensors start from.
@@ -303,8 +280,7 @@ namespace {
 struct Typing {
   const Architecture& a;
   const Quantizer& q;
-  const std::vector<CustomType>& rules;
-  std::map<std::string, const GgmlType*>& seen;
+  TensorRules<const GgmlType*>& rules;
 };
 
 // The j-th tensor of group `g` (category `c`, in `layer`), typed and sized; `type` its type.
@@ -316,7 +292,7 @@ LlamaTensor typed_tensor(const TensorGroup& g, TensorCategory c, std::optional<u
   const bool tied = c == TensorCategory::token_embd && ty.a.tied_embeddings;
   LlamaTensor t;
   t.name = gguf_tensor_name(g, c, layer);
-  const GgmlType* custom = quantised ? custom_type(ty.rules, t.name, ty.seen) : nullptr;
+  const GgmlType* custom = quantised ? ty.rules.find(t.name).value_or(nullptr) : nullptr;
   if (custom && g.cols % custom->block != 0) {  // change_type_if_necessary: not modelled
     throw Error(
         fmt::format("--custom-q: {} has rows of {} elements, not whole {}-element blocks of {}",
@@ -353,9 +329,8 @@ GgufWeights gguf_weights(const ServeModel& m, std::string_view ftype, std::strin
                     a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1,
                     a.num_layers == 80 && a.model_type == "llama",
                     quantizer == kQuantizerNames[1]};
-  const std::vector<CustomType> rules = custom_types(custom_q);
-  std::map<std::string, const GgmlType*> seen;
-  const Typing ty{a, q, rules, seen};
+  TensorRules<const GgmlType*> rules = custom_types(custom_q);
+  const Typing ty{a, q, rules};
   GgufWeights w;
   std::optional<LlamaTensor> tied_copy;
   for (const TensorGroup& g : m.spec.inventory.groups) {
