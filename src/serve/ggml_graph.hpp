@@ -14,6 +14,10 @@ namespace memest {
 /// multiples of 128 bytes.
 inline constexpr std::uint64_t kCudaBufferAlignment = 128;
 
+/// GGML_CUDA_MIN_BATCH_OFFLOAD: the rows (tokens) from which ggml_backend_cuda_offload_op lets a
+/// GPU take over an op whose weight is in host memory.
+inline constexpr std::uint64_t kCudaMinBatchOffload = 32;
+
 /// The bytes of a tensor of the given sizes (elements times element bytes), refused with Error
 /// on overflow.
 std::uint64_t ggml_bytes(std::initializer_list<std::uint64_t> sizes);

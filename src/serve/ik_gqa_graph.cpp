@@ -29,7 +29,6 @@ namespace memest {
 namespace {
 
 using Id = GgmlGraph::Id;
-constexpr std::uint64_t kMinBatch = 32;  // GGML_CUDA_MIN_BATCH_OFFLOAD
 
 class GqaGraph {
  public:
@@ -92,7 +91,7 @@ GqaGraph::Read GqaGraph::weight(std::optional<std::uint64_t> il, const char* nam
                                 : p_.output_device;
   const Id id = it != w_.end() ? g_.weight(at, it->second.bytes) : g_.external();
   if (at != kLlamaHost) return {id, at};
-  const bool offload = experts ? t_ >= expert_from_ : rows >= kMinBatch;
+  const bool offload = experts ? t_ >= expert_from_ : rows >= kCudaMinBatchOffload;
   return {id, offload ? 0 : kLlamaHost};
 }
 

@@ -7,6 +7,7 @@
 #include "serve/serve_gguf.hpp"
 
 #include "base/names.hpp"
+#include "serve/ggml_types.hpp"
 
 #include <memest/error.hpp>
 #include <memest/units.hpp>
@@ -22,14 +23,14 @@
 namespace memest {
 namespace {
 
-// data table: ggml's type traits (blck_size, type_size); iq2_k to iq6_k are ik_llama.cpp's
-// (ggml/src/ggml-common.h at 5236c98b: sizeof(block_iqN_k), no per-row meta data)
+// data table: the types a weight can take here, their sizes from ggml's (src/serve/ggml_types.hpp);
+// iq2_k to iq6_k are ik_llama.cpp's
 constexpr std::array<GgmlType, 20> kWeightTypes = {{
-    {"f32", 1, 4},       {"f16", 1, 2},       {"bf16", 1, 2},       {"q4_0", 32, 18},
-    {"q4_1", 32, 20},    {"q5_0", 32, 22},    {"q5_1", 32, 24},     {"q8_0", 32, 34},
-    {"q2_K", 256, 84},   {"q3_K", 256, 110},  {"q4_K", 256, 144},   {"q5_K", 256, 176},
-    {"q6_K", 256, 210},  {"iq4_nl", 32, 18},  {"iq4_xs", 256, 136}, {"iq2_k", 256, 76},
-    {"iq3_k", 256, 110}, {"iq4_k", 256, 144}, {"iq5_k", 256, 176},  {"iq6_k", 256, 212},
+    ggml_traits("f32"),   ggml_traits("f16"),    ggml_traits("bf16"),   ggml_traits("q4_0"),
+    ggml_traits("q4_1"),  ggml_traits("q5_0"),   ggml_traits("q5_1"),   ggml_traits("q8_0"),
+    ggml_traits("q2_K"),  ggml_traits("q3_K"),   ggml_traits("q4_K"),   ggml_traits("q5_K"),
+    ggml_traits("q6_K"),  ggml_traits("iq4_nl"), ggml_traits("iq4_xs"), ggml_traits("iq2_k"),
+    ggml_traits("iq3_k"), ggml_traits("iq4_k"),  ggml_traits("iq5_k"),  ggml_traits("iq6_k"),
 }};
 
 const GgmlType* find_weight_type(std::string_view name) {
@@ -271,8 +272,6 @@ constexpr std::array<std::string_view, 2> kQuantizerNames = {"current", "2023-12
 std::span<const std::string_view> gguf_quantizer_names() { return kQuantizerNames; }
 
 std::span<const std::string_view> gguf_file_type_names() { return kFileTypeNames; }
-
-std::span<const GgmlType> ggml_weight_types() { return kWeightTypes; }
 
 namespace {
 

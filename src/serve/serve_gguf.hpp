@@ -23,9 +23,6 @@ struct GgufWeights {
   std::map<std::string, std::uint64_t> tensors_by_type;
 };
 
-/// The ggml types a weight can take, with their block sizes (ggml's type traits).
-std::span<const GgmlType> ggml_weight_types();
-
 /// The GGUF file types llama.cpp's quantizer is modelled for, as --quantization takes them
 /// ("Q4_K_M", ...): the names of the table gguf_weights reads.
 std::span<const std::string_view> gguf_file_type_names();

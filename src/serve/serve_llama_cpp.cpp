@@ -9,6 +9,8 @@
 // host memory; each device with layers computes them, the output's device the logits.
 #include "base/names.hpp"
 #include "serve/ggml_alloc.hpp"
+#include "serve/ggml_graph.hpp"
+#include "serve/ggml_types.hpp"
 #include "serve/ik_gqa_graph.hpp"
 #include "serve/ik_mla_graph.hpp"
 #include "serve/llama_cpp_split.hpp"
@@ -31,15 +33,13 @@ namespace {
 
 // data table
 constexpr std::array<GgmlType, 9> kCacheTypes = {{
-    {"f32", 1, 4},
-    {"f16", 1, 2},
-    {"bf16", 1, 2},
-    {"q8_0", 32, 34},  // 32 int8 + an fp16 scale
-    {"q4_0", 32, 18},  // 32 4-bit + an fp16 scale
-    {"q4_1", 32, 20},  // + an fp16 minimum
-    {"q5_0", 32, 22},  // + 32 high bits
-    {"q5_1", 32, 24},
-    {"iq4_nl", 32, 18},  // non-linear 4-bit, an fp16 scale
+    ggml_traits("f32"), ggml_traits("f16"), ggml_traits("bf16"),
+    ggml_traits("q8_0"),  // 32 int8 + an fp16 scale
+    ggml_traits("q4_0"),  // 32 4-bit + an fp16 scale
+    ggml_traits("q4_1"),  // + an fp16 minimum
+    ggml_traits("q5_0"),  // + 32 high bits
+    ggml_traits("q5_1"),
+    ggml_traits("iq4_nl"),  // non-linear 4-bit, an fp16 scale
 }};
 
 const GgmlType& cache_type(std::string_view name, std::string_view flag) {
@@ -204,9 +204,9 @@ bool ik_llama(const LlamaCppSettings& s) { return s.mla || s.fused_moe || s.attn
 
 // The fewest tokens from which a GPU takes the experts' matmuls over.
 u64 gpu_expert_batch(const Architecture& a, const LlamaCppSettings& s) {
-  constexpr u64 kMinBatch = 32;  // GGML_CUDA_MIN_BATCH_OFFLOAD
-  if (!ik_llama(s)) return kMinBatch;
-  return std::max(kMinBatch, ceil_div(checked_mul(kMinBatch, a.num_experts), a.experts_per_token));
+  constexpr u64 kMin = kCudaMinBatchOffload;
+  if (!ik_llama(s)) return kMin;
+  return std::max(kMin, ceil_div(checked_mul(kMin, a.num_experts), a.experts_per_token));
 }
 
 // Per layer: a MoE layer (of the last moe_layers layers) on a GPU whose three expert tensors
