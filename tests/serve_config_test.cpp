@@ -205,6 +205,10 @@ TEST_CASE("serve config: the JSON's inputs given back with --file give the same 
       {"--engine", "llama.cpp", "--model", "qwen3-30b-a3b", "--quantization", "Q8_0", "--device",
        "CUDA0,CUDA1", "--tensor-split", "3,1", "--main-gpu", "1", "--override-tensor", "exps=CPU",
        "--ctx-size", "8192"},
+      // ik_llama.cpp's flags and a file's own mix (the Qwen3-MoE graph with weight copies)
+      {"--engine", "llama.cpp", "--model", "qwen3-30b-a3b", "--quantization", "Q8_0", "--custom-q",
+       "ffn_down_exps=iq4_k,attn_.*=q6_K", "--fused-moe", "--flash-attn", "--attention-max-batch",
+       "512", "--override-tensor", "exps=CPU", "--ubatch-size", "2048", "--ctx-size", "8192"},
       {"--engine",
        "sglang",
        "--model",
